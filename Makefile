@@ -1,0 +1,35 @@
+# nodup — two entry points: `make demo` (the main job) and `make test` (every test).
+# Both install what they need on a fresh Debian machine (you are root there).
+
+CARGO ?= cargo
+SHELL := /bin/bash
+
+.PHONY: all build release deps test lint unit demo torture bench clean
+
+all: build
+
+build:
+	$(CARGO) build --workspace
+
+release:
+	$(CARGO) build --release --workspace
+
+# System packages the mount, demo and tests need; installed only when missing.
+deps:
+	@bash scripts/deps.sh
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+unit:
+	$(CARGO) test --workspace --release
+
+test: deps lint unit
+	@echo "make test: all suites passed"
+
+demo: deps release
+	@bash scripts/demo.sh
+
+clean:
+	$(CARGO) clean

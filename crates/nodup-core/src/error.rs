@@ -1,0 +1,32 @@
+//! Error type of the engine: every failure that can come from the medium, the image or the caller.
+
+use thiserror::Error;
+
+/// Result alias used throughout nodup-core.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the engine.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// An I/O error from the underlying file or device.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// The image is not a nodup image (bad magic).
+    #[error("not a nodup image: {0}")]
+    NotNodup(String),
+    /// The image was written by a newer (or unknown) on-media version.
+    #[error("unsupported on-media version {found} (this build supports {supported})")]
+    Version { found: u32, supported: u32 },
+    /// A structure on the medium failed validation (checksum, bounds, invariants).
+    #[error("corrupt image: {0}")]
+    Corrupt(String),
+    /// No free block left on the medium.
+    #[error("no space left on the medium")]
+    NoSpace,
+    /// The caller passed something invalid (size, option, block number).
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// The image needs failure recovery before it can be used.
+    #[error("image needs failure recovery")]
+    NeedsRecovery,
+}

@@ -1,0 +1,1 @@
+//! DRAM fingerprint index: fingerprint → metadata-entry location, with exact memory accounting.

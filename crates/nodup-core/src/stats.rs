@@ -1,0 +1,40 @@
+//! Engine counters, exported through `nodup stats --json` (keys are a contract, see DESIGN.md).
+
+use serde::{Deserialize, Serialize};
+
+/// A snapshot of the engine's counters; the file system adds `logical_bytes` and the ratio.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct EngineStats {
+    /// Policy name (`light`, `none`, `strong`, `weak-verify`, ...).
+    pub policy: String,
+    /// Fingerprint name recorded at format time.
+    pub fingerprint: String,
+    /// Metadata layout name recorded at format time.
+    pub meta_layout: String,
+    /// Block size in bytes (always 4096).
+    pub block_size: u64,
+    /// Distinct data blocks in use, in bytes.
+    pub physical_bytes: u64,
+    /// Blocks passed to the write path.
+    pub blocks_written: u64,
+    /// Blocks that were found to be duplicates and not written.
+    pub dedup_hits: u64,
+    /// Fingerprint matches whose bytes differed (written as non-dedup blocks).
+    pub fp_collisions: u64,
+    /// Bytes written to / read from the medium for data blocks.
+    pub media_bytes_written: u64,
+    pub media_bytes_read: u64,
+    /// Bytes written to / read from the medium for dedup metadata (entries, reverse map, regions).
+    pub meta_bytes_written: u64,
+    pub meta_bytes_read: u64,
+    /// Entries in the DRAM index.
+    pub index_entries: u64,
+    /// Exact heap bytes of the DRAM index.
+    pub index_memory_bytes: u64,
+    /// Total and free blocks of the data area.
+    pub total_blocks: u64,
+    pub free_blocks: u64,
+    /// Cross-block prefetch hint outcomes (speculation hits / misses).
+    pub hint_hits: u64,
+    pub hint_misses: u64,
+}

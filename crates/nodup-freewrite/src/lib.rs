@@ -1,0 +1,1 @@
+//! Freewrite: bubble planner, record files, log and LSM stores; built by a later issue.

@@ -1,0 +1,1 @@
+//! Cache-line encrypted NVMM simulator (FSDedup evaluation model); built by a later issue.

@@ -1,0 +1,1 @@
+//! nodup-trace: block traces (FIU blkparse formats), replay, statistics, synthesis (built by issue 4).
