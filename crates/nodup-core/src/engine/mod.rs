@@ -62,7 +62,12 @@ pub struct OpenOptions {
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { prefetch: PrefetchMode::Cbp, transition_threshold: 6, mem_budget: None, meter_granularity: None }
+        OpenOptions {
+            prefetch: PrefetchMode::Cbp,
+            transition_threshold: 6,
+            mem_budget: None,
+            meter_granularity: None,
+        }
     }
 }
 
@@ -100,7 +105,11 @@ pub struct Engine {
 
 impl Engine {
     /// Format `medium` as a fresh nodup image.
-    pub fn format(_medium: Arc<dyn Medium>, _opts: &FormatOptions, _open: &OpenOptions) -> Result<Engine> {
+    pub fn format(
+        _medium: Arc<dyn Medium>,
+        _opts: &FormatOptions,
+        _open: &OpenOptions,
+    ) -> Result<Engine> {
         unimplemented!("engine format")
     }
 

@@ -35,15 +35,60 @@ impl FpKind {
 
     /// Parse a command-line name.
     pub fn from_name(s: &str) -> Option<FpKind> {
-        [FpKind::Xxh3, FpKind::Crc32c, FpKind::Ecc, FpKind::Sha256, FpKind::Blake3, FpKind::TestCollide]
-            .into_iter()
-            .find(|k| k.name() == s)
+        [
+            FpKind::Xxh3,
+            FpKind::Crc32c,
+            FpKind::Ecc,
+            FpKind::Sha256,
+            FpKind::Blake3,
+            FpKind::TestCollide,
+        ]
+        .into_iter()
+        .find(|k| k.name() == s)
     }
 
     /// Decode the on-media value.
     pub fn from_u32(v: u32) -> Option<FpKind> {
-        [FpKind::Xxh3, FpKind::Crc32c, FpKind::Ecc, FpKind::Sha256, FpKind::Blake3, FpKind::TestCollide]
-            .into_iter()
-            .find(|k| *k as u32 == v)
+        [
+            FpKind::Xxh3,
+            FpKind::Crc32c,
+            FpKind::Ecc,
+            FpKind::Sha256,
+            FpKind::Blake3,
+            FpKind::TestCollide,
+        ]
+        .into_iter()
+        .find(|k| *k as u32 == v)
+    }
+}
+
+/// A block fingerprint function. Fingerprints are 64-bit; shorter codes are zero-extended,
+/// longer digests are truncated (the full digest is never needed: a match is either verified
+/// byte by byte or, for the `strong` policy, trusted because the function is cryptographic).
+pub trait Fingerprinter: Send + Sync {
+    /// Which function this is.
+    fn kind(&self) -> FpKind;
+    /// Fingerprint of one 4 KiB block.
+    fn fingerprint(&self, block: &[u8]) -> u64;
+}
+
+/// xxh3-64 with seed 0, the default fingerprint.
+pub struct Xxh3;
+
+impl Fingerprinter for Xxh3 {
+    fn kind(&self) -> FpKind {
+        FpKind::Xxh3
+    }
+    fn fingerprint(&self, block: &[u8]) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(block)
+    }
+}
+
+/// The fingerprinter for `kind`.
+pub fn fingerprinter(kind: FpKind) -> Box<dyn Fingerprinter> {
+    match kind {
+        FpKind::Xxh3 => Box::new(Xxh3),
+        // The other functions are added in their own modules (crc32c.rs, ecc.rs, crypto.rs, test_collide.rs).
+        _ => Box::new(Xxh3),
     }
 }

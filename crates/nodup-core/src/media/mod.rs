@@ -34,3 +34,6 @@ pub trait Medium: Send + Sync {
     /// Short name for stats and errors (`pmem`, `blockfile`, `crashsim`, ...).
     fn kind(&self) -> &'static str;
 }
+
+pub mod mem;
+pub use mem::MemMedium;

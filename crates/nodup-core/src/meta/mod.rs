@@ -23,7 +23,11 @@ impl MetaLayoutKind {
             MetaLayoutKind::Hashtable => "hashtable",
         }
     }
-    const ALL: [MetaLayoutKind; 3] = [MetaLayoutKind::Region, MetaLayoutKind::Entry, MetaLayoutKind::Hashtable];
+    const ALL: [MetaLayoutKind; 3] = [
+        MetaLayoutKind::Region,
+        MetaLayoutKind::Entry,
+        MetaLayoutKind::Hashtable,
+    ];
     /// Parse a command-line name.
     pub fn from_name(s: &str) -> Option<MetaLayoutKind> {
         Self::ALL.into_iter().find(|k| k.name() == s)
