@@ -5,7 +5,7 @@
 //! (on `BlockFile`, `flush` is a no-op and `fence` is fdatasync). `CrashSim` relies on exactly
 //! these calls to decide which stores a simulated crash may lose.
 
-use crate::Result;
+use crate::{Error, Result};
 
 /// A byte-addressable persistent medium.
 pub trait Medium: Send + Sync {
@@ -35,5 +35,24 @@ pub trait Medium: Send + Sync {
     fn kind(&self) -> &'static str;
 }
 
+/// Size of a CPU cache line, the unit of `flush` and of `CrashSim`'s persistence tracking.
+pub const CACHE_LINE: u64 = 64;
+
+/// Check that `[off, off+len)` lies inside a medium of `total` bytes and return it as a `usize`
+/// range. Out-of-range (or overflowing) accesses are an [`Error::Invalid`], never a panic.
+pub(crate) fn check_range(off: u64, len: usize, total: u64) -> Result<std::ops::Range<usize>> {
+    let end = off.checked_add(len as u64).filter(|&e| e <= total);
+    match end {
+        Some(end) => Ok(off as usize..end as usize),
+        None => Err(Error::Invalid(format!(
+            "access {off}+{len} beyond medium end {total}"
+        ))),
+    }
+}
+
+pub mod blockfile;
 pub mod mem;
+pub mod pmem;
+pub use blockfile::{BlockFile, BlockFileOptions};
 pub use mem::MemMedium;
+pub use pmem::{FlushInstr, Pmem, PmemOptions};

@@ -1,0 +1,471 @@
+//! `Pmem`: a memory-mapped image file used as (emulated or real) persistent memory.
+//!
+//! On tmpfs (`/dev/shm`) the mapping plays emulated pmem; on a file of a DAX file system it is
+//! real pmem. Persistence follows the x86 pmem model:
+//!
+//! - `write` is a plain store (`memcpy` into the mapping);
+//! - `flush(off, len)` writes back every 64-byte line of the range with the best cache-line
+//!   write-back instruction the CPU has — `clwb`, else `clflushopt`, else `clflush` — chosen once
+//!   per process from CPUID (leaf 7 EBX bit 24 = clwb, bit 23 = clflushopt; leaf 1 EDX bit 19 =
+//!   clflush);
+//! - `fence()` is `sfence`. With [`PmemOptions::sync_on_fence`] the fence also `msync`s the pages
+//!   flushed since the previous fence, for non-DAX files where a flushed line is only in the
+//!   page cache and durability on disk is wanted;
+//! - `sync_all()` `msync`s the whole mapping.
+//!
+//! Builds for other architectures have no cache-line instructions: there `flush` remembers the
+//! range and `fence` `msync`s it (always, whatever `sync_on_fence` says).
+//!
+//! # Safety argument for the raw-pointer accesses
+//!
+//! The mapping is owned by `Pmem` (a [`memmap2::MmapRaw`], which hands out only a raw pointer,
+//! never a `&mut [u8]`), lives as long as the `Pmem`, and its length never changes. Every access
+//! is bounds-checked against that length first. Writes copy through `ptr::copy_nonoverlapping`
+//! into the mapping without ever forming a `&mut` reference to it, so two threads writing
+//! disjoint ranges concurrently do not alias any Rust reference and are not a data race.
+//! Overlapping concurrent writes (or a read concurrent with a write of the same bytes) are the
+//! caller's business, exactly like concurrent stores to pmem: the engine never does them for
+//! data it reads (a data block is immutable while referenced; metadata entries are updated under
+//! the engine's locks). [`Medium::direct`] returns a shared slice over the mapping; the caller
+//! must likewise not read through it bytes that another thread is writing at that moment.
+//!
+//! The file must not be truncated by another process while it is mapped (that would turn an
+//! access into SIGBUS); nodup's images are only opened by one process at a time.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use memmap2::MmapRaw;
+use parking_lot::Mutex;
+
+use super::{check_range, Medium, CACHE_LINE};
+use crate::{Error, Result};
+
+/// Options of a [`Pmem`] medium.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PmemOptions {
+    /// Also `msync` the flushed pages at every `fence` (non-DAX files when durability on disk is
+    /// wanted). Off by default: on tmpfs/`/dev/shm` and on DAX the cache-line flush is enough.
+    pub sync_on_fence: bool,
+}
+
+/// The cache-line write-back instruction `flush` uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushInstr {
+    /// `clwb`: write back, keep the line cached.
+    Clwb,
+    /// `clflushopt`: write back and invalidate, weakly ordered.
+    ClflushOpt,
+    /// `clflush`: write back and invalidate, strongly ordered.
+    Clflush,
+    /// No cache-line instruction (other architectures): `fence` msyncs instead.
+    Msync,
+}
+
+impl FlushInstr {
+    /// Name for logs and stats.
+    pub fn name(self) -> &'static str {
+        match self {
+            FlushInstr::Clwb => "clwb",
+            FlushInstr::ClflushOpt => "clflushopt",
+            FlushInstr::Clflush => "clflush",
+            FlushInstr::Msync => "msync",
+        }
+    }
+
+    /// The instruction this CPU supports, detected once per process from CPUID.
+    pub fn detect() -> FlushInstr {
+        static DETECTED: OnceLock<FlushInstr> = OnceLock::new();
+        *DETECTED.get_or_init(detect_flush_instr)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect_flush_instr() -> FlushInstr {
+    use core::arch::x86_64::{__cpuid, __cpuid_count};
+    // SAFETY: CPUID is available on every x86_64 CPU; leaf 0 reports the highest basic leaf.
+    let max_leaf = __cpuid(0).eax;
+    if max_leaf >= 7 {
+        // SAFETY: leaf 7 exists (checked above).
+        let ebx = __cpuid_count(7, 0).ebx;
+        if ebx & (1 << 24) != 0 {
+            return FlushInstr::Clwb;
+        }
+        if ebx & (1 << 23) != 0 {
+            return FlushInstr::ClflushOpt;
+        }
+    }
+    // SAFETY: leaf 1 exists on every x86_64 CPU.
+    let edx = __cpuid(1).edx;
+    if edx & (1 << 19) != 0 {
+        FlushInstr::Clflush
+    } else {
+        FlushInstr::Msync
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect_flush_instr() -> FlushInstr {
+    FlushInstr::Msync
+}
+
+/// A memory-mapped image file as a persistent medium.
+pub struct Pmem {
+    map: MmapRaw,
+    _file: File,
+    path: PathBuf,
+    len: u64,
+    opts: PmemOptions,
+    instr: FlushInstr,
+    /// Line-aligned ranges flushed since the last fence, msynced by the next fence
+    /// (only kept when msync is needed: `sync_on_fence` or no cache-line instruction).
+    pending_sync: Mutex<Vec<(u64, u64)>>,
+}
+
+impl std::fmt::Debug for Pmem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pmem")
+            .field("path", &self.path)
+            .field("len", &self.len)
+            .field("opts", &self.opts)
+            .field("instr", &self.instr)
+            .finish()
+    }
+}
+
+impl Pmem {
+    /// Create (or truncate) the image file at `path`, size it to `len` bytes (zero-filled) and map it.
+    pub fn create(path: impl AsRef<Path>, len: u64) -> Result<Pmem> {
+        Pmem::create_with(path, len, PmemOptions::default())
+    }
+
+    /// [`Pmem::create`] with options.
+    pub fn create_with(path: impl AsRef<Path>, len: u64, opts: PmemOptions) -> Result<Pmem> {
+        if len == 0 {
+            return Err(Error::Invalid("pmem image size must be > 0".into()));
+        }
+        let path = path.as_ref();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        file.set_len(len)?;
+        Pmem::map(file, path, opts)
+    }
+
+    /// Map an existing image file at its current size.
+    pub fn open(path: impl AsRef<Path>) -> Result<Pmem> {
+        Pmem::open_with(path, PmemOptions::default())
+    }
+
+    /// [`Pmem::open`] with options.
+    pub fn open_with(path: impl AsRef<Path>, opts: PmemOptions) -> Result<Pmem> {
+        let path = path.as_ref();
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        Pmem::map(file, path, opts)
+    }
+
+    fn map(file: File, path: &Path, opts: PmemOptions) -> Result<Pmem> {
+        let len = file.metadata()?.len();
+        if len == 0 {
+            return Err(Error::Invalid(format!(
+                "{}: empty image cannot be mapped",
+                path.display()
+            )));
+        }
+        if usize::try_from(len).is_err() {
+            return Err(Error::Invalid(format!(
+                "{}: image too large to map",
+                path.display()
+            )));
+        }
+        let map = MmapRaw::map_raw(&file)?;
+        Ok(Pmem {
+            map,
+            _file: file,
+            path: path.to_path_buf(),
+            len,
+            opts,
+            instr: FlushInstr::detect(),
+            pending_sync: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The flush instruction in use.
+    pub fn flush_instr(&self) -> FlushInstr {
+        self.instr
+    }
+
+    /// The options this medium was opened with.
+    pub fn options(&self) -> PmemOptions {
+        self.opts
+    }
+
+    /// Path of the image file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn needs_msync(&self) -> bool {
+        self.opts.sync_on_fence || self.instr == FlushInstr::Msync
+    }
+
+    /// msync `[off, off+len)` (page-aligned by memmap2).
+    fn msync(&self, off: u64, len: u64) -> Result<()> {
+        self.map.flush_range(off as usize, len as usize)?;
+        Ok(())
+    }
+}
+
+/// Write back one cache line with `instr`.
+///
+/// # Safety
+/// `p` must point into a live mapping.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn flush_line(instr: FlushInstr, p: *const u8) {
+    use core::arch::asm;
+    match instr {
+        FlushInstr::Clwb => asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags)),
+        FlushInstr::ClflushOpt => {
+            asm!("clflushopt [{0}]", in(reg) p, options(nostack, preserves_flags))
+        }
+        FlushInstr::Clflush => core::arch::x86_64::_mm_clflush(p),
+        FlushInstr::Msync => {}
+    }
+}
+
+impl Medium for Pmem {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        let r = check_range(off, buf.len(), self.len)?;
+        // SAFETY: `r` is inside the mapping (checked); `buf` is a distinct Rust allocation.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.map.as_ptr().add(r.start),
+                buf.as_mut_ptr(),
+                buf.len(),
+            );
+        }
+        Ok(())
+    }
+
+    fn write(&self, off: u64, data: &[u8]) -> Result<()> {
+        let r = check_range(off, data.len(), self.len)?;
+        // SAFETY: see the module doc: bounds checked, raw-pointer copy, no `&mut` to the mapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                self.map.as_mut_ptr().add(r.start),
+                data.len(),
+            );
+        }
+        Ok(())
+    }
+
+    fn flush(&self, off: u64, len: u64) {
+        if len == 0 || off >= self.len {
+            return;
+        }
+        let end = off.saturating_add(len).min(self.len);
+        let start = off & !(CACHE_LINE - 1);
+        #[cfg(target_arch = "x86_64")]
+        if self.instr != FlushInstr::Msync {
+            let base = self.map.as_ptr();
+            let mut line = start;
+            while line < end {
+                // SAFETY: `line < end <= len`, so the line start is inside the mapping.
+                unsafe { flush_line(self.instr, base.add(line as usize)) };
+                line += CACHE_LINE;
+            }
+        }
+        if self.needs_msync() {
+            self.pending_sync.lock().push((start, end - start));
+        }
+    }
+
+    fn fence(&self) -> Result<()> {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: sfence has no memory-safety preconditions (SSE is baseline on x86_64).
+        unsafe {
+            core::arch::x86_64::_mm_sfence()
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        if self.needs_msync() {
+            let mut ranges = std::mem::take(&mut *self.pending_sync.lock());
+            ranges.sort_unstable();
+            // Merge ranges that overlap or touch the same page, then msync each run.
+            let page = 4096u64;
+            let mut cur: Option<(u64, u64)> = None;
+            for (o, l) in ranges {
+                let (s, e) = (o & !(page - 1), o + l);
+                cur = match cur {
+                    Some((cs, ce)) if s <= ce.next_multiple_of(page) => Some((cs, ce.max(e))),
+                    Some((cs, ce)) => {
+                        self.msync(cs, ce - cs)?;
+                        Some((s, e))
+                    }
+                    None => Some((s, e)),
+                };
+            }
+            if let Some((cs, ce)) = cur {
+                self.msync(cs, ce - cs)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn sync_all(&self) -> Result<()> {
+        self.fence()?;
+        self.map.flush()?;
+        self.pending_sync.lock().clear();
+        Ok(())
+    }
+
+    fn direct(&self, off: u64, len: usize) -> Option<&[u8]> {
+        let r = check_range(off, len, self.len).ok()?;
+        // SAFETY: inside the mapping, which lives as long as `&self`; see the module doc for the
+        // no-concurrent-writer rule the caller follows.
+        Some(unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(r.start), len) })
+    }
+
+    fn prefetch(&self, off: u64, len: usize, stride: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            if off >= self.len || len == 0 {
+                return;
+            }
+            let end = off.saturating_add(len as u64).min(self.len);
+            let stride = if stride == 0 {
+                CACHE_LINE
+            } else {
+                stride as u64
+            };
+            let base = self.map.as_ptr();
+            let mut p = off;
+            while p < end {
+                // SAFETY: `p < len`, inside the mapping; prefetch never faults anyway.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(base.add(p as usize) as *const i8) };
+                p += stride;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (off, len, stride);
+    }
+
+    fn kind(&self) -> &'static str {
+        "pmem"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn round_trip_and_direct() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Pmem::create(dir.path().join("img"), 1 << 20).unwrap();
+        assert_eq!(m.len(), 1 << 20);
+        let data: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
+        m.write(4093, &data).unwrap();
+        m.flush(4093, data.len() as u64);
+        m.fence().unwrap();
+        let mut back = vec![0; data.len()];
+        m.read(4093, &mut back).unwrap();
+        assert_eq!(back, data);
+        assert_eq!(m.direct(4093, data.len()).unwrap(), &data[..]);
+        m.prefetch(0, 4096, 256);
+        m.prefetch(1 << 20, 4096, 0); // past the end: ignored
+        #[cfg(target_arch = "x86_64")]
+        assert_ne!(
+            m.flush_instr(),
+            FlushInstr::Msync,
+            "x86_64 CPUs have clflush at least"
+        );
+    }
+
+    #[test]
+    fn bounds_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Pmem::create(dir.path().join("img"), 8192).unwrap();
+        let mut b = [0u8; 16];
+        assert!(matches!(m.read(8190, &mut b), Err(Error::Invalid(_))));
+        assert!(matches!(m.write(8190, &b), Err(Error::Invalid(_))));
+        assert!(matches!(m.write(u64::MAX - 3, &b), Err(Error::Invalid(_))));
+        assert!(m.read(8176, &mut b).is_ok());
+        assert!(m.direct(8180, 16).is_none());
+        m.flush(8000, 1 << 40); // clamped, no panic
+        assert!(matches!(
+            Pmem::create(dir.path().join("zero"), 0),
+            Err(Error::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn reopen_persists() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("img");
+        for opts in [
+            PmemOptions {
+                sync_on_fence: true,
+            },
+            PmemOptions::default(),
+        ] {
+            {
+                let m = Pmem::create_with(&p, 64 * 1024, opts).unwrap();
+                m.write(100, b"hello pmem").unwrap();
+                m.write(40000, b"second page").unwrap();
+                m.flush(100, 10);
+                m.flush(40000, 11);
+                m.fence().unwrap();
+                m.sync_all().unwrap();
+            }
+            let m = Pmem::open_with(&p, opts).unwrap();
+            assert_eq!(m.len(), 64 * 1024);
+            let mut b = [0u8; 10];
+            m.read(100, &mut b).unwrap();
+            assert_eq!(&b, b"hello pmem");
+            let mut b = [0u8; 11];
+            m.read(40000, &mut b).unwrap();
+            assert_eq!(&b, b"second page");
+        }
+        assert!(Pmem::open(dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn concurrent_disjoint_writers() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Arc::new(Pmem::create(dir.path().join("img"), 8 * 4096).unwrap());
+        let handles: Vec<_> = (0..8u8)
+            .map(|t| {
+                let m = Arc::clone(&m);
+                std::thread::spawn(move || {
+                    for i in 0..200u64 {
+                        let v = [t.wrapping_add(i as u8); 4096];
+                        m.write(t as u64 * 4096, &v).unwrap();
+                        m.flush(t as u64 * 4096, 4096);
+                        m.fence().unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        for t in 0..8u8 {
+            let mut b = vec![0; 4096];
+            m.read(t as u64 * 4096, &mut b).unwrap();
+            assert!(b.iter().all(|&x| x == t.wrapping_add(199)));
+        }
+    }
+}
