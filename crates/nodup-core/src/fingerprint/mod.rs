@@ -84,11 +84,66 @@ impl Fingerprinter for Xxh3 {
     }
 }
 
+pub mod crc32c;
+pub mod crypto;
+pub mod ecc;
+pub mod test_collide;
+
+pub use self::crc32c::Crc32c;
+pub use self::crypto::{Blake3, Sha256};
+pub use self::ecc::Ecc;
+pub use self::test_collide::TestCollide;
+
 /// The fingerprinter for `kind`.
 pub fn fingerprinter(kind: FpKind) -> Box<dyn Fingerprinter> {
     match kind {
         FpKind::Xxh3 => Box::new(Xxh3),
-        // The other functions are added in their own modules (crc32c.rs, ecc.rs, crypto.rs, test_collide.rs).
-        _ => Box::new(Xxh3),
+        FpKind::Crc32c => Box::new(Crc32c),
+        FpKind::Ecc => Box::new(Ecc),
+        FpKind::Sha256 => Box::new(Sha256),
+        FpKind::Blake3 => Box::new(Blake3),
+        FpKind::TestCollide => Box::new(TestCollide),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xxh3_known_vector() {
+        // XXH3_64bits("") with seed 0.
+        assert_eq!(Xxh3.fingerprint(b""), 0x2D06_8005_38D3_94C2);
+    }
+
+    #[test]
+    fn every_kind_is_wired_and_round_trips_its_name() {
+        let block: Vec<u8> = (0..4096u32).map(|i| (i * 31 + 7) as u8).collect();
+        let mut other = block.clone();
+        other[4095] ^= 1;
+        for kind in [
+            FpKind::Xxh3,
+            FpKind::Crc32c,
+            FpKind::Ecc,
+            FpKind::Sha256,
+            FpKind::Blake3,
+            FpKind::TestCollide,
+        ] {
+            let f = fingerprinter(kind);
+            assert_eq!(f.kind(), kind);
+            assert_eq!(FpKind::from_name(kind.name()), Some(kind));
+            assert_eq!(FpKind::from_u32(kind as u32), Some(kind));
+            assert_eq!(f.fingerprint(&block), f.fingerprint(&block.clone()));
+            if kind != FpKind::TestCollide {
+                assert_ne!(
+                    f.fingerprint(&block),
+                    f.fingerprint(&other),
+                    "{}",
+                    kind.name()
+                );
+            }
+        }
+        assert_eq!(FpKind::from_name("md5"), None);
+        assert_eq!(FpKind::from_u32(0), None);
     }
 }
