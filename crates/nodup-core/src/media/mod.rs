@@ -52,11 +52,13 @@ pub(crate) fn check_range(off: u64, len: usize, total: u64) -> Result<std::ops::
 
 pub mod blockfile;
 pub mod crashsim;
+pub mod fault;
 pub mod mem;
 pub mod meter;
 pub mod pmem;
 pub use blockfile::{BlockFile, BlockFileOptions};
 pub use crashsim::{CrashMode, CrashPoint, CrashSim, PendingStore};
+pub use fault::{FaultEffect, FaultMedium, FaultOp, FaultRule};
 pub use mem::MemMedium;
 pub use meter::{AccessMeter, BufferModel, MeterConfig, MeterCounters};
 pub use pmem::{FlushInstr, Pmem, PmemOptions};
