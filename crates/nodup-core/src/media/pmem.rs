@@ -48,6 +48,9 @@ pub struct PmemOptions {
     /// Also `msync` the flushed pages at every `fence` (non-DAX files when durability on disk is
     /// wanted). Off by default: on tmpfs/`/dev/shm` and on DAX the cache-line flush is enough.
     pub sync_on_fence: bool,
+    /// Pre-fault the whole mapping at open (`MAP_POPULATE`), so that page-fault costs of a fresh
+    /// tmpfs file do not land in measurements (real pmem has none).
+    pub populate: bool,
 }
 
 /// The cache-line write-back instruction `flush` uses.
@@ -182,7 +185,11 @@ impl Pmem {
                 path.display()
             )));
         }
-        let map = MmapRaw::map_raw(&file)?;
+        let mut mo = memmap2::MmapOptions::new();
+        if opts.populate {
+            mo.populate();
+        }
+        let map = mo.map_raw(&file)?;
         Ok(Pmem {
             map,
             _file: file,
@@ -418,6 +425,7 @@ mod tests {
         for opts in [
             PmemOptions {
                 sync_on_fence: true,
+                populate: true,
             },
             PmemOptions::default(),
         ] {
