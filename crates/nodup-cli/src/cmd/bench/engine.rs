@@ -1,0 +1,400 @@
+//! `nodup bench engine`: write throughput of the engine alone (Light-Dedup §5.2, §5.4 scaled down).
+//!
+//! Setup: one `Pmem` image in `--dir` (default `/dev/shm`, pre-faulted), 4 KiB blocks, one
+//! thread, `--size` bytes written per point in calls of 2 MiB (512 blocks). A point is a fresh
+//! format of the image followed by pass 1 (first write of the stream) and pass 2 (the same stream
+//! written again, as a second file: the paper's "write the same data twice"). Each pass is
+//! timed on its own; only `Engine::write` calls are inside the timed region.
+//!
+//! Points:
+//! - policies `light` (prefetch `cbp`), `none`, `strong`, `weak-verify` at 0/50/75/100 %
+//!   duplicates. For 0/50/75 % the stream has that share of duplicate blocks (of random earlier
+//!   blocks of the same stream). 100 % follows the paper: a stream of unique blocks whose second
+//!   write is the 100 % point (pass 1 of it is a first write of unique data, like 0 %);
+//! - `light` with each of the seven prefetch variants on that same unique stream (pass 2 is the
+//!   §5.4 "second write" experiment).
+//!
+//! Runs are interleaved (run 1 of every point, then run 2, ...) so that machine noise spreads
+//! over all points alike; the median of `--runs` runs is reported.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use nodup_core::media::{FlushInstr, Medium, Pmem, PmemOptions};
+use nodup_core::policy::{PolicyKind, PrefetchMode};
+use nodup_core::{BlockNr, Engine, FormatOptions, OpenOptions, WriteCtx, BLOCK_SIZE};
+use serde_json::json;
+
+use super::data::{splitmix, Stream};
+use super::{emit_json, median, parse_size, progress, CommonArgs, TempImage};
+
+/// Blocks per write call (2 MiB).
+pub const BLOCKS_PER_CALL: usize = 512;
+/// Duplication ratios measured.
+pub const DUPS: [u32; 4] = [0, 50, 75, 100];
+/// Policies measured.
+pub const POLICIES: [PolicyKind; 4] = [
+    PolicyKind::Light,
+    PolicyKind::None,
+    PolicyKind::Strong,
+    PolicyKind::WeakVerify,
+];
+
+/// Arguments of `nodup bench engine`.
+#[derive(Args, Debug)]
+pub struct EngineArgs {
+    /// Bytes written per point and pass (K/M/G suffixes).
+    #[arg(long, default_value = "1GiB")]
+    pub size: String,
+    /// Runs per point; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// Print `{"runs": [...]}` JSON instead of the tables.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// One measured configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Point {
+    dup: u32,
+    policy: u32,
+    prefetch: usize,
+}
+
+impl Point {
+    fn policy(&self) -> PolicyKind {
+        PolicyKind::from_u32(self.policy).expect("valid policy")
+    }
+    fn prefetch(&self) -> PrefetchMode {
+        PrefetchMode::ALL[self.prefetch]
+    }
+}
+
+fn prefetch_index(p: PrefetchMode) -> usize {
+    PrefetchMode::ALL
+        .iter()
+        .position(|&q| q == p)
+        .expect("known prefetch mode")
+}
+
+/// The points measured on the stream of duplication `dup`.
+fn points_for(dup: u32) -> Vec<Point> {
+    let mut v: Vec<Point> = POLICIES
+        .iter()
+        .map(|&p| Point {
+            dup,
+            policy: p as u32,
+            prefetch: prefetch_index(if p == PolicyKind::Light {
+                PrefetchMode::Cbp
+            } else {
+                PrefetchMode::None
+            }),
+        })
+        .collect();
+    if dup == 100 {
+        for pf in PrefetchMode::ALL {
+            if pf != PrefetchMode::Cbp {
+                v.push(Point {
+                    dup,
+                    policy: PolicyKind::Light as u32,
+                    prefetch: prefetch_index(pf),
+                });
+            }
+        }
+    }
+    v
+}
+
+/// Samples of one point.
+#[derive(Default, Debug)]
+struct Samples {
+    mib_s: [Vec<f64>; 2],
+    hits: [u64; 2],
+    index_memory_bytes: u64,
+    index_entries: u64,
+    unique_blocks: u64,
+}
+
+/// Format, write the stream twice, time both passes.
+fn measure(
+    medium: &Arc<dyn Medium>,
+    pt: Point,
+    stream: &Stream,
+    calls: &[Vec<&[u8]>],
+    check_seed: u64,
+    s: &mut Samples,
+) -> Result<()> {
+    let fopts = FormatOptions {
+        policy: pt.policy(),
+        ..FormatOptions::default()
+    };
+    let oopts = OpenOptions {
+        prefetch: pt.prefetch(),
+        ..OpenOptions::default()
+    };
+    let engine = Engine::format(Arc::clone(medium), &fopts, &oopts)
+        .with_context(|| format!("format for {}", pt.policy().name()))?;
+    let mib = (stream.len() * BLOCK_SIZE) as f64 / (1 << 20) as f64;
+    let mut prev_hits = engine.stats().dedup_hits;
+    for pass in 0..2 {
+        let mut ctx = WriteCtx::default();
+        let mut out: Vec<BlockNr> = Vec::with_capacity(stream.len());
+        let t = Instant::now();
+        for call in calls {
+            let r = engine.write(&mut ctx, call)?;
+            out.extend_from_slice(&r);
+        }
+        let secs = t.elapsed().as_secs_f64();
+        s.mib_s[pass].push(mib / secs);
+        let st = engine.stats();
+        s.hits[pass] = st.dedup_hits - prev_hits;
+        prev_hits = st.dedup_hits;
+        if pass == 0 {
+            s.index_memory_bytes = st.index_memory_bytes;
+            s.index_entries = st.index_entries;
+            s.unique_blocks = stream.unique() as u64;
+        }
+        // Sanity (untimed): the engine returned a block per input, holding that input.
+        if out.len() != stream.len() {
+            bail!(
+                "{}: write returned {} blocks for {}",
+                pt.policy().name(),
+                out.len(),
+                stream.len()
+            );
+        }
+        let mut st = check_seed ^ pass as u64;
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        for _ in 0..64 {
+            let i = (splitmix(&mut st) % stream.len() as u64) as usize;
+            engine.read(out[i], &mut buf)?;
+            if buf != stream.block(i) {
+                bail!(
+                    "{} prefetch {} dup {} pass {}: block {i} reads back wrong",
+                    pt.policy().name(),
+                    pt.prefetch().name(),
+                    pt.dup,
+                    pass + 1
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One acceptance check: `value >= threshold`.
+fn check(name: &str, value: f64, threshold: f64) -> (String, serde_json::Value) {
+    (
+        name.to_string(),
+        json!({"value": value, "threshold": threshold, "ok": value >= threshold}),
+    )
+}
+
+pub fn run(a: EngineArgs) -> Result<()> {
+    let size = parse_size(&a.size)?;
+    let nblocks = (size / BLOCK_SIZE as u64) as usize;
+    if nblocks == 0 || a.runs == 0 {
+        bail!("--size must be at least one block and --runs at least 1");
+    }
+    // Room for two passes of unique blocks (`none` writes everything twice) plus metadata.
+    let img_len = (2 * nblocks as u64 + nblocks as u64 / 4) * BLOCK_SIZE as u64 + (64 << 20);
+    let img = TempImage::new(&a.common.dir, "engine");
+    let pmem = Pmem::create_with(
+        &img.0,
+        img_len,
+        PmemOptions {
+            populate: true,
+            ..PmemOptions::default()
+        },
+    )
+    .with_context(|| format!("creating {}", img.0.display()))?;
+    let flush = pmem.flush_instr();
+    let medium: Arc<dyn Medium> = Arc::new(pmem);
+
+    let total: usize = DUPS.iter().map(|&d| points_for(d).len()).sum::<usize>() * a.runs;
+    let pb = progress(total as u64, "bench engine");
+    let mut results: BTreeMap<Point, Samples> = BTreeMap::new();
+    let mut actual_dup: BTreeMap<u32, f64> = BTreeMap::new();
+    for dup in DUPS {
+        pb.set_message(format!("generating {dup}% stream"));
+        // 100 % = rewrite of a unique stream (pass 2), as in the paper.
+        let gen_dup = if dup == 100 { 0 } else { dup };
+        let stream = Stream::generate(nblocks, gen_dup, 0x5EED_0000 + dup as u64);
+        actual_dup.insert(dup, stream.dup_percent());
+        let calls = stream.calls(BLOCKS_PER_CALL);
+        let points = points_for(dup);
+        for run in 0..a.runs {
+            for &pt in &points {
+                pb.set_message(format!(
+                    "{} {} {}% run {}",
+                    pt.policy().name(),
+                    pt.prefetch().name(),
+                    dup,
+                    run + 1
+                ));
+                let s = results.entry(pt).or_default();
+                measure(&medium, pt, &stream, &calls, run as u64 * 7919, s)?;
+                pb.inc(1);
+            }
+        }
+    }
+    pb.finish_and_clear();
+
+    // Medians.
+    let med = |p: PolicyKind, pf: PrefetchMode, dup: u32, pass: usize| -> f64 {
+        results
+            .get(&Point {
+                dup,
+                policy: p as u32,
+                prefetch: prefetch_index(pf),
+            })
+            .map_or(f64::NAN, |s| median(&s.mib_s[pass]))
+    };
+    let mut rows = Vec::new();
+    for (pt, s) in &results {
+        for pass in 0..2 {
+            rows.push(json!({
+                "policy": pt.policy().name(),
+                "prefetch": pt.prefetch().name(),
+                "dup_percent": pt.dup,
+                "pass": pass + 1,
+                "mib_per_s": median(&s.mib_s[pass]),
+                "samples_mib_per_s": s.mib_s[pass],
+                "dedup_hits": s.hits[pass],
+                "blocks": nblocks,
+            }));
+        }
+    }
+    let light_pf = |pf| med(PolicyKind::Light, pf, 100, 1);
+    let light0 = results.get(&Point {
+        dup: 0,
+        policy: PolicyKind::Light as u32,
+        prefetch: prefetch_index(PrefetchMode::Cbp),
+    });
+    let idx_per_unique = light0.map_or(f64::NAN, |s| {
+        s.index_memory_bytes as f64 / s.unique_blocks.max(1) as f64
+    });
+    let checks: Vec<(String, serde_json::Value)> = vec![
+        check(
+            "light@0% pass1 / none@0% pass1",
+            med(PolicyKind::Light, PrefetchMode::Cbp, 0, 0)
+                / med(PolicyKind::None, PrefetchMode::None, 0, 0),
+            0.92,
+        ),
+        check(
+            "light@100% pass2 / light@100% pass1",
+            med(PolicyKind::Light, PrefetchMode::Cbp, 100, 1)
+                / med(PolicyKind::Light, PrefetchMode::Cbp, 100, 0),
+            1.3,
+        ),
+        check(
+            "light@100% pass2 / strong@100% pass2",
+            med(PolicyKind::Light, PrefetchMode::Cbp, 100, 1)
+                / med(PolicyKind::Strong, PrefetchMode::None, 100, 1),
+            1.5,
+        ),
+        check(
+            "cbp pass2 / prefetch-none pass2",
+            light_pf(PrefetchMode::Cbp) / light_pf(PrefetchMode::None),
+            1.1,
+        ),
+    ];
+    let value = json!({
+        "runs": rows,
+        "size_bytes": nblocks as u64 * BLOCK_SIZE as u64,
+        "block_size": BLOCK_SIZE,
+        "blocks_per_call": BLOCKS_PER_CALL,
+        "runs_per_point": a.runs,
+        "medium": "pmem",
+        "image_dir": a.common.dir,
+        "flush_instr": flush.name(),
+        "actual_dup_percent": actual_dup,
+        "index_memory_bytes_per_unique_block": idx_per_unique,
+        "acceptance": checks.iter().cloned().collect::<serde_json::Map<_, _>>(),
+    });
+    emit_json(&value, a.json, a.common.json_out.as_ref())?;
+    if a.json {
+        return Ok(());
+    }
+
+    // Tables (markdown).
+    println!(
+        "Engine only, Pmem image in {} ({}), {} MiB per pass, 4 KiB blocks, 2 MiB calls, 1 thread, median of {} runs.\n",
+        a.common.dir.display(),
+        flush_desc(flush),
+        (nblocks * BLOCK_SIZE) >> 20,
+        a.runs
+    );
+    println!("### Throughput per policy (MiB/s)\n");
+    println!("| policy | prefetch | dup % | pass 1 (first write) | pass 2 (rewrite) | pass-2 dedup hits |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for dup in DUPS {
+        for p in POLICIES {
+            let pf = if p == PolicyKind::Light {
+                PrefetchMode::Cbp
+            } else {
+                PrefetchMode::None
+            };
+            let hits = results
+                .get(&Point {
+                    dup,
+                    policy: p as u32,
+                    prefetch: prefetch_index(pf),
+                })
+                .map_or(0, |s| s.hits[1]);
+            println!(
+                "| {} | {} | {} | {:.0} | {:.0} | {} |",
+                p.name(),
+                pf.name(),
+                dup,
+                med(p, pf, dup, 0),
+                med(p, pf, dup, 1),
+                hits
+            );
+        }
+    }
+    println!(
+        "\n### Speculative prefetch variants, `light`, second write of the same data (MiB/s)\n"
+    );
+    println!("| variant | pass 2 | x none (LD-w/o-P) |");
+    println!("|---|---:|---:|");
+    let base = light_pf(PrefetchMode::None);
+    for pf in PrefetchMode::ALL {
+        println!(
+            "| {} | {:.0} | {:.2} |",
+            pf.name(),
+            light_pf(pf),
+            light_pf(pf) / base
+        );
+    }
+    println!("\n### Acceptance\n");
+    println!("| ratio | value | threshold | ok |");
+    println!("|---|---:|---:|---|");
+    for (name, v) in &checks {
+        println!(
+            "| {} | {:.3} | >= {} | {} |",
+            name,
+            v["value"].as_f64().unwrap_or(f64::NAN),
+            v["threshold"],
+            if v["ok"].as_bool() == Some(true) {
+                "yes"
+            } else {
+                "**no**"
+            }
+        );
+    }
+    println!(
+        "\nIndex memory after the first write of unique data: {idx_per_unique:.2} B per unique block (light, dup 0 %)."
+    );
+    Ok(())
+}
+
+fn flush_desc(f: FlushInstr) -> String {
+    format!("flush = {} + sfence", f.name())
+}

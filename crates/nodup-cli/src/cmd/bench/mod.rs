@@ -1,0 +1,150 @@
+//! `nodup bench engine|aging`: engine-only benchmarks (no FUSE).
+//!
+//! - `engine` ([`engine`]): write throughput of every policy at several duplication ratios,
+//!   first write and rewrite, plus the seven speculative-prefetch variants of `light`
+//!   (Light-Dedup §5.2 and §5.4, scaled down).
+//! - `aging` ([`aging`]): dedup metadata bytes read/written per block at 256 B granularity,
+//!   on a fresh and on an aged image, per metadata layout (Light-Dedup §5.5, Table 4).
+//!
+//! Both run the engine over a `Pmem` image in `/dev/shm` (emulated pmem), single thread, with
+//! all input data generated before the timed region ([`data`]).
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub mod aging;
+pub mod data;
+pub mod engine;
+
+/// `nodup bench ...`.
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Policies x duplication x prefetch variants (first write and rewrite), median of N runs.
+    Engine(engine::EngineArgs),
+    /// Metadata I/O per block, fresh and aged, per layout (Light-Dedup Table 4).
+    Aging(aging::AgingArgs),
+}
+
+pub fn bench(c: BenchCommand) -> Result<()> {
+    match c {
+        BenchCommand::Engine(a) => engine::run(a),
+        BenchCommand::Aging(a) => aging::run(a),
+    }
+}
+
+/// Options shared by the benches.
+#[derive(Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Directory of the emulated-pmem image (tmpfs).
+    #[arg(long, default_value = "/dev/shm")]
+    pub dir: PathBuf,
+    /// Also write the JSON result to this file (the table still goes to stdout).
+    #[arg(long)]
+    pub json_out: Option<PathBuf>,
+}
+
+/// Parse a size: a number with an optional suffix K/M/G/T (binary), `KiB`/`KB`/... accepted.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(split);
+    if num.is_empty() {
+        bail!("invalid size {s:?}");
+    }
+    let n: u64 = num.parse().with_context(|| format!("invalid size {s:?}"))?;
+    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => bail!("invalid size suffix in {s:?}"),
+    };
+    n.checked_mul(1u64 << shift)
+        .with_context(|| format!("size {s:?} overflows"))
+}
+
+/// A progress bar on stderr when it is a terminal, else a hidden one.
+pub fn progress(total: u64, what: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed})")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    pb.set_prefix(what.to_string());
+    pb
+}
+
+/// Median of samples (mean of the two middle ones for an even count).
+pub fn median(xs: &[f64]) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Removes the benchmark image file when dropped (also on error paths).
+pub struct TempImage(pub PathBuf);
+
+impl TempImage {
+    pub fn new(dir: &std::path::Path, tag: &str) -> TempImage {
+        TempImage(dir.join(format!("nodup-bench-{tag}-{}.img", std::process::id())))
+    }
+}
+
+impl Drop for TempImage {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Print the JSON result on stdout (`--json`) and/or into `--json-out`.
+pub fn emit_json(value: &serde_json::Value, to_stdout: bool, out: Option<&PathBuf>) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    if let Some(p) = out {
+        std::fs::write(p, format!("{text}\n"))
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if to_stdout {
+        println!("{text}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("2 kb").unwrap(), 2048);
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("1Q").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
+}
