@@ -55,6 +55,15 @@ pub struct EngineArgs {
     /// Print `{"runs": [...]}` JSON instead of the tables.
     #[arg(long)]
     pub json: bool,
+    /// Only these policies (comma-separated; default all four), e.g. for profiling one point.
+    #[arg(long, value_delimiter = ',')]
+    pub policy: Vec<String>,
+    /// Only these duplication percentages (comma-separated; default 0,50,75,100).
+    #[arg(long, value_delimiter = ',')]
+    pub dup: Vec<u32>,
+    /// Skip the prefetch-variant table (only `light`/`cbp` among the variants).
+    #[arg(long)]
+    pub no_variants: bool,
     #[command(flatten)]
     pub common: CommonArgs,
 }
@@ -84,9 +93,11 @@ fn prefetch_index(p: PrefetchMode) -> usize {
 }
 
 /// The points measured on the stream of duplication `dup`.
-fn points_for(dup: u32) -> Vec<Point> {
+fn points_for(dup: u32, a: &EngineArgs) -> Vec<Point> {
+    let wanted = |p: PolicyKind| a.policy.is_empty() || a.policy.iter().any(|n| n == p.name());
     let mut v: Vec<Point> = POLICIES
         .iter()
+        .filter(|&&p| wanted(p))
         .map(|&p| Point {
             dup,
             policy: p as u32,
@@ -97,7 +108,7 @@ fn points_for(dup: u32) -> Vec<Point> {
             }),
         })
         .collect();
-    if dup == 100 {
+    if dup == 100 && !a.no_variants && wanted(PolicyKind::Light) {
         for pf in PrefetchMode::ALL {
             if pf != PrefetchMode::Cbp {
                 v.push(Point {
@@ -145,12 +156,23 @@ fn measure(
     for pass in 0..2 {
         let mut ctx = WriteCtx::default();
         let mut out: Vec<BlockNr> = Vec::with_capacity(stream.len());
+        let t0 = super::monotonic_secs();
         let t = Instant::now();
         for call in calls {
             let r = engine.write(&mut ctx, call)?;
             out.extend_from_slice(&r);
         }
         let secs = t.elapsed().as_secs_f64();
+        super::trace_window(
+            &format!(
+                "{} {} {}% pass {}",
+                pt.policy().name(),
+                pt.prefetch().name(),
+                pt.dup,
+                pass + 1
+            ),
+            t0,
+        );
         s.mib_s[pass].push(mib / secs);
         let st = engine.stats();
         s.hits[pass] = st.dedup_hits - prev_hits;
@@ -202,6 +224,19 @@ pub fn run(a: EngineArgs) -> Result<()> {
     if nblocks == 0 || a.runs == 0 {
         bail!("--size must be at least one block and --runs at least 1");
     }
+    for p in &a.policy {
+        if !POLICIES.iter().any(|q| q.name() == p) {
+            bail!("--policy {p}: not one of light, none, strong, weak-verify");
+        }
+    }
+    let dups: Vec<u32> = if a.dup.is_empty() {
+        DUPS.to_vec()
+    } else {
+        a.dup.clone()
+    };
+    if let Some(d) = dups.iter().find(|&&d| d > 100) {
+        bail!("--dup {d}: a percentage is at most 100");
+    }
     // Room for two passes of unique blocks (`none` writes everything twice) plus metadata.
     let img_len = (2 * nblocks as u64 + nblocks as u64 / 4) * BLOCK_SIZE as u64 + (64 << 20);
     let img = TempImage::new(&a.common.dir, "engine");
@@ -217,18 +252,18 @@ pub fn run(a: EngineArgs) -> Result<()> {
     let flush = pmem.flush_instr();
     let medium: Arc<dyn Medium> = Arc::new(pmem);
 
-    let total: usize = DUPS.iter().map(|&d| points_for(d).len()).sum::<usize>() * a.runs;
+    let total: usize = dups.iter().map(|&d| points_for(d, &a).len()).sum::<usize>() * a.runs;
     let pb = progress(total as u64, "bench engine");
     let mut results: BTreeMap<Point, Samples> = BTreeMap::new();
     let mut actual_dup: BTreeMap<u32, f64> = BTreeMap::new();
-    for dup in DUPS {
+    for &dup in &dups {
         pb.set_message(format!("generating {dup}% stream"));
         // 100 % = rewrite of a unique stream (pass 2), as in the paper.
         let gen_dup = if dup == 100 { 0 } else { dup };
         let stream = Stream::generate(nblocks, gen_dup, 0x5EED_0000 + dup as u64);
         actual_dup.insert(dup, stream.dup_percent());
         let calls = stream.calls(BLOCKS_PER_CALL);
-        let points = points_for(dup);
+        let points = points_for(dup, &a);
         for run in 0..a.runs {
             for &pt in &points {
                 pb.set_message(format!(
@@ -334,20 +369,23 @@ pub fn run(a: EngineArgs) -> Result<()> {
     println!("### Throughput per policy (MiB/s)\n");
     println!("| policy | prefetch | dup % | pass 1 (first write) | pass 2 (rewrite) | pass-2 dedup hits |");
     println!("|---|---|---:|---:|---:|---:|");
-    for dup in DUPS {
+    for &dup in &dups {
         for p in POLICIES {
             let pf = if p == PolicyKind::Light {
                 PrefetchMode::Cbp
             } else {
                 PrefetchMode::None
             };
-            let hits = results
+            let Some(hits) = results
                 .get(&Point {
                     dup,
                     policy: p as u32,
                     prefetch: prefetch_index(pf),
                 })
-                .map_or(0, |s| s.hits[1]);
+                .map(|s| s.hits[1])
+            else {
+                continue;
+            };
             println!(
                 "| {} | {} | {} | {:.0} | {:.0} | {} |",
                 p.name(),
@@ -366,6 +404,9 @@ pub fn run(a: EngineArgs) -> Result<()> {
     println!("|---|---:|---:|");
     let base = light_pf(PrefetchMode::None);
     for pf in PrefetchMode::ALL {
+        if light_pf(pf).is_nan() {
+            continue;
+        }
         println!(
             "| {} | {:.0} | {:.2} |",
             pf.name(),

@@ -98,6 +98,26 @@ pub fn median(xs: &[f64]) -> f64 {
     }
 }
 
+/// CLOCK_MONOTONIC in seconds (the clock `perf record -k CLOCK_MONOTONIC` stamps samples with).
+pub fn monotonic_secs() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// With `NODUP_BENCH_WINDOWS=1`, print the timed window `[start, now]` of `what` on stderr, in
+/// the form `perf report --time START,END` takes (record with `perf record -k CLOCK_MONOTONIC`),
+/// so a profile can be cut to one pass of one point.
+pub fn trace_window(what: &str, start: f64) {
+    if std::env::var_os("NODUP_BENCH_WINDOWS").is_some() {
+        eprintln!("window {what}: --time {start:.6},{:.6}", monotonic_secs());
+    }
+}
+
 /// Removes the benchmark image file when dropped (also on error paths).
 pub struct TempImage(pub PathBuf);
 
