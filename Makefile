@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SHELL := /bin/bash
 
-.PHONY: all build release deps test lint unit demo torture bench clean
+.PHONY: all build release deps test lint unit demo torture bench clean trace-check
 
 all: build
 
@@ -25,8 +25,12 @@ lint:
 unit:
 	$(CARGO) test --workspace --release
 
-test: deps lint unit
+test: deps lint unit trace-check
 	@echo "make test: all suites passed"
+
+# Trace tools acceptance: independent dedup-ratio script, convert round trip, replay hashes (issue 4).
+trace-check:
+	@bash scripts/trace-check.sh
 
 demo: deps release
 	@bash scripts/demo.sh

@@ -6,10 +6,22 @@ command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
 [ -e /usr/include/fuse3/fuse.h ] || need+=(libfuse3-dev)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v fio >/dev/null 2>&1 || need+=(fio)
+# pjdfstest links libacl; the FUSE tests use these everyday tools as clients.
+[ -e /usr/include/sys/acl.h ] || need+=(libacl1-dev)
+command -v xz >/dev/null 2>&1 || need+=(xz-utils)
+command -v rsync >/dev/null 2>&1 || need+=(rsync)
+command -v git >/dev/null 2>&1 || need+=(git)
+command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 if ((${#need[@]})); then
   echo "deps: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
   apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# Dummy users pjdfstest switches to.
+for u in tests pjdfstest; do
+  if ! id -u "$u" >/dev/null 2>&1; then
+    if getent group "$u" >/dev/null; then useradd -M -g "$u" -s /usr/sbin/nologin "$u"; else useradd -M -U -s /usr/sbin/nologin "$u"; fi
+  fi
+done
 [ -e /dev/fuse ] || { echo "deps: /dev/fuse is missing; FUSE cannot work on this machine" >&2; exit 1; }

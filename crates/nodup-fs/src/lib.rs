@@ -1,1 +1,47 @@
-//! nodup-fs: the file system over the nodup engine (built by issue 3).
+//! nodup-fs: the nodup file system over the inline-dedup engine, and its FUSE adapter.
+//!
+//! # Design
+//!
+//! - **One image.** The engine formats the medium and owns every block except its client area;
+//!   the file system keeps its superblock there, as two alternating copies (sequence number +
+//!   crc32c, see [`superblock`]), so switching to a new checkpoint is a single atomic step.
+//! - **Metadata in DRAM, persisted as log + checkpoints** (instead of NOVA's per-inode logs):
+//!   inodes, directories and per-file block maps live in DRAM ([`state`], [`inode`], [`dir`],
+//!   [`blockmap`]). Every operation appends one checksummed, sequence-numbered record to an
+//!   operation log ([`log`]) kept in a chain of blocks from `Engine::alloc_meta` ([`chain`]). A
+//!   checkpoint ([`checkpoint`]) writes a full snapshot to fresh blocks, starts an empty log,
+//!   switches the superblock to both, then frees the old chains. Multi-inode operations (rename
+//!   with replace, link, unlink) are one record, so they are atomic without a separate journal.
+//! - **Writes** ([`fs::FileSystem::write`]) split a request into 4 KiB blocks (edges are
+//!   read-modify-write), hand all of them to the engine in one call, append one record
+//!   {inode, first block, new blocks, size, mtime}, make it durable (Pmem), and only then
+//!   release the replaced blocks — a crash never loses both the old and the new version. On a
+//!   BlockFile image the record becomes durable at the next fsync/sync, so releases wait in a
+//!   pending list until then (a freed block is never reused while a durable map still names it).
+//! - **Recovery** ([`fs::FileSystem::open`]): load the checkpoint, replay the log up to the
+//!   first invalid record, then — after a crash — `Engine::recover` with every block reference
+//!   of every file and every metadata block of the chains (files are the source of truth,
+//!   Light-Dedup §4.5), followed by a fresh checkpoint. After a clean unmount the engine's
+//!   normal recovery is all there is. The time taken is reported in the stats.
+//! - **Durability**: Pmem images are durable when a call returns; BlockFile images after fsync.
+//! - **Stats from a mount**: the virtual xattr [`ctl::STATS_XATTR`] on the root directory.
+
+pub mod blockmap;
+pub mod chain;
+pub mod checkpoint;
+pub mod codec;
+pub mod ctl;
+pub mod dir;
+pub mod error;
+pub mod fs;
+pub mod fsck;
+pub mod fuse;
+pub mod image;
+pub mod inode;
+pub mod log;
+pub mod state;
+pub mod superblock;
+
+pub use error::{FsError, Result};
+pub use fs::{Caller, FileSystem, FsOptions};
+pub use superblock::MediumKind;

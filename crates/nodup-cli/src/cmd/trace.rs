@@ -1,26 +1,332 @@
-//! `nodup replay` and `nodup trace stats|gen|convert`.
+//! `nodup replay` and `nodup trace stats|gen|convert`: thin edges over `nodup-trace`.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use std::path::PathBuf;
+use indicatif::{ProgressBar, ProgressStyle};
+use nodup_trace::format::{convert, Format, TraceReader};
+use nodup_trace::gen::{generate, parse_size, GenOptions, RunLength};
+use nodup_trace::replay::{replay as run_replay, Mode, ReplayOptions};
+use nodup_trace::stats::trace_stats;
+use nodup_trace::{BadLinePolicy, TraceError};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 
 /// Arguments of `nodup replay`.
 #[derive(Args)]
 pub struct ReplayArgs {
+    /// Trace file (FIU text or nodup binary; detected).
     pub trace: PathBuf,
+    /// Directory receiving one file per trace device (dev-MAJOR-MINOR.img).
     #[arg(long)]
     pub dir: PathBuf,
+    /// block: one 4 KiB block per call; batch: up to 512 consecutive blocks per call.
+    #[arg(long, default_value = "block")]
+    pub mode: String,
+    /// Worker threads; the trace is split into streams by (device, 64 MiB LBA region).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Skip read records (write-only replay).
+    #[arg(long)]
+    pub no_reads: bool,
+    /// Stop with an error at the first line that does not parse.
+    #[arg(long)]
+    pub strict: bool,
+    /// Trace format instead of detection: fiu|own.
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Print one JSON object instead of the text report.
+    #[arg(long)]
+    pub json: bool,
 }
+
 /// `nodup trace ...`.
 #[derive(Subcommand)]
 pub enum TraceCommand {
-    /// Trace statistics.
-    Stats { trace: PathBuf },
+    /// Writes, reads, duplication ratio and duplicate-run CDF of a trace.
+    Stats(StatsArgs),
+    /// Generate a synthetic FIU-format trace.
+    Gen(GenArgs),
+    /// Convert between FIU text and nodup's binary format.
+    Convert(ConvertArgs),
 }
 
-pub fn replay(_a: ReplayArgs) -> Result<()> {
-    bail!("replay: not implemented yet")
+/// Arguments of `nodup trace stats`.
+#[derive(Args)]
+pub struct StatsArgs {
+    /// Trace file.
+    pub trace: PathBuf,
+    /// Trace format instead of detection: fiu|own.
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Also draw the continuousness CDF into this PNG.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Stop with an error at the first line that does not parse.
+    #[arg(long)]
+    pub strict: bool,
 }
-pub fn trace(_c: TraceCommand) -> Result<()> {
-    bail!("trace: not implemented yet")
+
+/// Arguments of `nodup trace gen`.
+#[derive(Args)]
+pub struct GenArgs {
+    /// Total request bytes (e.g. 2G, 512M).
+    #[arg(long)]
+    pub size: String,
+    /// Target fraction of duplicate written blocks (0..1).
+    #[arg(long)]
+    pub dup_ratio: f64,
+    /// Duplicate run lengths: fixed:N | geom:MEAN | uniform:A-B.
+    #[arg(long, default_value = "geom:16")]
+    pub run_length: String,
+    /// Fraction of records that are reads.
+    #[arg(long, default_value_t = 0.0)]
+    pub read_ratio: f64,
+    /// Random seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output trace file.
+    #[arg(short = 'o', long = "output")]
+    pub output: PathBuf,
+}
+
+/// Arguments of `nodup trace convert`.
+#[derive(Args)]
+pub struct ConvertArgs {
+    /// Input trace (format detected).
+    pub trace: PathBuf,
+    /// Output file.
+    #[arg(short = 'o', long = "output")]
+    pub output: PathBuf,
+    /// Output format (default: the other one): fiu|own.
+    #[arg(long)]
+    pub to: Option<String>,
+    /// Stop with an error at the first line that does not parse.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+fn print_bad_line(e: &TraceError) {
+    eprintln!("nodup: skipping bad trace {e}");
+}
+
+fn parse_format(f: &Option<String>) -> Result<Option<Format>> {
+    f.as_deref().map(str::parse).transpose().map_err(Into::into)
+}
+
+/// A progress bar over the trace file's bytes, only when stderr is a terminal.
+fn progress_bar(trace: &Path) -> Option<ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let len = std::fs::metadata(trace).map(|m| m.len()).unwrap_or(0);
+    let pb = ProgressBar::new(len);
+    if let Ok(style) =
+        ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+    {
+        pb.set_style(style);
+    }
+    Some(pb)
+}
+
+/// `nodup replay`.
+pub fn replay(a: ReplayArgs) -> Result<()> {
+    let mode: Mode = a.mode.parse()?;
+    if a.threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    let pb = progress_bar(&a.trace);
+    let report_progress = |b: u64| {
+        if let Some(pb) = &pb {
+            pb.set_position(b)
+        }
+    };
+    let opts = ReplayOptions {
+        dir: a.dir.clone(),
+        mode,
+        threads: a.threads,
+        no_reads: a.no_reads,
+        format: parse_format(&a.format)?,
+        policy: BadLinePolicy {
+            strict: a.strict,
+            report: Some(&print_bad_line),
+        },
+        progress: Some(&report_progress),
+    };
+    let r =
+        run_replay(&a.trace, &opts).with_context(|| format!("replaying {}", a.trace.display()))?;
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    for s in &r.verify_error_samples {
+        eprintln!("nodup: verify error: {s}");
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "replay {} ({} mode, {} thread(s)) into {}",
+            a.trace.display(),
+            r.mode,
+            r.threads,
+            a.dir.display()
+        );
+        println!(
+            "  records        {} ({} bad lines, {} reads skipped)",
+            r.records, r.bad_lines, r.skipped_reads
+        );
+        println!(
+            "  calls          {} ({} writes, {} reads)",
+            r.ops, r.write_ops, r.read_ops
+        );
+        println!(
+            "  bytes          {} ({} written, {} read)",
+            r.bytes, r.write_bytes, r.read_bytes
+        );
+        println!(
+            "  time           {:.3} s   throughput {:.1} MiB/s",
+            r.seconds, r.mib_per_s
+        );
+        let l = &r.latency_us;
+        println!(
+            "  latency (us)   p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+            l.p50, l.p90, l.p99, l.p999, l.max
+        );
+        println!(
+            "  verified       {} blocks, {} verify errors",
+            r.verified_blocks, r.verify_errors
+        );
+        println!("  files          {}", r.files.join(" "));
+    }
+    if r.verify_errors > 0 {
+        bail!(
+            "{} read-verify errors: data read back differs from what was written",
+            r.verify_errors
+        );
+    }
+    Ok(())
+}
+
+/// `nodup trace ...`.
+pub fn trace(c: TraceCommand) -> Result<()> {
+    match c {
+        TraceCommand::Stats(a) => stats(a),
+        TraceCommand::Gen(a) => gen(a),
+        TraceCommand::Convert(a) => {
+            let policy = BadLinePolicy {
+                strict: a.strict,
+                report: Some(&print_bad_line),
+            };
+            let (n, bad) = convert(&a.trace, &a.output, parse_format(&a.to)?, &policy)
+                .with_context(|| format!("converting {}", a.trace.display()))?;
+            eprintln!(
+                "nodup: converted {n} records ({bad} bad lines skipped) to {}",
+                a.output.display()
+            );
+            Ok(())
+        }
+    }
+}
+
+fn stats(a: StatsArgs) -> Result<()> {
+    let mut reader = TraceReader::open(&a.trace, parse_format(&a.format)?)?;
+    let policy = BadLinePolicy {
+        strict: a.strict,
+        report: Some(&print_bad_line),
+    };
+    let pb = progress_bar(&a.trace);
+    let s = trace_stats(&mut reader, &policy, |b| {
+        if let Some(pb) = &pb {
+            pb.set_position(b)
+        }
+    })
+    .with_context(|| format!("reading {}", a.trace.display()))?;
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    if let Some(p) = &a.plot {
+        nodup_trace::plot::plot_cdf(&s, p).with_context(|| format!("plotting {}", p.display()))?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(());
+    }
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    println!("trace {}", a.trace.display());
+    println!(
+        "  records            {} ({} bad lines)",
+        s.records, s.bad_lines
+    );
+    println!(
+        "  write requests     {}  ({:.1} MiB, {} blocks)",
+        s.write_requests,
+        mib(s.write_bytes),
+        s.writes
+    );
+    println!(
+        "  read requests      {}  ({:.1} MiB, {} blocks)",
+        s.read_requests,
+        mib(s.read_bytes),
+        s.reads
+    );
+    let total = s.write_bytes + s.read_bytes;
+    if total > 0 {
+        println!(
+            "  write proportion   {:.1} %",
+            100.0 * s.write_bytes as f64 / total as f64
+        );
+    }
+    println!(
+        "  devices            {}   unaligned requests {}",
+        s.devices, s.unaligned_requests
+    );
+    println!(
+        "  duplicate writes   {} of {}  dedup ratio {:.2} %  unique blocks {}",
+        s.duplicate_writes,
+        s.writes,
+        100.0 * s.dedup_ratio,
+        s.unique_blocks
+    );
+    println!(
+        "  at end             {} live blocks, {} distinct  ({:.2} % dedup)",
+        s.live_blocks,
+        s.distinct_live_contents,
+        100.0 * s.final_dedup_ratio
+    );
+    println!(
+        "  duplicate runs     {}  mean {:.2}  max {}",
+        s.dup_runs, s.mean_dup_run, s.max_dup_run
+    );
+    println!("  continuousness CDF (fraction of duplicate blocks in runs <= L):");
+    println!("      L      CDF");
+    for p in &s.continuity_cdf {
+        println!("  {:>6}   {:.4}", p.len, p.cdf);
+    }
+    Ok(())
+}
+
+fn gen(a: GenArgs) -> Result<()> {
+    let o = GenOptions {
+        size: parse_size(&a.size)?,
+        dup_ratio: a.dup_ratio,
+        run_length: a.run_length.parse::<RunLength>()?,
+        read_ratio: a.read_ratio,
+        seed: a.seed,
+    };
+    let f = std::fs::File::create(&a.output)
+        .with_context(|| format!("creating {}", a.output.display()))?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+    let s = generate(&o, &mut w)?;
+    eprintln!(
+        "nodup: generated {} records ({} written blocks, {} duplicates = {:.2} %, {} read blocks) into {}",
+        s.records,
+        s.write_blocks,
+        s.dup_blocks,
+        if s.write_blocks > 0 { 100.0 * s.dup_blocks as f64 / s.write_blocks as f64 } else { 0.0 },
+        s.read_blocks,
+        a.output.display()
+    );
+    Ok(())
 }

@@ -1,1 +1,283 @@
 //! Block allocator: persistent free-space tracking with per-thread pools, free, punch hole and aging.
+//!
+//! The data area is split into equal chunks, one pool per chunk, each with its own bitmap and
+//! lock, so two writers that use different pools never contend. A writer keeps allocating from
+//! "its" pool (next-fit, so the blocks of one write come out contiguous) and moves on to the next
+//! pool only when its own is full. Nothing is written to the medium while running (as in NOVA):
+//! the bitmap is saved on clean shutdown and reloaded by normal recovery, and failure recovery
+//! rebuilds it from the references the caller reports plus the engine's own metadata blocks.
+
+pub mod aging;
+pub mod bitmap;
+
+use crate::{BlockNr, Error, Result};
+use bitmap::Bitmap;
+use parking_lot::Mutex;
+
+/// Blocks per pool at most; more pools than writers cost nothing but a lock each.
+const MAX_POOLS: usize = 16;
+/// Pools are never smaller than this (small images get fewer pools).
+const MIN_POOL_BLOCKS: u64 = 1024;
+
+/// One pool: a contiguous chunk of the data area.
+#[derive(Debug)]
+struct Pool {
+    /// First block of the chunk.
+    base: u64,
+    map: Bitmap,
+    /// Next-fit cursor (bit index).
+    cursor: usize,
+    free: u64,
+}
+
+/// Free-space tracking of the data area `[start, start+len)`.
+#[derive(Debug)]
+pub struct Allocator {
+    start: u64,
+    len: u64,
+    pool_len: u64,
+    pools: Vec<Mutex<Pool>>,
+}
+
+impl Allocator {
+    /// An allocator with every block of `[start, start+len)` free.
+    pub fn new(start: u64, len: u64) -> Allocator {
+        let npools = ((len / MIN_POOL_BLOCKS) as usize).clamp(1, MAX_POOLS);
+        let pool_len = len.div_ceil(npools as u64).max(1);
+        let mut pools = Vec::with_capacity(npools);
+        let mut base = start;
+        while base < start + len {
+            let n = pool_len.min(start + len - base);
+            pools.push(Mutex::new(Pool {
+                base,
+                map: Bitmap::new(n as usize),
+                cursor: 0,
+                free: n,
+            }));
+            base += n;
+        }
+        Allocator {
+            start,
+            len,
+            pool_len,
+            pools,
+        }
+    }
+
+    /// First block managed.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// Number of blocks managed.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True when no block is managed.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Number of pools (writers map onto them round-robin).
+    pub fn npools(&self) -> usize {
+        self.pools.len()
+    }
+
+    fn pool_of(&self, b: BlockNr) -> Result<usize> {
+        if b < self.start || b >= self.start + self.len {
+            return Err(Error::Invalid(format!(
+                "block {b} outside the data area [{}, {})",
+                self.start,
+                self.start + self.len
+            )));
+        }
+        Ok(((b - self.start) / self.pool_len) as usize)
+    }
+
+    /// Allocate one block, preferring pool `*pool`; on success `*pool` names the pool that had space.
+    pub fn alloc(&self, pool: &mut usize) -> Result<BlockNr> {
+        let n = self.pools.len();
+        for k in 0..n {
+            let pi = (*pool + k) % n;
+            let mut p = self.pools[pi].lock();
+            if p.free == 0 {
+                continue;
+            }
+            let Some(i) = p.map.find_clear_from(p.cursor) else {
+                continue;
+            };
+            p.map.set(i);
+            p.cursor = i + 1;
+            p.free -= 1;
+            *pool = pi;
+            return Ok(p.base + i as u64);
+        }
+        Err(Error::NoSpace)
+    }
+
+    /// Free one allocated block; freeing a free block is an error (it would hide a double free).
+    pub fn free(&self, b: BlockNr) -> Result<()> {
+        let pi = self.pool_of(b)?;
+        let mut p = self.pools[pi].lock();
+        let i = (b - p.base) as usize;
+        if !p.map.clear(i) {
+            return Err(Error::Invalid(format!("block {b} freed twice")));
+        }
+        p.free += 1;
+        Ok(())
+    }
+
+    /// Give back a block just taken by [`Allocator::alloc`] and unused, rewinding the cursor so
+    /// the next allocation returns it again (no hole is left behind).
+    pub fn unalloc(&self, b: BlockNr) -> Result<()> {
+        let pi = self.pool_of(b)?;
+        let mut p = self.pools[pi].lock();
+        let i = (b - p.base) as usize;
+        if !p.map.clear(i) {
+            return Err(Error::Invalid(format!("block {b} freed twice")));
+        }
+        p.free += 1;
+        if p.cursor == i + 1 {
+            p.cursor = i;
+        }
+        Ok(())
+    }
+
+    /// Punch a hole: free every allocated block of `[start, start+len)` (free ones are skipped).
+    pub fn free_range(&self, start: BlockNr, len: u64) -> Result<u64> {
+        let mut freed = 0;
+        for b in start..start.saturating_add(len) {
+            let pi = self.pool_of(b)?;
+            let mut p = self.pools[pi].lock();
+            let i = (b - p.base) as usize;
+            if p.map.clear(i) {
+                p.free += 1;
+                freed += 1;
+            }
+        }
+        Ok(freed)
+    }
+
+    /// Mark a block in use (recovery rebuild); returns false when it already was.
+    pub fn mark_used(&self, b: BlockNr) -> Result<bool> {
+        let pi = self.pool_of(b)?;
+        let mut p = self.pools[pi].lock();
+        let i = (b - p.base) as usize;
+        if p.map.set(i) {
+            return Ok(false);
+        }
+        p.free -= 1;
+        Ok(true)
+    }
+
+    /// True when `b` is inside the data area and allocated.
+    pub fn is_allocated(&self, b: BlockNr) -> bool {
+        match self.pool_of(b) {
+            Ok(pi) => {
+                let p = self.pools[pi].lock();
+                p.map.get((b - p.base) as usize)
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Number of free blocks.
+    pub fn free_blocks(&self) -> u64 {
+        self.pools.iter().map(|p| p.lock().free).sum()
+    }
+
+    /// Free everything (start of a failure-recovery rebuild).
+    pub fn reset_all_free(&self) {
+        for p in &self.pools {
+            let mut p = p.lock();
+            let n = p.map.len();
+            p.map = Bitmap::new(n);
+            p.cursor = 0;
+            p.free = n as u64;
+        }
+    }
+
+    /// The allocation bitmap of the whole data area, one bit per block, as words (for the save area).
+    pub fn save_words(&self) -> Vec<u64> {
+        let mut out = vec![0u64; (self.len as usize).div_ceil(64)];
+        for p in &self.pools {
+            let p = p.lock();
+            for i in 0..p.map.len() {
+                if p.map.get(i) {
+                    let g = (p.base - self.start) as usize + i;
+                    out[g / 64] |= 1 << (g % 64);
+                }
+            }
+        }
+        out
+    }
+
+    /// Reload the bitmap saved by [`Allocator::save_words`].
+    pub fn load_words(&self, words: &[u64]) -> Result<()> {
+        if words.len() != (self.len as usize).div_ceil(64) {
+            return Err(Error::Corrupt("allocator bitmap has the wrong size".into()));
+        }
+        for p in &self.pools {
+            let mut p = p.lock();
+            let n = p.map.len();
+            let mut map = Bitmap::new(n);
+            let mut used = 0u64;
+            for i in 0..n {
+                let g = (p.base - self.start) as usize + i;
+                if words[g / 64] & (1 << (g % 64)) != 0 {
+                    map.set(i);
+                    used += 1;
+                }
+            }
+            p.map = map;
+            p.cursor = 0;
+            p.free = n as u64 - used;
+        }
+        Ok(())
+    }
+
+    /// Number of words [`Allocator::save_words`] produces.
+    pub fn save_len_words(len: u64) -> usize {
+        (len as usize).div_ceil(64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alloc_free_roundtrip_and_pools() {
+        let a = Allocator::new(10, 5000);
+        assert!(a.npools() >= 2);
+        let mut pool = 0;
+        let b1 = a.alloc(&mut pool).unwrap();
+        let b2 = a.alloc(&mut pool).unwrap();
+        assert_eq!((b1, b2), (10, 11));
+        let mut pool2 = 1;
+        let c = a.alloc(&mut pool2).unwrap();
+        assert!(c >= 10 + a.pool_len);
+        assert_eq!(a.free_blocks(), 4997);
+        a.free(b1).unwrap();
+        assert!(a.free(b1).is_err());
+        assert!(a.free(9).is_err());
+        assert_eq!(a.free_range(10, 100).unwrap(), 1);
+        let w = a.save_words();
+        let a2 = Allocator::new(10, 5000);
+        a2.load_words(&w).unwrap();
+        assert_eq!(a2.free_blocks(), a.free_blocks());
+        assert!(a2.is_allocated(c));
+    }
+
+    #[test]
+    fn exhausts_then_no_space() {
+        let a = Allocator::new(1, 3000);
+        let mut pool = 2;
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..3000 {
+            assert!(seen.insert(a.alloc(&mut pool).unwrap()));
+        }
+        assert!(matches!(a.alloc(&mut pool), Err(Error::NoSpace)));
+    }
+}

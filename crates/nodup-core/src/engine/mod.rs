@@ -16,15 +16,33 @@
 //! ([`Engine::recover`]) rebuilds reference counts and the allocator from the references the
 //! caller reports.
 
+pub mod audit;
+pub mod recovery;
+pub mod superblock;
+mod write;
+
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::fingerprint::FpKind;
-use crate::media::Medium;
-use crate::meta::MetaLayoutKind;
-use crate::policy::{PolicyKind, PrefetchMode};
-use crate::{BlockNr, EngineStats, Result};
+use parking_lot::Mutex;
+
+use crate::alloc::Allocator;
+use crate::fingerprint::{fingerprinter, Fingerprinter, FpKind};
+use crate::index::FpIndex;
+use crate::media::{AccessMeter, Medium};
+use crate::meta::io::{IoTally, MetaIo};
+use crate::meta::revmap::RevMap;
+use crate::meta::{make_layout, LayoutGeometry, MetaLayout, MetaLayoutKind};
+use crate::policy::prefetch::STREAM_TRUST_INIT;
+use crate::policy::{make_policy, Policy, PolicyKind, PrefetchMode};
+use crate::{BlockNr, EngineStats, Error, Result, BLOCK_SIZE};
+use superblock::Superblock;
 
 /// Options fixed at format (mkfs) time and recorded in the engine superblock.
+///
+/// `fingerprint` is what the user asked for; a policy may substitute its own: `strong` needs a
+/// cryptographic function (anything else becomes sha256) and `weak-verify` turns the default
+/// xxh3 into crc32c. The function actually used is recorded and reported in the stats.
 #[derive(Debug, Clone)]
 pub struct FormatOptions {
     pub policy: PolicyKind,
@@ -82,9 +100,49 @@ pub enum OpenState {
 
 /// Per-writer state (one per thread or stream): stream trust degree, last entry, allocation pool.
 /// Prefetch state never crosses calls to [`Engine::write`]; hint bookkeeping may.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WriteCtx {
-    _private: (),
+    /// Owner id of this writer's in-flight entries (0 = not bound yet).
+    id: u64,
+    /// Writer pool: selects the current region.
+    pool: usize,
+    /// Allocation pool cursor.
+    apool: usize,
+    /// Per-stream trust degree (Light-Dedup §4.3.2).
+    stream_trust: u8,
+    /// The entry the previous block of this stream mapped to.
+    prev: Option<write::Prev>,
+    /// Data blocks written by the current call (flushed together).
+    new_blocks: Vec<BlockNr>,
+    /// Entries created by the current call (persisted together after the data).
+    created: Vec<write::Created>,
+    /// Refcount increments were flushed and need the final fence.
+    need_fence: bool,
+    /// Compare buffer for media without a direct view.
+    scratch: Vec<u8>,
+    /// A block allocated ahead while the stream writes new data, so its lines can be
+    /// prefetched while the input is fingerprinted; given back at the end of the call.
+    spare: Option<BlockNr>,
+    /// The previous block of the stream was new (not a duplicate).
+    last_new: bool,
+}
+
+impl Default for WriteCtx {
+    fn default() -> Self {
+        WriteCtx {
+            id: 0,
+            pool: 0,
+            apool: 0,
+            stream_trust: STREAM_TRUST_INIT,
+            prev: None,
+            new_blocks: Vec::new(),
+            created: Vec::new(),
+            need_fence: false,
+            scratch: Vec::new(),
+            spare: None,
+            last_new: true,
+        }
+    }
 }
 
 /// What a recovery did, for logs and reports.
@@ -96,67 +154,303 @@ pub struct RecoveryReport {
     pub refcounts_fixed: u64,
     pub referenced_blocks: u64,
     pub leaked_blocks_freed: u64,
+    /// Entries kept for their block's reference count but left out of the index (their
+    /// fingerprint did not match the block, or another entry holds it).
+    pub entries_unindexed: u64,
 }
+
+/// Engine-wide counters (merged once per call from each writer's tally).
+#[derive(Debug, Default)]
+struct Counters {
+    blocks_written: AtomicU64,
+    dedup_hits: AtomicU64,
+    fp_collisions: AtomicU64,
+    media_written: AtomicU64,
+    media_read: AtomicU64,
+    meta_written: AtomicU64,
+    meta_read: AtomicU64,
+    hint_hits: AtomicU64,
+    hint_misses: AtomicU64,
+    /// Data blocks in use (distinct, whatever their reference count).
+    physical_blocks: AtomicU64,
+}
+
+/// Life cycle of an open engine.
+const STATE_NEEDS_RECOVERY: u8 = 0;
+const STATE_READY: u8 = 1;
+const STATE_SHUT: u8 = 2;
+
+/// Source of writer ids (never 0).
+static NEXT_CTX_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The inline-dedup engine over one medium.
 pub struct Engine {
-    _medium: Arc<dyn Medium>,
+    medium: Arc<dyn Medium>,
+    meta: MetaIo,
+    /// The access meter metadata I/O goes through, when `OpenOptions::meter_granularity` is set.
+    meter: Option<Arc<AccessMeter>>,
+    sb: Mutex<Superblock>,
+    geo: Superblock,
+    policy: Box<dyn Policy>,
+    fpr: Box<dyn Fingerprinter>,
+    prefetch: PrefetchMode,
+    transition: usize,
+    alloc: Allocator,
+    index: FpIndex,
+    layout: Box<dyn MetaLayout>,
+    revmap: RevMap,
+    state: AtomicU8,
+    /// Writers currently inside the write path (transition threshold).
+    active: AtomicUsize,
+    next_pool: AtomicUsize,
+    c: Counters,
+    /// Serialises shutdown / recovery against each other.
+    admin: Mutex<()>,
 }
 
 impl Engine {
+    fn build(medium: Arc<dyn Medium>, sb: Superblock, open: &OpenOptions) -> Result<Engine> {
+        let policy = make_policy(sb.policy)?;
+        let fpr = fingerprinter(sb.fingerprint);
+        let geo = LayoutGeometry {
+            start_block: sb.layout_start,
+            blocks: sb.layout_blocks,
+            slots: sb.layout_slots,
+            nblocks: sb.total_blocks,
+            data_start: sb.data_start,
+        };
+        let (meta_medium, meter) = write::meta_medium(&medium, open.meter_granularity)?;
+        Ok(Engine {
+            meta: MetaIo::new(meta_medium, meter.is_some()),
+            meter,
+            prefetch: policy.prefetch(open.prefetch),
+            transition: open.transition_threshold.max(1),
+            alloc: Allocator::new(sb.data_start, sb.data_blocks),
+            index: FpIndex::new(medium.len()),
+            layout: make_layout(sb.meta_layout, geo),
+            revmap: RevMap {
+                start: sb.revmap_start * BLOCK_SIZE as u64,
+                nblocks: sb.total_blocks,
+            },
+            sb: Mutex::new(sb),
+            geo: sb,
+            policy,
+            fpr,
+            medium,
+            state: AtomicU8::new(STATE_NEEDS_RECOVERY),
+            active: AtomicUsize::new(0),
+            next_pool: AtomicUsize::new(0),
+            c: Counters::default(),
+            admin: Mutex::new(()),
+        })
+    }
+
     /// Format `medium` as a fresh nodup image.
     pub fn format(
-        _medium: Arc<dyn Medium>,
-        _opts: &FormatOptions,
-        _open: &OpenOptions,
+        medium: Arc<dyn Medium>,
+        opts: &FormatOptions,
+        open: &OpenOptions,
     ) -> Result<Engine> {
-        unimplemented!("engine format")
+        let policy = make_policy(opts.policy)?;
+        let fp = policy.fingerprint_for(opts.fingerprint);
+        let layout_kind = opts.meta_layout;
+        let sb = Superblock::plan(
+            medium.len(),
+            opts.client_area_blocks,
+            opts.policy,
+            fp,
+            layout_kind,
+            opts.mem_budget,
+            |total, slots| state_words(layout_kind, total, slots),
+        )?;
+        // Invalidate any previous superblock first, so a half-formatted image is never opened.
+        medium.write(0, &[0u8; superblock::SB_SIZE])?;
+        medium.flush(0, superblock::SB_SIZE as u64);
+        medium.fence()?;
+        let e = Engine::build(medium, sb, open)?;
+        let mut t = IoTally::default();
+        e.zero_blocks(&mut t, sb.revmap_start, sb.revmap_blocks)?;
+        e.zero_blocks(&mut t, sb.save_start, 1)?;
+        e.layout.format(&e.meta, &mut t)?;
+        e.merge_tally(&t);
+        sb.store(&*e.medium)?;
+        e.set_state(STATE_READY);
+        Ok(e)
     }
 
     /// Open an existing image, validating the superblock. Performs normal recovery when clean.
-    pub fn open(_medium: Arc<dyn Medium>, _opts: &OpenOptions) -> Result<(Engine, OpenState)> {
-        unimplemented!("engine open")
+    pub fn open(medium: Arc<dyn Medium>, opts: &OpenOptions) -> Result<(Engine, OpenState)> {
+        let sb = Superblock::load(&*medium)?;
+        let kind = sb.meta_layout;
+        let expected = Superblock::plan(
+            sb.total_blocks * BLOCK_SIZE as u64,
+            sb.client_blocks,
+            sb.policy,
+            sb.fingerprint,
+            kind,
+            sb.mem_budget,
+            |total, slots| state_words(kind, total, slots),
+        )
+        .map_err(|_| Error::Corrupt("engine superblock geometry is inconsistent".into()))?;
+        sb.check_geometry(&expected)?;
+        let e = Engine::build(medium, sb, opts)?;
+        let mut t = IoTally::default();
+        e.layout.attach(&e.meta, &mut t)?;
+        e.merge_tally(&t);
+        if !sb.clean {
+            return Ok((e, OpenState::NeedsRecovery));
+        }
+        e.load_saved()?;
+        // From now on the image is dirty until the next complete save.
+        let mut s = e.sb.lock();
+        s.clean = false;
+        s.store(&*e.medium)?;
+        drop(s);
+        e.set_state(STATE_READY);
+        Ok((e, OpenState::Clean))
     }
 
     /// Write path: for each 4 KiB block in `blocks`, return the physical block it now maps to
     /// (an existing duplicate or a newly written block), each with one reference for the caller.
-    pub fn write(&self, _ctx: &mut WriteCtx, _blocks: &[&[u8]]) -> Result<Vec<BlockNr>> {
-        unimplemented!("engine write")
+    pub fn write(&self, ctx: &mut WriteCtx, blocks: &[&[u8]]) -> Result<Vec<BlockNr>> {
+        self.write_blocks(ctx, blocks)
     }
 
     /// Read one data block.
-    pub fn read(&self, _block: BlockNr, _buf: &mut [u8]) -> Result<()> {
-        unimplemented!("engine read")
+    pub fn read(&self, block: BlockNr, buf: &mut [u8]) -> Result<()> {
+        if buf.len() != BLOCK_SIZE {
+            return Err(Error::Invalid(format!(
+                "read buffer of {} bytes",
+                buf.len()
+            )));
+        }
+        if !self.in_data(block) {
+            return Err(Error::Invalid(format!(
+                "block {block} is not in the data area"
+            )));
+        }
+        self.c
+            .media_read
+            .fetch_add(BLOCK_SIZE as u64, Ordering::Relaxed);
+        self.medium.read(block * BLOCK_SIZE as u64, buf)
     }
 
     /// Drop one reference to a data block (overwrite, truncate, punch, unlink); frees it at zero.
-    pub fn release(&self, _block: BlockNr) -> Result<()> {
-        unimplemented!("engine release")
+    pub fn release(&self, block: BlockNr) -> Result<()> {
+        self.check_ready()?;
+        self.release_block(block)
     }
 
     /// Allocate `n` blocks for the caller's own metadata (logs, checkpoints); not deduplicated.
-    pub fn alloc_meta(&self, _n: usize) -> Result<Vec<BlockNr>> {
-        unimplemented!("engine alloc_meta")
+    pub fn alloc_meta(&self, n: usize) -> Result<Vec<BlockNr>> {
+        self.check_ready()?;
+        let mut pool = 0;
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            match self.alloc.alloc(&mut pool) {
+                Ok(b) => v.push(b),
+                Err(e) => {
+                    for b in v {
+                        self.alloc.free(b)?;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(v)
     }
 
     /// Free blocks obtained from [`Engine::alloc_meta`].
-    pub fn free_meta(&self, _blocks: &[BlockNr]) -> Result<()> {
-        unimplemented!("engine free_meta")
+    pub fn free_meta(&self, blocks: &[BlockNr]) -> Result<()> {
+        self.check_ready()?;
+        for &b in blocks {
+            if !self.alloc.is_allocated(b) {
+                return Err(Error::Invalid(format!("block {b} is not allocated")));
+            }
+        }
+        for &b in blocks {
+            self.alloc.free(b)?;
+        }
+        Ok(())
     }
 
     /// First block and length (in blocks) of the caller's reserved area.
     pub fn client_area(&self) -> (BlockNr, u64) {
-        unimplemented!("engine client_area")
+        (self.geo.client_start, self.geo.client_blocks)
     }
 
     /// The medium, for the caller's own metadata I/O in its blocks.
     pub fn medium(&self) -> &Arc<dyn Medium> {
-        &self._medium
+        &self.medium
+    }
+
+    /// First block and length of the data area (where data and caller metadata blocks live).
+    pub fn data_area(&self) -> (BlockNr, u64) {
+        (self.geo.data_start, self.geo.data_blocks)
+    }
+
+    /// The policy recorded at format time.
+    pub fn policy_kind(&self) -> PolicyKind {
+        self.geo.policy
+    }
+
+    /// The fingerprint function in use.
+    pub fn fingerprint_kind(&self) -> FpKind {
+        self.geo.fingerprint
+    }
+
+    /// The metadata layout recorded at format time.
+    pub fn meta_layout(&self) -> MetaLayoutKind {
+        self.geo.meta_layout
+    }
+
+    /// The prefetch variant in effect (the policy may override the one asked for).
+    pub fn prefetch_mode(&self) -> PrefetchMode {
+        self.prefetch
+    }
+
+    /// The access meter of metadata I/O, when one was asked for at open (benches drain and
+    /// reset it between phases).
+    pub fn meter(&self) -> Option<&Arc<AccessMeter>> {
+        self.meter.as_ref()
+    }
+
+    /// The block allocator (aging helpers in tests and benches).
+    pub fn allocator(&self) -> &Allocator {
+        &self.alloc
     }
 
     /// Current counters.
     pub fn stats(&self) -> EngineStats {
-        unimplemented!("engine stats")
+        let c = &self.c;
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (mr, mw) = match &self.meter {
+            Some(m) => {
+                let k = m.counters();
+                (k.media_read_bytes, k.media_write_bytes)
+            }
+            None => (ld(&c.meta_read), ld(&c.meta_written)),
+        };
+        EngineStats {
+            policy: self.geo.policy.name().to_string(),
+            fingerprint: self.geo.fingerprint.name().to_string(),
+            meta_layout: self.geo.meta_layout.name().to_string(),
+            block_size: BLOCK_SIZE as u64,
+            physical_bytes: ld(&c.physical_blocks) * BLOCK_SIZE as u64,
+            blocks_written: ld(&c.blocks_written),
+            dedup_hits: ld(&c.dedup_hits),
+            fp_collisions: ld(&c.fp_collisions),
+            media_bytes_written: ld(&c.media_written),
+            media_bytes_read: ld(&c.media_read),
+            meta_bytes_written: mw,
+            meta_bytes_read: mr,
+            index_entries: self.index.len(),
+            index_memory_bytes: self.index.memory_bytes(),
+            total_blocks: self.geo.data_blocks,
+            free_blocks: self.alloc.free_blocks(),
+            hint_hits: ld(&c.hint_hits),
+            hint_misses: ld(&c.hint_misses),
+        }
     }
 
     /// Failure recovery: `data_refs` yields every data block the caller references (once per
@@ -165,14 +459,85 @@ impl Engine {
     /// and allocator.
     pub fn recover(
         &self,
-        _data_refs: &mut dyn Iterator<Item = BlockNr>,
-        _meta_blocks: &mut dyn Iterator<Item = BlockNr>,
+        data_refs: &mut dyn Iterator<Item = BlockNr>,
+        meta_blocks: &mut dyn Iterator<Item = BlockNr>,
     ) -> Result<RecoveryReport> {
-        unimplemented!("engine recover")
+        self.failure_recovery(data_refs, meta_blocks)
     }
 
     /// Clean shutdown: persist index, valid-entry counters and allocator, set the clean flag.
     pub fn shutdown(&self) -> Result<()> {
-        unimplemented!("engine shutdown")
+        self.save_and_close()
+    }
+
+    // ---- internal helpers shared by the submodules ----
+
+    fn set_state(&self, s: u8) {
+        self.state.store(s, Ordering::Release);
+    }
+
+    fn check_ready(&self) -> Result<()> {
+        match self.state.load(Ordering::Acquire) {
+            STATE_READY => Ok(()),
+            STATE_NEEDS_RECOVERY => Err(Error::NeedsRecovery),
+            _ => Err(Error::Invalid("the engine was shut down".into())),
+        }
+    }
+
+    /// True when `b` is a block of the data area.
+    #[inline]
+    fn in_data(&self, b: BlockNr) -> bool {
+        b >= self.geo.data_start && b < self.geo.total_blocks
+    }
+
+    fn zero_blocks(&self, t: &mut IoTally, start: u64, n: u64) -> Result<()> {
+        let zero = vec![0u8; BLOCK_SIZE];
+        for b in start..start + n {
+            let off = b * BLOCK_SIZE as u64;
+            if let Some(s) = self.medium.direct(off, BLOCK_SIZE) {
+                if s.iter().all(|&x| x == 0) {
+                    continue;
+                }
+            }
+            self.meta.write(t, off, &zero)?;
+        }
+        self.meta
+            .flush(start * BLOCK_SIZE as u64, n * BLOCK_SIZE as u64);
+        self.meta.fence()
+    }
+
+    fn merge_tally(&self, t: &IoTally) {
+        let c = &self.c;
+        if t.meta_read != 0 {
+            c.meta_read.fetch_add(t.meta_read, Ordering::Relaxed);
+        }
+        if t.meta_written != 0 {
+            c.meta_written.fetch_add(t.meta_written, Ordering::Relaxed);
+        }
+        if t.data_read != 0 {
+            c.media_read.fetch_add(t.data_read, Ordering::Relaxed);
+        }
+        if t.data_written != 0 {
+            c.media_written.fetch_add(t.data_written, Ordering::Relaxed);
+        }
+    }
+
+    /// Give a fresh writer context its id and pools.
+    fn bind(&self, ctx: &mut WriteCtx) {
+        if ctx.id == 0 {
+            ctx.id = NEXT_CTX_ID.fetch_add(1, Ordering::Relaxed);
+            let p = self.next_pool.fetch_add(1, Ordering::Relaxed);
+            ctx.pool = p;
+            ctx.apool = p % self.alloc.npools();
+        }
+    }
+}
+
+/// Save-area words a layout may need, for sizing at format.
+fn state_words(kind: MetaLayoutKind, total: u64, slots: u64) -> u64 {
+    match kind {
+        MetaLayoutKind::Region => total + 1,
+        MetaLayoutKind::Entry => slots + 1,
+        MetaLayoutKind::Hashtable => 0,
     }
 }

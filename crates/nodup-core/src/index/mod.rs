@@ -1,1 +1,212 @@
 //! DRAM fingerprint index: fingerprint → metadata-entry location, with exact memory accounting.
+//!
+//! The index is split into shards by the low bits of the mixed fingerprint; each shard is a
+//! compact open-addressing [`table::Table`] (8 bytes per slot, load kept between 1/3 and 3/4,
+//! grown by 1.5x so it is at least 1/2 full right after a resize) plus the short list of entries
+//! that are being created by a write call and are not durable yet ("pending"). A shard's lock is
+//! also the engine's lock for every entry whose fingerprint falls into the shard: looking up,
+//! inserting, incrementing and freeing an entry all happen under it, so two writers of the same
+//! new content cannot both create an entry.
+
+pub mod table;
+
+use parking_lot::{Mutex, MutexGuard};
+use table::Table;
+
+/// Number of shards (a power of two).
+pub const SHARDS: usize = 64;
+
+/// An entry created by a write call that has not reached the medium yet.
+#[derive(Debug, Clone, Copy)]
+pub struct Pending {
+    /// Entry location (byte offset on the medium).
+    pub loc: u64,
+    /// The write context that owns it (only the owner may deduplicate against it).
+    pub owner: u64,
+    /// Index of the owner's in-call record.
+    pub slot: usize,
+    /// Fingerprint of the entry (its on-media copy is not written yet).
+    pub fp: u64,
+}
+
+/// One shard: table plus pending list.
+#[derive(Debug)]
+pub struct Shard {
+    /// The slots of this shard.
+    pub table: Table,
+    /// Entries of in-flight write calls.
+    pub pending: Vec<Pending>,
+}
+
+impl Shard {
+    /// The pending record at `loc`, if any.
+    pub fn pending_at(&self, loc: u64) -> Option<Pending> {
+        self.pending.iter().copied().find(|p| p.loc == loc)
+    }
+
+    /// Drop the pending record at `loc`.
+    pub fn unpend(&mut self, loc: u64) {
+        if let Some(i) = self.pending.iter().position(|p| p.loc == loc) {
+            self.pending.swap_remove(i);
+        }
+    }
+}
+
+/// Mix a fingerprint into a well-spread 64-bit hash (a bijection, so equal hashes mean equal fps).
+#[inline]
+pub fn mix(fp: u64) -> u64 {
+    let mut h = fp ^ (fp >> 29);
+    h = h.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    h ^ (h >> 32)
+}
+
+/// The sharded fingerprint index.
+#[derive(Debug)]
+pub struct FpIndex {
+    shards: Box<[Mutex<Shard>]>,
+    loc_bits: u32,
+}
+
+impl FpIndex {
+    /// An empty index for a medium of `medium_len` bytes (entry offsets are below it).
+    pub fn new(medium_len: u64) -> FpIndex {
+        let max_ent = (medium_len / 32).max(2);
+        let loc_bits = (64 - max_ent.leading_zeros()).clamp(8, 56);
+        let shards = (0..SHARDS)
+            .map(|_| {
+                Mutex::new(Shard {
+                    table: Table::new(loc_bits, table::MIN_SLOTS),
+                    pending: Vec::new(),
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_boxed_slice();
+        FpIndex { shards, loc_bits }
+    }
+
+    /// Bits of an entry number.
+    pub fn loc_bits(&self) -> u32 {
+        self.loc_bits
+    }
+
+    /// Lock the shard of `fp`; returns the guard and the mixed hash to use with it.
+    #[inline]
+    pub fn lock(&self, fp: u64) -> (MutexGuard<'_, Shard>, u64) {
+        let h = mix(fp);
+        (self.shards[(h as usize) & (SHARDS - 1)].lock(), h)
+    }
+
+    /// Entries stored.
+    pub fn len(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| s.lock().table.len() as u64)
+            .sum()
+    }
+
+    /// True when no entry is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Exact heap bytes: the shard array plus every slot array and pending list.
+    pub fn memory_bytes(&self) -> u64 {
+        let mut b = std::mem::size_of_val(&*self.shards);
+        for s in self.shards.iter() {
+            let s = s.lock();
+            b += s.table.heap_bytes() + s.pending.capacity() * std::mem::size_of::<Pending>();
+        }
+        b as u64
+    }
+
+    /// Every stored entry location.
+    pub fn locations(&self) -> Vec<u64> {
+        let mut v = Vec::new();
+        for s in self.shards.iter() {
+            v.extend(s.lock().table.entries().map(|e| e << 5));
+        }
+        v
+    }
+
+    /// Empty the index.
+    pub fn clear(&self) {
+        for s in self.shards.iter() {
+            let mut s = s.lock();
+            s.table.clear();
+            s.pending = Vec::new();
+        }
+    }
+}
+
+/// Entry number stored in a slot for the entry at byte offset `loc`.
+#[inline]
+pub fn ent_of(loc: u64) -> u64 {
+    loc >> 5
+}
+
+/// Byte offset of entry number `ent`.
+#[inline]
+pub fn loc_of(ent: u64) -> u64 {
+    ent << 5
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn find(t: &Table, fp: u64, model: &HashMap<u64, u64>) -> Option<u64> {
+        // The model plays the medium: a candidate is confirmed when its entry holds `fp`.
+        t.find(mix(fp), |ent| {
+            let loc = loc_of(ent);
+            (model.get(&fp) == Some(&loc)).then_some(loc)
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn table_matches_hashmap(ops in proptest::collection::vec((0u8..3, 0u64..300), 1..600)) {
+            let mut t = Table::new(20, 16);
+            let mut model: HashMap<u64, u64> = HashMap::new();
+            let mut next = 1u64;
+            for (op, key) in ops {
+                let fp = key.wrapping_mul(0x1234_5678_9abc_def1);
+                match op {
+                    0 if !model.contains_key(&fp) => {
+                        let loc = loc_of(next);
+                        next += 1;
+                        t.insert(mix(fp), ent_of(loc));
+                        model.insert(fp, loc);
+                    }
+                    1 => {
+                        if let Some(loc) = model.remove(&fp) {
+                            prop_assert!(t.remove(mix(fp), ent_of(loc)));
+                        }
+                    }
+                    _ => {}
+                }
+                prop_assert_eq!(t.len(), model.len());
+                for (&k, &v) in &model {
+                    prop_assert_eq!(find(&t, k, &model), Some(v));
+                }
+                prop_assert_eq!(find(&t, fp, &model), model.get(&fp).copied());
+            }
+        }
+    }
+
+    #[test]
+    fn memory_stays_under_16_bytes_per_entry() {
+        let idx = FpIndex::new(64 << 30);
+        let n = 200_000u64;
+        for i in 1..=n {
+            let fp = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let (mut s, h) = idx.lock(fp);
+            s.table.insert(h, i);
+        }
+        assert_eq!(idx.len(), n);
+        let per = idx.memory_bytes() as f64 / n as f64;
+        assert!(per <= 16.0, "{per} bytes per entry");
+        assert!(per >= 8.0);
+    }
+}

@@ -1,4 +1,21 @@
 //! On-media dedup metadata: three layouts behind one trait, plus the reverse map (block → entry).
+//!
+//! Every layout stores the same 32-byte [`record::DedupEntry`]; they differ only in *where* an
+//! entry goes, which is what decides the metadata I/O amplification (Light-Dedup §3.3, §4.4):
+//! - [`region`]: the Light-Meta-Table, 4 KiB regions filled almost sequentially (default);
+//! - [`entry`]: fixed entries handed out by a free list (NV-Dedup / LO-Dedup);
+//! - [`hashtable`]: a static open-addressing table on the medium (DeNOVA-style).
+
+pub mod entry;
+pub mod hashtable;
+pub mod io;
+pub mod record;
+pub mod region;
+pub mod revmap;
+
+use crate::alloc::Allocator;
+use crate::{BlockNr, Result};
+use io::{IoTally, MetaIo};
 
 use serde::{Deserialize, Serialize};
 
@@ -35,5 +52,92 @@ impl MetaLayoutKind {
     /// Decode the on-media value.
     pub fn from_u32(v: u32) -> Option<MetaLayoutKind> {
         Self::ALL.into_iter().find(|k| *k as u32 == v)
+    }
+}
+
+/// One on-media metadata layout: where entries live and how slots are handed out.
+///
+/// Entry *contents* are read and written by the engine through [`MetaIo`]; a layout only claims
+/// slots (writing [`record::RESERVED`] into `blocknr` so no other allocator can pick the slot),
+/// takes back slots whose `blocknr` the engine cleared, and rebuilds its DRAM state.
+pub trait MetaLayout: Send + Sync {
+    /// Which layout this is.
+    fn kind(&self) -> MetaLayoutKind;
+    /// Initialise the layout's fixed area on a fresh image.
+    fn format(&self, io: &MetaIo, t: &mut IoTally) -> Result<()>;
+    /// Read the layout's structure from the medium at open (e.g. walk the region chain).
+    fn attach(&self, io: &MetaIo, t: &mut IoTally) -> Result<()>;
+    /// Claim a free slot for an entry with fingerprint `fp`, for the writer using pool `pool`.
+    /// May take blocks from `alloc` (regions); `apool` is the writer's allocation pool.
+    fn alloc_entry(
+        &self,
+        io: &MetaIo,
+        t: &mut IoTally,
+        fp: u64,
+        pool: usize,
+        alloc: &Allocator,
+        apool: &mut usize,
+    ) -> Result<u64>;
+    /// Take back the slot at `loc`, whose `blocknr` the engine has cleared (made durable).
+    fn free_entry(&self, loc: u64);
+    /// True when `loc` is the first byte of a slot of this layout (validates hints and saves).
+    fn is_entry_loc(&self, loc: u64) -> bool;
+    /// Visit every slot location (failure recovery scans them all).
+    fn for_each_slot(&self, f: &mut dyn FnMut(u64) -> Result<()>) -> Result<()>;
+    /// Blocks of the data area the layout owns (regions), for the allocator rebuild.
+    fn owned_blocks(&self) -> Vec<BlockNr>;
+    /// Rebuild counters, queues and free lists from the sorted list of valid entry locations.
+    fn rebuild(&self, valid_sorted: &[u64]) -> Result<()>;
+    /// DRAM state to keep across a clean shutdown (valid-entry counters, free lists).
+    fn save_state(&self) -> Vec<u64>;
+    /// Reload what [`MetaLayout::save_state`] produced.
+    fn load_state(&self, words: &[u64]) -> Result<()>;
+    /// Upper bound on [`MetaLayout::save_state`]'s length, for sizing the save area.
+    fn max_state_words(&self) -> u64;
+    /// Compare the DRAM state (counters, free lists) with the sorted valid entry locations;
+    /// one message per disagreement.
+    fn check(&self, _valid_sorted: &[u64]) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// Where a layout's fixed area sits and how large it is (decided at format, kept in the superblock).
+#[derive(Debug, Clone, Copy)]
+pub struct LayoutGeometry {
+    /// First block of the fixed area.
+    pub start_block: u64,
+    /// Blocks of the fixed area.
+    pub blocks: u64,
+    /// Slots of the fixed area (entry / hashtable) or 0.
+    pub slots: u64,
+    /// Blocks of the whole medium.
+    pub nblocks: u64,
+    /// First block of the data area (regions live at or after it).
+    pub data_start: u64,
+}
+
+impl MetaLayoutKind {
+    /// Fixed-area size for a medium of `nblocks` blocks: (blocks, slots).
+    pub fn fixed_area(self, nblocks: u64) -> (u64, u64) {
+        match self {
+            MetaLayoutKind::Region => (region::HEADER_REGIONS, 0),
+            MetaLayoutKind::Entry => {
+                let slots = nblocks;
+                (slots.div_ceil(entry::SLOTS_PER_BLOCK), slots)
+            }
+            MetaLayoutKind::Hashtable => {
+                let slots = nblocks + nblocks / 4 + 16;
+                (slots.div_ceil(hashtable::SLOTS_PER_BLOCK), slots)
+            }
+        }
+    }
+}
+
+/// Build the layout of `kind` over `geo`.
+pub fn make_layout(kind: MetaLayoutKind, geo: LayoutGeometry) -> Box<dyn MetaLayout> {
+    match kind {
+        MetaLayoutKind::Region => Box::new(region::RegionLayout::new(geo)),
+        MetaLayoutKind::Entry => Box::new(entry::EntryLayout::new(geo)),
+        MetaLayoutKind::Hashtable => Box::new(hashtable::HashLayout::new(geo)),
     }
 }

@@ -1,6 +1,13 @@
 //! Dedup policies: each is a module behind one trait, so the write path is never forked per policy.
 
+pub mod baseline;
+pub mod light;
+pub mod prefetch;
+
 use serde::{Deserialize, Serialize};
+
+use crate::fingerprint::FpKind;
+use crate::{Error, Result};
 
 /// Policies selectable at mkfs; the numeric value is stored on the medium.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -96,5 +103,55 @@ impl PrefetchMode {
     /// Parse a command-line name.
     pub fn from_name(s: &str) -> Option<PrefetchMode> {
         Self::ALL.into_iter().find(|k| k.name() == s)
+    }
+}
+
+/// What a policy wants done with one block (decided before the index is consulted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Write the block as a non-dedup block: no lookup, no entry.
+    Skip,
+    /// Look the fingerprint up; on a miss insert an entry.
+    Dedup,
+}
+
+/// A dedup policy: which fingerprint, whether to look up and insert, whether to verify a match
+/// and how to speculate. The write path is the same for every policy; later policies (`smart`,
+/// `selective`) plug in through [`Policy::decide`] and the hit/insert notifications, where they
+/// can keep their own hot-fingerprint state.
+pub trait Policy: Send + Sync {
+    /// Which policy this is.
+    fn kind(&self) -> PolicyKind;
+    /// Fingerprint function to record at format time, given what the user asked for.
+    fn fingerprint_for(&self, requested: FpKind) -> FpKind {
+        requested
+    }
+    /// Whether a block with fingerprint `fp` goes through dedup at all.
+    fn decide(&self, fp: u64) -> Decision;
+    /// True when the policy never deduplicates (no fingerprint is computed at all).
+    fn never_dedups(&self) -> bool {
+        false
+    }
+    /// True when a fingerprint match must be confirmed byte by byte.
+    fn verify(&self) -> bool;
+    /// The prefetch variant actually used, given the one asked for at open.
+    fn prefetch(&self, asked: PrefetchMode) -> PrefetchMode;
+    /// Called after a verified (or trusted) duplicate of `fp`.
+    fn on_hit(&self, _fp: u64) {}
+    /// Called after a new entry for `fp` was created.
+    fn on_insert(&self, _fp: u64) {}
+}
+
+/// The policy object for `kind`.
+pub fn make_policy(kind: PolicyKind) -> Result<Box<dyn Policy>> {
+    match kind {
+        PolicyKind::Light => Ok(Box::new(light::Light)),
+        PolicyKind::None => Ok(Box::new(baseline::NoDedup)),
+        PolicyKind::Strong => Ok(Box::new(baseline::Strong)),
+        PolicyKind::WeakVerify => Ok(Box::new(baseline::WeakVerify)),
+        PolicyKind::Smart | PolicyKind::Selective => Err(Error::Invalid(format!(
+            "policy {} is not implemented yet",
+            kind.name()
+        ))),
     }
 }

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Issue 3 acceptance figures for the mounted file system, all measured in one run on this machine:
+#   fio (ioengine=sync, one job, end_fsync=1) through the mount, light vs none, bs=4k and 1m, 0 % and 75 % dups;
+#   none vs bindfs over tmpfs (the FUSE passthrough ceiling); light vs zfs-fuse dedup=on at 75 % dups with
+#   daemon RSS per GiB of unique data; --writeback-cache vs without; the kernel tree copied twice;
+#   failure-recovery and normal-remount time.
+# Speeds are medians of RUNS runs. Output: a markdown report on stdout and in docs/results/fs.md.
+#
+# Usage: bench/fs-accept.sh            (RUNS=3 SIZE=1g by default; QUICK=1 for a short smoke run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-3}
+SIZE=${SIZE:-1g}
+[[ "${QUICK:-0}" == 1 ]] && { RUNS=1; SIZE=128m; }
+OUT=${OUT:-docs/results/fs.md}
+NODUP=$PWD/target/release/nodup
+WORK=/dev/shm/nodup-fsbench
+MNT=/tmp/nodup-fsbench-mnt
+IMG=$WORK/img
+ZPOOL=nodupzb
+ZPID=/run/nodup-fsbench-zfs.pid
+
+bash scripts/deps.sh
+command -v bindfs >/dev/null || apt-get install -y -qq bindfs >/dev/null
+command -v zfs-fuse >/dev/null || {
+  # zfs-fuse's package would start its service; keep services down while installing.
+  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zfs-fuse >/dev/null || true
+  rm -f /usr/sbin/policy-rc.d
+}
+cargo build --release -q -p nodup-cli
+
+cleanup() {
+  mountpoint -q "$MNT" && { "$NODUP" umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" || true; }
+  if [[ -f $ZPID ]]; then
+    zpool destroy -f $ZPOOL 2>/dev/null || true
+    kill "$(cat $ZPID)" 2>/dev/null || true
+    rm -f $ZPID /etc/zfs/zpool.cache /var/lib/zfs/zpool.cache
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+mkdir -p "$WORK" "$MNT"
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b+0 == 0) print "nan"; else printf "%.2f", a/b }'; }
+
+# fio_bw DIR BS DUP -> MiB/s of a sequential write of SIZE with end_fsync.
+fio_bw() {
+  fio --name=w --directory="$1" --ioengine=sync --rw=write --bs="$2" --size="$SIZE" --numjobs=1 \
+    --end_fsync=1 --dedupe_percentage="$3" --output-format=json 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["write"]["bw"]/1024)'
+}
+
+# nodup_up POLICY [mount args...]: fresh image, mounted at $MNT.
+nodup_up() {
+  local policy=$1; shift
+  rm -f "$IMG"
+  "$NODUP" mkfs "$IMG" --size 4G --policy "$policy" >/dev/null
+  "$NODUP" mount "$IMG" "$MNT" "$@"
+}
+nodup_down() { "$NODUP" umount "$MNT"; }
+nodup_pid() { pgrep -f "nodup mount $IMG" | head -1; }
+rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+
+declare -A BW
+echo "fio runs: RUNS=$RUNS SIZE=$SIZE" >&2
+for run in $(seq "$RUNS"); do
+  for bs in 4k 1m; do
+    for dup in 0 75; do
+      for policy in light none; do
+        nodup_up $policy
+        BW[$policy,$bs,$dup]+="$(fio_bw "$MNT" $bs $dup) "
+        if [[ $policy == light && $dup == 75 && $bs == 1m ]]; then
+          RSS_NODUP=$(rss_kib "$(nodup_pid)")
+        fi
+        nodup_down
+      done
+      # bindfs over tmpfs: the FUSE passthrough ceiling.
+      mkdir -p "$WORK/bindsrc"
+      bindfs "$WORK/bindsrc" "$MNT"
+      BW[bindfs,$bs,$dup]+="$(fio_bw "$MNT" $bs $dup) "
+      fusermount3 -u "$MNT"
+      rm -rf "$WORK/bindsrc"
+    done
+    # writeback cache: same policy, 4k, with and without.
+    if [[ $bs == 4k ]]; then
+      nodup_up light --writeback-cache
+      BW[light-wb,4k,0]+="$(fio_bw "$MNT" 4k 0) "
+      nodup_down
+    fi
+  done
+done
+
+# zfs-fuse with dedup=on, file vdev on /dev/shm, recordsize 4k, at 75 % duplicates.
+ZFS_OK=0
+if command -v zfs-fuse >/dev/null; then
+  rm -f /etc/zfs/zpool.cache /var/lib/zfs/zpool.cache
+  zfs-fuse --pidfile $ZPID && sleep 2
+  truncate -s 4G "$WORK/zvdev"
+  if zpool create -f -O dedup=on -O recordsize=4k -m "$MNT" $ZPOOL "$WORK/zvdev" >/dev/null 2>&1; then
+    ZFS_OK=1
+    for run in $(seq "$RUNS"); do
+      for bs in 4k 1m; do
+        BW[zfs,$bs,75]+="$(fio_bw "$MNT" $bs 75) "
+        RSS_ZFS=$(rss_kib "$(cat $ZPID)")
+        rm -f "$MNT"/w.*
+      done
+    done
+    zpool destroy -f $ZPOOL || true
+  fi
+  kill "$(cat $ZPID)" 2>/dev/null || true
+  sleep 1
+  rm -f $ZPID "$WORK/zvdev" /etc/zfs/zpool.cache /var/lib/zfs/zpool.cache
+fi
+
+med() { echo "${BW[$1]:-}" | tr ' ' '\n' | grep . | median; }
+unique_gib=$(awk -v s="$SIZE" 'BEGIN { n=s+0; u=tolower(substr(s,length(s))); if (u=="g") n*=1; else if (u=="m") n/=1024; print n*0.25 }')
+
+# Kernel tree copied twice.
+SRC=$WORK/src
+TARBALL=/usr/src/linux-source-6.1.tar.xz
+[[ -f $TARBALL ]] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-source-6.1 >/dev/null || true
+mkdir -p "$SRC"
+if [[ -f $TARBALL && "${QUICK:-0}" != 1 ]]; then tar -xJf "$TARBALL" -C "$SRC"; else cp -a /usr/share/doc "$SRC/"; fi
+nodup_up light
+t1=$( { /usr/bin/time -f %e cp -a "$SRC" "$MNT/copy1"; } 2>&1 | tail -1)
+t2=$( { /usr/bin/time -f %e cp -a "$SRC" "$MNT/copy2"; } 2>&1 | tail -1)
+KSTATS=$("$NODUP" stats "$MNT" --json)
+nodup_down
+"$NODUP" mount "$IMG" "$MNT"
+DIFF=clean
+diff -r "$SRC" "$MNT/copy1" >/dev/null && diff -r "$SRC" "$MNT/copy2" >/dev/null || DIFF=DIFFERENT
+nodup_down
+rm -rf "$SRC"
+kratio=$(echo "$KSTATS" | python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["dedup_ratio"])')
+
+# Recovery: a 4 GiB image holding 2 GiB of files (half duplicates); kill -9, then time the recovering mount.
+nodup_up light
+RSIZE=2g; [[ "${QUICK:-0}" == 1 ]] && RSIZE=256m
+fio --name=r --directory="$MNT" --ioengine=sync --rw=write --bs=1m --size="$RSIZE" --nrfiles=16 \
+  --dedupe_percentage=50 --end_fsync=1 >/dev/null 2>&1
+kill -9 "$(nodup_pid)"
+sleep 1
+fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null || true
+t_fail=$( { /usr/bin/time -f %e "$NODUP" mount "$IMG" "$MNT"; } 2>&1 | tail -1)
+FSCK=ok
+nodup_down
+"$NODUP" fsck "$IMG" >/dev/null || FSCK=FAILED
+"$NODUP" mount "$IMG" "$MNT"
+nodup_down
+t_norm=$( { /usr/bin/time -f %e "$NODUP" mount "$IMG" "$MNT"; } 2>&1 | tail -1)
+nodup_down
+
+{
+  echo "# nodup file system: acceptance figures (issue 3)"
+  echo
+  echo "Generated by \`bench/fs-accept.sh\` on $(date -u +%F) ($(nproc) cores). Image on /dev/shm (Pmem medium)."
+  echo "fio: ioengine=sync, rw=write, one job, end_fsync=1, size $SIZE; MiB/s, median of $RUNS runs."
+  echo
+  echo "| bs | dup % | light | none | light/none | bindfs (tmpfs) | none/bindfs | zfs-fuse dedup | light/zfs |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+  for bs in 4k 1m; do
+    for dup in 0 75; do
+      l=$(med "light,$bs,$dup"); n=$(med "none,$bs,$dup"); b=$(med "bindfs,$bs,$dup")
+      if [[ $dup == 75 && $ZFS_OK == 1 ]]; then z=$(med "zfs,$bs,75"); zr=$(ratio "$l" "$z"); else z=-; zr=-; fi
+      printf '| %s | %s | %.1f | %.1f | %s | %.1f | %s | %s | %s |\n' $bs $dup "$l" "$n" "$(ratio "$l" "$n")" "$b" "$(ratio "$n" "$b")" "$z" "$zr"
+    done
+  done
+  echo
+  wb=$(med "light-wb,4k,0"); nwb=$(med "light,4k,0")
+  printf 'Writeback cache, light, bs=4k, 0 %% dups: %.1f MiB/s with vs %.1f without = **%sx** (target >= 5x)\n\n' "$wb" "$nwb" "$(ratio "$wb" "$nwb")"
+  echo "Daemon resident memory after the 75 % dup, bs=1m job (unique data = $unique_gib GiB):"
+  echo "nodup $((RSS_NODUP / 1024)) MiB = $(awk -v r="$RSS_NODUP" -v u="$unique_gib" 'BEGIN{printf "%.0f", r/1024/u}') MiB per GiB unique;"
+  if [[ $ZFS_OK == 1 ]]; then
+    echo "zfs-fuse $((RSS_ZFS / 1024)) MiB = $(awk -v r="$RSS_ZFS" -v u="$unique_gib" 'BEGIN{printf "%.0f", r/1024/u}') MiB per GiB unique."
+  else
+    echo "zfs-fuse: not available on this machine."
+  fi
+  echo
+  echo "Kernel tree ($( [[ -f $TARBALL && "${QUICK:-0}" != 1 ]] && echo linux-source-6.1 || echo /usr/share/doc)) copied twice with cp -a:"
+  echo "first copy ${t1}s, second copy ${t2}s; dedup_ratio $kratio (target >= 0.49); diff -r after remount: $DIFF"
+  echo
+  echo "Recovery, 4 GiB image with $RSIZE of files: failure recovery (mount after kill -9) ${t_fail}s, fsck after it: $FSCK; normal remount ${t_norm}s (target < 1 s)"
+} | tee "$OUT"

@@ -1,0 +1,152 @@
+//! The `nodup trace` / `nodup replay` command contract (JSON keys, exit codes, bad lines).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn nodup(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nodup"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    assert!(
+        o.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn sample(name: &str) -> PathBuf {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    for base in [
+        here.join("../../../shared/data/fiu"),
+        PathBuf::from("/work/shared/data/fiu"),
+    ] {
+        if base.join(name).exists() {
+            return base.join(name);
+        }
+    }
+    panic!("shared FIU sample {name} not found");
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn stats_json_has_the_contract_keys() {
+    let v = json(&nodup(&[
+        "trace",
+        "stats",
+        "--json",
+        s(&sample("mail-01-sample.blkparse")),
+    ]));
+    for k in [
+        "writes",
+        "reads",
+        "dedup_ratio",
+        "unique_blocks",
+        "bad_lines",
+    ] {
+        assert!(v.get(k).is_some(), "missing {k}");
+    }
+    assert_eq!(v["writes"], 16);
+    assert_eq!(v["reads"], 984);
+    assert_eq!(v["dedup_ratio"], 0.3125);
+}
+
+#[test]
+fn gen_stats_replay_and_strict() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("g.fiu");
+    let o = nodup(&[
+        "trace",
+        "gen",
+        "--size",
+        "4M",
+        "--dup-ratio",
+        "0.5",
+        "--run-length",
+        "fixed:8",
+        "--read-ratio",
+        "0.1",
+        "--seed",
+        "5",
+        "-o",
+        s(&t),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let st = json(&nodup(&["trace", "stats", "--json", s(&t)]));
+    let r = st["dedup_ratio"].as_f64().unwrap();
+    assert!((r - 0.5).abs() < 0.02, "ratio {r}");
+    let plot = dir.path().join("cdf.png");
+    assert!(nodup(&["trace", "stats", s(&t), "--plot", s(&plot)])
+        .status
+        .success());
+    assert!(std::fs::metadata(&plot).unwrap().len() > 1000);
+
+    let rep = json(&nodup(&[
+        "replay",
+        s(&t),
+        "--dir",
+        s(&dir.path().join("r")),
+        "--mode",
+        "batch",
+        "--threads",
+        "2",
+        "--json",
+    ]));
+    for k in ["ops", "bytes", "seconds", "mib_per_s", "verify_errors"] {
+        assert!(rep.get(k).is_some(), "missing {k}");
+    }
+    for k in ["p50", "p90", "p99", "p999", "max"] {
+        assert!(rep["latency_us"].get(k).is_some(), "missing latency_us.{k}");
+    }
+    assert_eq!(rep["verify_errors"], 0);
+    assert_eq!(rep["bytes"], 4 << 20);
+
+    // A bad third line: skipped and counted by default, fatal with --strict (naming line 3).
+    let text = std::fs::read_to_string(&t).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.insert(2, "this is not a trace line");
+    let bad = dir.path().join("bad.fiu");
+    std::fs::write(&bad, lines.join("\n")).unwrap();
+    let st = json(&nodup(&["trace", "stats", "--json", s(&bad)]));
+    assert_eq!(st["bad_lines"], 1);
+    let o = nodup(&[
+        "replay",
+        s(&bad),
+        "--dir",
+        s(&dir.path().join("b")),
+        "--strict",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("line 3"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = nodup(&[
+        "replay",
+        s(&bad),
+        "--dir",
+        s(&dir.path().join("b")),
+        "--json",
+    ]);
+    assert_eq!(json(&o)["bad_lines"], 1);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("line 3"));
+
+    // Convert round trip via the CLI.
+    let own = dir.path().join("g.own");
+    let back = dir.path().join("g2.fiu");
+    assert!(nodup(&["trace", "convert", s(&t), "-o", s(&own)])
+        .status
+        .success());
+    assert!(nodup(&["trace", "convert", s(&own), "-o", s(&back)])
+        .status
+        .success());
+    assert_eq!(std::fs::read(&t).unwrap(), std::fs::read(&back).unwrap());
+}

@@ -1,0 +1,106 @@
+//! Consistency audit of the dedup metadata (tests, `fsck`): every valid entry, the reverse map,
+//! the DRAM index and the layout's counters must agree. Call it while no writer is active.
+
+use serde::Serialize;
+
+use super::Engine;
+use crate::index::loc_of;
+use crate::meta::io::IoTally;
+use crate::{BlockNr, Result, BLOCK_SIZE};
+
+/// What [`Engine::audit`] found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AuditReport {
+    /// Valid entries on the medium.
+    pub valid_entries: u64,
+    /// Of those, entries the DRAM index finds.
+    pub indexed_entries: u64,
+    /// Human-readable descriptions of every inconsistency (empty = consistent).
+    pub problems: Vec<String>,
+}
+
+impl Engine {
+    /// Reference count of data block `b`: `Some(n)` from its entry, `None` when the block has
+    /// no entry (a non-dedup block, whose single reference is implied).
+    pub fn block_refcount(&self, b: BlockNr) -> Result<Option<u64>> {
+        let mut t = IoTally::default();
+        if !self.in_data(b) {
+            return Err(crate::Error::Invalid(format!("block {b} is not in the data area")));
+        }
+        let loc = self.revmap.get(&self.meta, &mut t, b)?;
+        if loc == 0 {
+            return Ok(None);
+        }
+        if !self.layout.is_entry_loc(loc) {
+            return Err(crate::Error::Corrupt(format!("reverse map of {b} names {loc}")));
+        }
+        let e = self.meta.read_entry(&mut t, loc)?;
+        if e.blocknr != b {
+            return Err(crate::Error::Corrupt(format!("reverse map of {b} names an entry of {}", e.blocknr)));
+        }
+        Ok(Some(e.refcount))
+    }
+
+    /// Blocks of the data area held by the metadata layout itself (regions).
+    pub fn layout_owned_blocks(&self) -> u64 {
+        self.layout.owned_blocks().len() as u64
+    }
+
+    /// Check entries, reverse map, index and layout counters against each other.
+    pub fn audit(&self) -> Result<AuditReport> {
+        let mut t = IoTally::default();
+        let mut rep = AuditReport::default();
+        let total = self.geo.total_blocks as usize;
+        let mut owner = vec![0u64; total];
+        let mut valid = Vec::new();
+        let mut problems = Vec::new();
+        self.layout.for_each_slot(&mut |loc| {
+            let e = self.meta.read_entry(&mut t, loc)?;
+            if e.blocknr == 0 {
+                return Ok(());
+            }
+            if !e.is_valid() || !self.in_data(e.blocknr) {
+                problems.push(format!("entry {loc} holds block {:#x}", e.blocknr));
+                return Ok(());
+            }
+            let b = e.blocknr as usize;
+            rep.valid_entries += 1;
+            valid.push(loc);
+            if owner[b] != 0 {
+                problems.push(format!("block {b} has entries {} and {loc}", owner[b]));
+            }
+            owner[b] = loc;
+            if !self.alloc.is_allocated(e.blocknr) {
+                problems.push(format!("entry {loc} names free block {b}"));
+            }
+            if e.refcount == 0 {
+                problems.push(format!("entry {loc} has refcount 0"));
+            }
+            let (sh, h) = self.index.lock(e.fp);
+            if sh.table.find(h, |ent| (loc_of(ent) == loc).then_some(())).is_some() {
+                rep.indexed_entries += 1;
+            }
+            Ok(())
+        })?;
+        rep.problems = problems;
+        if self.index.len() != rep.indexed_entries {
+            rep.problems.push(format!(
+                "index holds {} entries, {} of them valid",
+                self.index.len(),
+                rep.indexed_entries
+            ));
+        }
+        let mut buf = vec![0u8; 8];
+        for b in self.geo.data_start..self.geo.total_blocks {
+            self.meta.read(&mut t, self.revmap.slot_off(b), &mut buf)?;
+            let r = u64::from_le_bytes([buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6], buf[7]]);
+            if r != owner[b as usize] {
+                rep.problems.push(format!("reverse map of {b} is {r}, entry is {}", owner[b as usize]));
+            }
+        }
+        valid.sort_unstable();
+        rep.problems.extend(self.layout.check(&valid));
+        let _ = BLOCK_SIZE;
+        Ok(rep)
+    }
+}

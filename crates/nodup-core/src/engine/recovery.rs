@@ -1,0 +1,298 @@
+//! Recovery (Light-Dedup §4.5): the clean-shutdown save area and normal recovery, and failure
+//! recovery driven by the caller's references.
+//!
+//! Save area layout (`save_start`): one header block, then the payload as little-endian u64
+//! words: allocation bitmap of the data area, index entry locations, layout state.
+//!
+//! | offset | width | field                               |
+//! |-------:|------:|-------------------------------------|
+//! | 0      | 8     | magic `NDSAVE01`                    |
+//! | 8      | 4     | version                             |
+//! | 12     | 4     | reserved                            |
+//! | 16     | 8     | bitmap words                        |
+//! | 24     | 8     | index locations                     |
+//! | 32     | 8     | layout words                        |
+//! | 40     | 8     | data blocks in use                  |
+//! | 48     | 8     | xxh3-64 of the payload              |
+//! | 56     | 8     | xxh3-64 of header bytes 0..56       |
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::{Engine, RecoveryReport, STATE_NEEDS_RECOVERY, STATE_READY, STATE_SHUT};
+use crate::alloc::bitmap::Bitmap;
+use crate::alloc::Allocator;
+use crate::index::{ent_of, loc_of};
+use crate::meta::io::IoTally;
+use crate::meta::record::{OFF_BLOCKNR, OFF_REFCOUNT};
+use crate::{BlockNr, Error, Result, BLOCK_SIZE};
+
+/// Save-area magic.
+pub const SAVE_MAGIC: [u8; 8] = *b"NDSAVE01";
+/// Save-area format version.
+pub const SAVE_VERSION: u32 = 1;
+const SAVE_HDR: usize = 64;
+
+fn le64(b: &[u8], o: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(a)
+}
+
+impl Engine {
+    fn save_off(&self) -> u64 {
+        self.geo.save_start * BLOCK_SIZE as u64
+    }
+
+    /// Normal recovery: reload allocator, index and layout counters from the save area.
+    pub(super) fn load_saved(&self) -> Result<()> {
+        let mut t = IoTally::default();
+        let corrupt = |m: &str| Error::Corrupt(format!("save area: {m}"));
+        let mut h = [0u8; SAVE_HDR];
+        self.meta.read(&mut t, self.save_off(), &mut h)?;
+        if h[0..8] != SAVE_MAGIC || xxhash_rust::xxh3::xxh3_64(&h[..56]) != le64(&h, 56) {
+            return Err(corrupt("bad header"));
+        }
+        if u32::from_le_bytes([h[8], h[9], h[10], h[11]]) != SAVE_VERSION {
+            return Err(corrupt("unknown version"));
+        }
+        let (nb, ni, nl, phys) = (le64(&h, 16), le64(&h, 24), le64(&h, 32), le64(&h, 40));
+        let cap_words = (self.geo.save_blocks - 1) * (BLOCK_SIZE as u64 / 8);
+        if nb != Allocator::save_len_words(self.geo.data_blocks) as u64
+            || ni > self.geo.data_blocks
+            || nl > self.layout.max_state_words()
+            || nb + ni + nl > cap_words
+            || phys > self.geo.data_blocks
+        {
+            return Err(corrupt("sizes out of range"));
+        }
+        let nwords = (nb + ni + nl) as usize;
+        let mut payload = vec![0u8; nwords * 8];
+        self.meta
+            .read(&mut t, self.save_off() + BLOCK_SIZE as u64, &mut payload)?;
+        if xxhash_rust::xxh3::xxh3_64(&payload) != le64(&h, 48) {
+            return Err(corrupt("payload checksum mismatch"));
+        }
+        let words: Vec<u64> = payload.chunks_exact(8).map(|c| le64(c, 0)).collect();
+        let (bitmap, rest) = words.split_at(nb as usize);
+        let (locs, lw) = rest.split_at(ni as usize);
+        self.alloc.load_words(bitmap)?;
+        for &loc in locs {
+            if !self.layout.is_entry_loc(loc) {
+                return Err(corrupt("saved index location is not an entry"));
+            }
+            let e = self.meta.read_entry(&mut t, loc)?;
+            if !e.is_valid() || !self.in_data(e.blocknr) || !self.alloc.is_allocated(e.blocknr) {
+                return Err(corrupt("saved index names an invalid entry"));
+            }
+            let (mut sh, hh) = self.index.lock(e.fp);
+            sh.table.insert(hh, ent_of(loc));
+        }
+        self.layout.load_state(lw)?;
+        self.c.physical_blocks.store(phys, Ordering::Relaxed);
+        self.merge_tally(&t);
+        Ok(())
+    }
+
+    /// Clean shutdown: write the save area, then set the clean flag.
+    pub(super) fn save_and_close(&self) -> Result<()> {
+        let _g = self.admin.lock();
+        self.check_ready()?;
+        self.set_state(STATE_SHUT);
+        let mut t = IoTally::default();
+        let bitmap = self.alloc.save_words();
+        let locs = self.index.locations();
+        let lw = self.layout.save_state();
+        let cap_words = (self.geo.save_blocks - 1) * (BLOCK_SIZE as u64 / 8);
+        if (bitmap.len() + locs.len() + lw.len()) as u64 > cap_words {
+            return Err(Error::NoSpace);
+        }
+        let mut payload = Vec::with_capacity((bitmap.len() + locs.len() + lw.len()) * 8);
+        for w in bitmap.iter().chain(locs.iter()).chain(lw.iter()) {
+            payload.extend_from_slice(&w.to_le_bytes());
+        }
+        let poff = self.save_off() + BLOCK_SIZE as u64;
+        self.meta.write(&mut t, poff, &payload)?;
+        self.meta.flush(poff, payload.len() as u64);
+        self.meta.fence()?;
+        let mut h = [0u8; SAVE_HDR];
+        h[0..8].copy_from_slice(&SAVE_MAGIC);
+        h[8..12].copy_from_slice(&SAVE_VERSION.to_le_bytes());
+        let fields = [
+            bitmap.len() as u64,
+            locs.len() as u64,
+            lw.len() as u64,
+            self.c.physical_blocks.load(Ordering::Relaxed),
+            xxhash_rust::xxh3::xxh3_64(&payload),
+        ];
+        for (i, v) in fields.iter().enumerate() {
+            h[16 + 8 * i..24 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
+        let hs = xxhash_rust::xxh3::xxh3_64(&h[..56]);
+        h[56..64].copy_from_slice(&hs.to_le_bytes());
+        self.meta.write(&mut t, self.save_off(), &h)?;
+        self.meta.flush(self.save_off(), SAVE_HDR as u64);
+        self.meta.fence()?;
+        self.merge_tally(&t);
+        let mut sb = self.sb.lock();
+        sb.clean = true;
+        sb.store(&*self.medium)
+    }
+
+    /// Failure recovery (see [`Engine::recover`]).
+    pub(super) fn failure_recovery(
+        &self,
+        data_refs: &mut dyn Iterator<Item = BlockNr>,
+        meta_blocks: &mut dyn Iterator<Item = BlockNr>,
+    ) -> Result<RecoveryReport> {
+        let _g = self.admin.lock();
+        let t0 = Instant::now();
+        self.set_state(STATE_NEEDS_RECOVERY);
+        let mut t = IoTally::default();
+        let mut rep = RecoveryReport::default();
+        self.layout.attach(&self.meta, &mut t)?;
+        self.index.clear();
+        let total = self.geo.total_blocks as usize;
+
+        // 1. What the caller references: the source of truth.
+        let mut refs = vec![0u32; total];
+        for b in data_refs {
+            if !self.in_data(b) {
+                return Err(Error::Invalid(format!(
+                    "referenced block {b} is outside the data area"
+                )));
+            }
+            refs[b as usize] = refs[b as usize].saturating_add(1);
+        }
+        let mut taken = Bitmap::new(total);
+        for b in meta_blocks {
+            if !self.in_data(b) || refs[b as usize] != 0 {
+                return Err(Error::Invalid(format!(
+                    "metadata block {b} is outside the data area or also data"
+                )));
+            }
+            taken.set(b as usize);
+        }
+        for b in self.layout.owned_blocks() {
+            if refs[b as usize] != 0 || taken.set(b as usize) {
+                return Err(Error::Corrupt(format!(
+                    "region block {b} is also referenced by the caller"
+                )));
+            }
+        }
+
+        // 2. Walk every entry slot: keep entries whose block is referenced and whose
+        //    fingerprint matches the block, set their refcount, invalidate the rest.
+        let mut ent_at = vec![0u64; total];
+        let mut valid = Vec::new();
+        let mut block = vec![0u8; BLOCK_SIZE];
+        let mm = &**self.meta.medium();
+        self.layout.for_each_slot(&mut |loc| {
+            rep.entries_scanned += 1;
+            let e = self.meta.read_entry(&mut t, loc)?;
+            if e.blocknr == 0 {
+                return Ok(());
+            }
+            let b = e.blocknr;
+            let usable = e.is_valid()
+                && self.in_data(b)
+                && !taken.get(b as usize)
+                && ent_at[b as usize] == 0;
+            if !(usable && refs[b as usize] > 0) {
+                if usable {
+                    rep.leaked_blocks_freed += 1;
+                }
+                self.meta.write(&mut t, loc + OFF_BLOCKNR, &[0u8; 16])?;
+                mm.flush(loc + OFF_BLOCKNR, 16);
+                rep.entries_invalidated += 1;
+                return Ok(());
+            }
+            // A referenced block keeps its entry (it carries the block's reference count), but
+            // the entry is indexed only when its fingerprint matches the block and no other
+            // entry already holds that fingerprint: lookups must never find a wrong block.
+            self.medium.read(b * BLOCK_SIZE as u64, &mut block)?;
+            t.data_read += BLOCK_SIZE as u64;
+            let mut index_it = self.fpr.fingerprint(&block) == e.fp;
+            if index_it {
+                let (sh, h) = self.index.lock(e.fp);
+                let mut err = None;
+                let dup = sh
+                    .table
+                    .find(h, |ent| match self.meta.read_entry(&mut t, loc_of(ent)) {
+                        Ok(o) => (o.fp == e.fp).then_some(()),
+                        Err(x) => {
+                            err = Some(x);
+                            Some(())
+                        }
+                    })
+                    .is_some();
+                if let Some(x) = err {
+                    return Err(x);
+                }
+                index_it = !dup;
+            }
+            if !index_it {
+                rep.entries_unindexed += 1;
+            }
+            let want = refs[b as usize] as u64;
+            if e.refcount != want {
+                self.meta.write_u64(&mut t, loc + OFF_REFCOUNT, want)?;
+                mm.flush(loc + OFF_REFCOUNT, 8);
+                rep.refcounts_fixed += 1;
+            }
+            ent_at[b as usize] = loc;
+            valid.push(loc);
+            if index_it {
+                let (mut sh, h) = self.index.lock(e.fp);
+                sh.table.insert(h, ent_of(loc));
+            }
+            Ok(())
+        })?;
+
+        // 3. Reverse map: exactly the surviving entries.
+        let per = BLOCK_SIZE / 8;
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        for chunk in 0..self.geo.revmap_blocks {
+            let first = chunk as usize * per;
+            if first >= total {
+                break;
+            }
+            let off = self.revmap.start + chunk * BLOCK_SIZE as u64;
+            self.meta.read(&mut t, off, &mut buf)?;
+            let mut changed = false;
+            for i in 0..per.min(total - first) {
+                let want = ent_at[first + i];
+                if le64(&buf, i * 8) != want {
+                    buf[i * 8..i * 8 + 8].copy_from_slice(&want.to_le_bytes());
+                    changed = true;
+                }
+            }
+            if changed {
+                self.meta.write(&mut t, off, &buf)?;
+                mm.flush(off, BLOCK_SIZE as u64);
+            }
+        }
+        self.meta.fence()?;
+
+        // 4. Allocator: referenced data, caller metadata and the layout's own blocks.
+        self.alloc.reset_all_free();
+        let mut phys = 0u64;
+        for b in self.geo.data_start..self.geo.total_blocks {
+            let i = b as usize;
+            if refs[i] > 0 {
+                phys += 1;
+            }
+            if refs[i] > 0 || taken.get(i) {
+                self.alloc.mark_used(b)?;
+            }
+        }
+        valid.sort_unstable();
+        self.layout.rebuild(&valid)?;
+        self.c.physical_blocks.store(phys, Ordering::Relaxed);
+        rep.referenced_blocks = phys;
+        self.merge_tally(&t);
+        self.set_state(STATE_READY);
+        rep.seconds = t0.elapsed().as_secs_f64();
+        Ok(rep)
+    }
+}

@@ -1,0 +1,313 @@
+//! The engine superblock (block 0): magic, version, geometry, policy, fingerprint, layout, clean
+//! flag and checksum, validated on every open.
+//!
+//! On-media layout (little endian, `SB_SIZE` bytes at offset 0 of block 0):
+//!
+//! | offset | width | field             |
+//! |-------:|------:|-------------------|
+//! | 0      | 8     | magic `NODUPENG`  |
+//! | 8      | 4     | version           |
+//! | 12     | 4     | block size        |
+//! | 16     | 8     | total blocks      |
+//! | 24     | 8     | client area start |
+//! | 32     | 8     | client area blocks|
+//! | 40     | 8     | revmap start      |
+//! | 48     | 8     | revmap blocks     |
+//! | 56     | 8     | layout start      |
+//! | 64     | 8     | layout blocks     |
+//! | 72     | 8     | layout slots      |
+//! | 80     | 8     | save area start   |
+//! | 88     | 8     | save area blocks  |
+//! | 96     | 8     | data area start   |
+//! | 104    | 8     | data area blocks  |
+//! | 112    | 4     | policy            |
+//! | 116    | 4     | fingerprint       |
+//! | 120    | 4     | metadata layout   |
+//! | 124    | 4     | clean flag (1 = clean shutdown, save area valid) |
+//! | 128    | 8     | memory budget     |
+//! | 136    | 8     | xxh3-64 of bytes 0..136 |
+
+use crate::fingerprint::FpKind;
+use crate::media::Medium;
+use crate::meta::revmap;
+use crate::meta::MetaLayoutKind;
+use crate::policy::PolicyKind;
+use crate::{Error, Result, BLOCK_SIZE};
+
+/// Superblock magic.
+pub const MAGIC: [u8; 8] = *b"NODUPENG";
+/// On-media version this build writes and reads.
+pub const VERSION: u32 = 1;
+/// Encoded size.
+pub const SB_SIZE: usize = 144;
+const OFF_CHECKSUM: usize = 136;
+/// Header bytes of the save area before its payload (one block).
+pub const SAVE_HEADER_BLOCKS: u64 = 1;
+/// Smallest data area accepted at format.
+pub const MIN_DATA_BLOCKS: u64 = 16;
+
+/// The decoded superblock.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Superblock {
+    pub version: u32,
+    pub block_size: u32,
+    pub total_blocks: u64,
+    pub client_start: u64,
+    pub client_blocks: u64,
+    pub revmap_start: u64,
+    pub revmap_blocks: u64,
+    pub layout_start: u64,
+    pub layout_blocks: u64,
+    pub layout_slots: u64,
+    pub save_start: u64,
+    pub save_blocks: u64,
+    pub data_start: u64,
+    pub data_blocks: u64,
+    pub policy: PolicyKind,
+    pub fingerprint: FpKind,
+    pub meta_layout: MetaLayoutKind,
+    pub clean: bool,
+    pub mem_budget: u64,
+}
+
+fn get64(b: &[u8], o: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(a)
+}
+
+fn get32(b: &[u8], o: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[o..o + 4]);
+    u32::from_le_bytes(a)
+}
+
+impl Superblock {
+    /// Geometry for a medium of `len` bytes.
+    pub fn plan(
+        len: u64,
+        client_blocks: u64,
+        policy: PolicyKind,
+        fingerprint: FpKind,
+        meta_layout: MetaLayoutKind,
+        mem_budget: u64,
+        max_state_words: impl Fn(u64, u64) -> u64,
+    ) -> Result<Superblock> {
+        let total = len / BLOCK_SIZE as u64;
+        let bs = BLOCK_SIZE as u64;
+        if client_blocks >= total {
+            return Err(Error::Invalid(format!(
+                "client area of {client_blocks} blocks does not fit a medium of {total} blocks"
+            )));
+        }
+        let client_start = 1u64;
+        let revmap_start = client_start
+            .checked_add(client_blocks)
+            .ok_or_else(|| Error::Invalid("client area too large".into()))?;
+        let revmap_blocks = (total * revmap::SLOT).div_ceil(bs);
+        let layout_start = revmap_start + revmap_blocks;
+        let (layout_blocks, layout_slots) = meta_layout.fixed_area(total);
+        let save_start = layout_start + layout_blocks;
+        let words = total.div_ceil(64) + total + max_state_words(total, layout_slots);
+        let save_blocks = SAVE_HEADER_BLOCKS + (words * 8).div_ceil(bs);
+        let data_start = save_start + save_blocks;
+        if total < data_start + MIN_DATA_BLOCKS {
+            return Err(Error::Invalid(format!(
+                "medium of {len} bytes is too small (needs at least {} blocks)",
+                data_start + MIN_DATA_BLOCKS
+            )));
+        }
+        Ok(Superblock {
+            version: VERSION,
+            block_size: BLOCK_SIZE as u32,
+            total_blocks: total,
+            client_start,
+            client_blocks,
+            revmap_start,
+            revmap_blocks,
+            layout_start,
+            layout_blocks,
+            layout_slots,
+            save_start,
+            save_blocks,
+            data_start,
+            data_blocks: total - data_start,
+            policy,
+            fingerprint,
+            meta_layout,
+            clean: false,
+            mem_budget,
+        })
+    }
+
+    /// Encode with checksum.
+    pub fn encode(&self) -> [u8; SB_SIZE] {
+        let mut b = [0u8; SB_SIZE];
+        b[0..8].copy_from_slice(&MAGIC);
+        b[8..12].copy_from_slice(&self.version.to_le_bytes());
+        b[12..16].copy_from_slice(&self.block_size.to_le_bytes());
+        let f64s = [
+            self.total_blocks,
+            self.client_start,
+            self.client_blocks,
+            self.revmap_start,
+            self.revmap_blocks,
+            self.layout_start,
+            self.layout_blocks,
+            self.layout_slots,
+            self.save_start,
+            self.save_blocks,
+            self.data_start,
+            self.data_blocks,
+        ];
+        for (i, v) in f64s.iter().enumerate() {
+            b[16 + 8 * i..24 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
+        b[112..116].copy_from_slice(&(self.policy as u32).to_le_bytes());
+        b[116..120].copy_from_slice(&(self.fingerprint as u32).to_le_bytes());
+        b[120..124].copy_from_slice(&(self.meta_layout as u32).to_le_bytes());
+        b[124..128].copy_from_slice(&(self.clean as u32).to_le_bytes());
+        b[128..136].copy_from_slice(&self.mem_budget.to_le_bytes());
+        let sum = xxhash_rust::xxh3::xxh3_64(&b[..OFF_CHECKSUM]);
+        b[OFF_CHECKSUM..OFF_CHECKSUM + 8].copy_from_slice(&sum.to_le_bytes());
+        b
+    }
+
+    /// Decode and validate against a medium of `len` bytes.
+    pub fn decode(b: &[u8], len: u64) -> Result<Superblock> {
+        if b.len() < SB_SIZE || b[0..8] != MAGIC {
+            return Err(Error::NotNodup("bad engine superblock magic".into()));
+        }
+        let version = get32(b, 8);
+        if version > VERSION {
+            return Err(Error::Version {
+                found: version,
+                supported: VERSION,
+            });
+        }
+        let sum = xxhash_rust::xxh3::xxh3_64(&b[..OFF_CHECKSUM]);
+        if sum != get64(b, OFF_CHECKSUM) {
+            return Err(Error::Corrupt("engine superblock checksum mismatch".into()));
+        }
+        if version != VERSION {
+            return Err(Error::Corrupt(format!(
+                "engine superblock version {version}"
+            )));
+        }
+        let corrupt = |m: &str| Error::Corrupt(format!("engine superblock: {m}"));
+        let policy =
+            PolicyKind::from_u32(get32(b, 112)).ok_or_else(|| corrupt("unknown policy"))?;
+        let fingerprint =
+            FpKind::from_u32(get32(b, 116)).ok_or_else(|| corrupt("unknown fingerprint"))?;
+        let meta_layout = MetaLayoutKind::from_u32(get32(b, 120))
+            .ok_or_else(|| corrupt("unknown metadata layout"))?;
+        let clean = match get32(b, 124) {
+            0 => false,
+            1 => true,
+            _ => return Err(corrupt("bad clean flag")),
+        };
+        let sb = Superblock {
+            version,
+            block_size: get32(b, 12),
+            total_blocks: get64(b, 16),
+            client_start: get64(b, 24),
+            client_blocks: get64(b, 32),
+            revmap_start: get64(b, 40),
+            revmap_blocks: get64(b, 48),
+            layout_start: get64(b, 56),
+            layout_blocks: get64(b, 64),
+            layout_slots: get64(b, 72),
+            save_start: get64(b, 80),
+            save_blocks: get64(b, 88),
+            data_start: get64(b, 96),
+            data_blocks: get64(b, 104),
+            policy,
+            fingerprint,
+            meta_layout,
+            clean,
+            mem_budget: get64(b, 128),
+        };
+        if sb.block_size != BLOCK_SIZE as u32 {
+            return Err(corrupt("block size is not 4096"));
+        }
+        if sb
+            .total_blocks
+            .checked_mul(BLOCK_SIZE as u64)
+            .is_none_or(|l| l > len)
+        {
+            return Err(corrupt("geometry larger than the medium"));
+        }
+        Ok(sb)
+    }
+
+    /// Check that the areas follow each other exactly as `plan` lays them out.
+    pub fn check_geometry(&self, expected: &Superblock) -> Result<()> {
+        let mut e = *expected;
+        e.clean = self.clean;
+        if e != *self {
+            return Err(Error::Corrupt(
+                "engine superblock geometry is inconsistent".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Write to block 0 and make it durable.
+    pub fn store(&self, m: &dyn Medium) -> Result<()> {
+        m.write(0, &self.encode())?;
+        m.flush(0, SB_SIZE as u64);
+        m.fence()
+    }
+
+    /// Read block 0 of `m` and validate it.
+    pub fn load(m: &dyn Medium) -> Result<Superblock> {
+        let len = m.len();
+        if len < BLOCK_SIZE as u64 {
+            return Err(Error::NotNodup("medium smaller than one block".into()));
+        }
+        let mut b = [0u8; SB_SIZE];
+        m.read(0, &mut b)?;
+        Superblock::decode(&b, len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_and_rejects() {
+        let sb = Superblock::plan(
+            64 << 20,
+            16,
+            PolicyKind::Light,
+            FpKind::Xxh3,
+            MetaLayoutKind::Region,
+            0,
+            |t, _| t + 1,
+        )
+        .unwrap();
+        let b = sb.encode();
+        assert_eq!(Superblock::decode(&b, 64 << 20).unwrap(), sb);
+        let mut bad = b;
+        bad[20] ^= 1;
+        assert!(matches!(
+            Superblock::decode(&bad, 64 << 20),
+            Err(Error::Corrupt(_))
+        ));
+        let mut bad = b;
+        bad[0] = b'X';
+        assert!(matches!(
+            Superblock::decode(&bad, 64 << 20),
+            Err(Error::NotNodup(_))
+        ));
+        let mut newer = sb;
+        newer.version = VERSION + 1;
+        assert!(matches!(
+            Superblock::decode(&newer.encode(), 64 << 20),
+            Err(Error::Version { .. })
+        ));
+        assert!(Superblock::decode(&b, 1 << 20).is_err());
+    }
+}

@@ -1,0 +1,166 @@
+//! Compact open-addressing table: one 8-byte slot per entry, linear probing, backward-shift delete.
+//!
+//! Slot layout (64 bits): `tag` in the high `64 - loc_bits` bits, the entry number
+//! (entry offset / 32) in the low `loc_bits` bits; 0 = empty (entry number 0 is never used
+//! because offset 0 is the superblock). The tag is the high part of the mixed fingerprint; the
+//! home bucket is computed from the tag alone, so the table can be resized without reading the
+//! medium. Tags are filters only: the caller confirms a candidate against the on-media entry.
+
+/// Smallest table, in slots.
+pub const MIN_SLOTS: usize = 16;
+
+/// One open-addressing table.
+#[derive(Debug)]
+pub struct Table {
+    slots: Vec<u64>,
+    len: usize,
+    loc_bits: u32,
+}
+
+impl Table {
+    /// An empty table whose entry numbers need at most `loc_bits` bits.
+    pub fn new(loc_bits: u32, cap: usize) -> Table {
+        Table {
+            slots: vec![0; cap.max(MIN_SLOTS)],
+            len: 0,
+            loc_bits,
+        }
+    }
+
+    /// Entries stored.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when no entry is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Heap bytes of the slot array (exact: the vector is allocated at its length).
+    pub fn heap_bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<u64>()
+    }
+
+    fn tag_mask(&self) -> u64 {
+        !((1u64 << self.loc_bits) - 1)
+    }
+
+    #[inline]
+    fn home(&self, tagbits: u64) -> usize {
+        ((tagbits as u128 * self.slots.len() as u128) >> 64) as usize
+    }
+
+    /// Visit every stored entry number whose tag matches `h`, in probe order, until `f` says stop
+    /// (returns `Some`).
+    #[inline]
+    pub fn find<T>(&self, h: u64, mut f: impl FnMut(u64) -> Option<T>) -> Option<T> {
+        let tm = self.tag_mask();
+        let tagbits = h & tm;
+        let n = self.slots.len();
+        let mut i = self.home(tagbits);
+        loop {
+            let s = self.slots[i];
+            if s == 0 {
+                return None;
+            }
+            if s & tm == tagbits {
+                if let Some(t) = f(s & !tm) {
+                    return Some(t);
+                }
+            }
+            i += 1;
+            if i == n {
+                i = 0;
+            }
+        }
+    }
+
+    /// Insert entry number `ent` under hash `h` (duplicates are the caller's business).
+    pub fn insert(&mut self, h: u64, ent: u64) {
+        debug_assert!(ent != 0 && ent >> self.loc_bits == 0);
+        if (self.len + 1) * 4 > self.slots.len() * 3 {
+            let newcap = (self.slots.len() * 3 / 2).max(MIN_SLOTS);
+            self.resize(newcap);
+        }
+        let slot = (h & self.tag_mask()) | ent;
+        self.put(slot);
+        self.len += 1;
+    }
+
+    fn put(&mut self, slot: u64) {
+        let n = self.slots.len();
+        let mut i = self.home(slot & self.tag_mask());
+        while self.slots[i] != 0 {
+            i += 1;
+            if i == n {
+                i = 0;
+            }
+        }
+        self.slots[i] = slot;
+    }
+
+    fn resize(&mut self, newcap: usize) {
+        let old = std::mem::replace(&mut self.slots, vec![0; newcap.max(MIN_SLOTS)]);
+        for s in old {
+            if s != 0 {
+                self.put(s);
+            }
+        }
+    }
+
+    /// Remove the slot holding entry number `ent` under hash `h`; returns whether it was there.
+    pub fn remove(&mut self, h: u64, ent: u64) -> bool {
+        let tm = self.tag_mask();
+        let want = (h & tm) | ent;
+        let n = self.slots.len();
+        let mut i = self.home(h & tm);
+        loop {
+            let s = self.slots[i];
+            if s == 0 {
+                return false;
+            }
+            if s == want {
+                break;
+            }
+            i = (i + 1) % n;
+        }
+        // Backward-shift deletion keeps every probe sequence unbroken without tombstones.
+        let mut hole = i;
+        let mut j = i;
+        loop {
+            j = (j + 1) % n;
+            let s = self.slots[j];
+            if s == 0 {
+                break;
+            }
+            let home = self.home(s & tm);
+            // Move `s` into the hole when its home is not cyclically within (hole, j].
+            let dist_home = (j + n - home) % n;
+            let dist_hole = (j + n - hole) % n;
+            if dist_home >= dist_hole {
+                self.slots[hole] = s;
+                hole = j;
+            }
+        }
+        self.slots[hole] = 0;
+        self.len -= 1;
+        if self.slots.len() > MIN_SLOTS && self.len * 3 < self.slots.len() {
+            let newcap = self.slots.len() * 2 / 3;
+            self.resize(newcap);
+        }
+        true
+    }
+
+    /// Every stored entry number (for the clean-shutdown save).
+    pub fn entries(&self) -> impl Iterator<Item = u64> + '_ {
+        let tm = self.tag_mask();
+        self.slots.iter().filter(|&&s| s != 0).map(move |s| s & !tm)
+    }
+
+    /// Drop everything and shrink to the minimum.
+    pub fn clear(&mut self) {
+        self.slots = vec![0; MIN_SLOTS];
+        self.len = 0;
+    }
+}

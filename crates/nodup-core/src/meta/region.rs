@@ -1,0 +1,456 @@
+//! `region` layout: the Light-Meta-Table (Light-Dedup §4.4).
+//!
+//! On-media layout of one region (one 4 KiB block):
+//!
+//! | offset | width      | field                                       |
+//! |-------:|-----------:|---------------------------------------------|
+//! | 0      | 127 x 32 B | entries (see `record`)                      |
+//! | 4064   | 8          | magic `REGION_MAGIC`                        |
+//! | 4072   | 16         | reserved (zero)                             |
+//! | 4088   | 8          | next region's block number (0 = end)        |
+//!
+//! The first `HEADER_REGIONS` regions sit in a fixed area and are the list head; more regions
+//! are taken from the block allocator and linked at the tail; they are never given back
+//! (GC-free). Each writer pool has a current region it fills almost sequentially, checking
+//! entries one by one. A region is allocatable (in the DRAM Region Queue) while at most half of
+//! its entries (64) are in use; a deletion that brings a region back to 64 used entries re-queues
+//! it. Valid-entry counters live in DRAM and are saved on clean shutdown.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use super::io::{IoTally, MetaIo};
+use super::record::{ENTRY_SIZE, OFF_BLOCKNR, RESERVED};
+use super::{LayoutGeometry, MetaLayout, MetaLayoutKind};
+use crate::alloc::Allocator;
+use crate::{BlockNr, Error, Result, BLOCK_SIZE};
+
+/// Entries per region.
+pub const REGION_ENTRIES: u64 = 127;
+/// Offset of the region magic.
+pub const OFF_MAGIC: u64 = REGION_ENTRIES * ENTRY_SIZE;
+/// Offset of the next-region pointer.
+pub const OFF_NEXT: u64 = BLOCK_SIZE as u64 - 8;
+/// Magic of a region block.
+pub const REGION_MAGIC: u64 = u64::from_le_bytes(*b"NDREGION");
+/// Regions in the fixed header area.
+pub const HEADER_REGIONS: u64 = 1;
+/// A region is allocatable while at most this many entries are in use (half of 128 slots).
+pub const ALLOCATABLE_MAX: i64 = 64;
+/// Writer pools with their own current region.
+const CUR_SLOTS: usize = 16;
+
+#[derive(Debug, Clone, Copy)]
+struct RegionInfo {
+    block: u64,
+    /// Valid entries, not counting allocations a current region has not published yet.
+    valid: i64,
+    queued: bool,
+    cur: bool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    regions: Vec<RegionInfo>,
+    by_block: HashMap<u64, u32>,
+    queue: VecDeque<u32>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Cur {
+    ridx: u32,
+    block: u64,
+    next: u64,
+    /// Entries claimed since the region became current (published at eviction).
+    local: i64,
+    /// The region was created by this writer and every slot past `next` is known free, so
+    /// slots need not be read back (a fresh region's lines were just flushed out of the cache).
+    fresh: bool,
+}
+
+/// The Light-Meta-Table.
+pub struct RegionLayout {
+    geo: LayoutGeometry,
+    state: Mutex<State>,
+    curs: Vec<Mutex<Option<Cur>>>,
+    /// One bit per block of the medium: is it a region (validates hint targets lock-free).
+    is_region: Vec<AtomicU64>,
+}
+
+impl RegionLayout {
+    /// A layout over `geo` (call `format` or `attach` next).
+    pub fn new(geo: LayoutGeometry) -> RegionLayout {
+        RegionLayout {
+            geo,
+            state: Mutex::new(State::default()),
+            curs: (0..CUR_SLOTS).map(|_| Mutex::new(None)).collect(),
+            is_region: (0..geo.nblocks.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        }
+    }
+
+    fn mark_region(&self, b: u64) {
+        self.is_region[(b / 64) as usize].fetch_or(1 << (b % 64), Ordering::Relaxed);
+    }
+
+    fn block_is_region(&self, b: u64) -> bool {
+        b < self.geo.nblocks
+            && self.is_region[(b / 64) as usize].load(Ordering::Relaxed) & (1 << (b % 64)) != 0
+    }
+
+    fn init_region(io: &MetaIo, t: &mut IoTally, b: u64) -> Result<()> {
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        buf[OFF_MAGIC as usize..OFF_MAGIC as usize + 8]
+            .copy_from_slice(&REGION_MAGIC.to_le_bytes());
+        let off = b * BLOCK_SIZE as u64;
+        io.write(t, off, &buf)?;
+        io.flush(off, BLOCK_SIZE as u64);
+        io.fence()
+    }
+
+    /// Publish a current region's claims and hand it back (queued when allocatable).
+    fn evict(&self, st: &mut State, c: Cur) {
+        if let Some(r) = st.regions.get_mut(c.ridx as usize) {
+            r.valid += c.local;
+            r.cur = false;
+            if r.valid <= ALLOCATABLE_MAX && !r.queued {
+                r.queued = true;
+                st.queue.push_back(c.ridx);
+            }
+        }
+    }
+
+    /// A new region from the block allocator, linked at the tail of the chain.
+    fn grow(
+        &self,
+        io: &MetaIo,
+        t: &mut IoTally,
+        alloc: &Allocator,
+        apool: &mut usize,
+    ) -> Result<Cur> {
+        let b = alloc.alloc(apool)?;
+        Self::init_region(io, t, b)?;
+        let mut st = self.state.lock();
+        let tail = st
+            .regions
+            .last()
+            .map(|r| r.block)
+            .ok_or_else(|| Error::Corrupt("region chain has no head".into()))?;
+        let off = tail * BLOCK_SIZE as u64 + OFF_NEXT;
+        io.write_u64(t, off, b)?;
+        io.flush(off, 8);
+        io.fence()?;
+        let ridx = st.regions.len() as u32;
+        st.regions.push(RegionInfo {
+            block: b,
+            valid: 0,
+            queued: false,
+            cur: true,
+        });
+        st.by_block.insert(b, ridx);
+        self.mark_region(b);
+        Ok(Cur {
+            ridx,
+            block: b,
+            next: 0,
+            local: 0,
+            fresh: true,
+        })
+    }
+
+    /// Number of regions (for tests and stats).
+    pub fn region_count(&self) -> usize {
+        self.state.lock().regions.len()
+    }
+
+    /// Valid-entry counter of every region, current regions' unpublished claims included.
+    pub fn counters(&self) -> Vec<i64> {
+        let mut v: Vec<i64> = self.state.lock().regions.iter().map(|r| r.valid).collect();
+        for c in &self.curs {
+            if let Some(c) = *c.lock() {
+                if let Some(x) = v.get_mut(c.ridx as usize) {
+                    *x += c.local;
+                }
+            }
+        }
+        v
+    }
+
+    fn publish_all(&self) {
+        for c in &self.curs {
+            let mut g = c.lock();
+            if let Some(cur) = g.take() {
+                self.evict(&mut self.state.lock(), cur);
+            }
+        }
+    }
+}
+
+impl MetaLayout for RegionLayout {
+    fn kind(&self) -> MetaLayoutKind {
+        MetaLayoutKind::Region
+    }
+
+    fn format(&self, io: &MetaIo, t: &mut IoTally) -> Result<()> {
+        for i in 0..HEADER_REGIONS {
+            let b = self.geo.start_block + i;
+            Self::init_region(io, t, b)?;
+            if i + 1 < HEADER_REGIONS {
+                io.write_u64(t, b * BLOCK_SIZE as u64 + OFF_NEXT, b + 1)?;
+            }
+        }
+        io.flush(
+            self.geo.start_block * BLOCK_SIZE as u64,
+            HEADER_REGIONS * BLOCK_SIZE as u64,
+        );
+        io.fence()?;
+        self.attach(io, t)?;
+        self.rebuild(&[])
+    }
+
+    fn attach(&self, io: &MetaIo, t: &mut IoTally) -> Result<()> {
+        let mut st = State::default();
+        for w in &self.is_region {
+            w.store(0, Ordering::Relaxed);
+        }
+        let mut b = self.geo.start_block;
+        let max = self.geo.nblocks;
+        loop {
+            let base = b * BLOCK_SIZE as u64;
+            if io.read_u64(t, base + OFF_MAGIC)? != REGION_MAGIC {
+                return Err(Error::Corrupt(format!(
+                    "block {b} in the region chain is not a region"
+                )));
+            }
+            if st.by_block.contains_key(&b) || st.regions.len() as u64 >= max {
+                return Err(Error::Corrupt("region chain has a cycle".into()));
+            }
+            let ridx = st.regions.len() as u32;
+            st.regions.push(RegionInfo {
+                block: b,
+                valid: 0,
+                queued: false,
+                cur: false,
+            });
+            st.by_block.insert(b, ridx);
+            self.mark_region(b);
+            let next = io.read_u64(t, base + OFF_NEXT)?;
+            if next == 0 {
+                break;
+            }
+            if next < self.geo.data_start || next >= self.geo.nblocks {
+                return Err(Error::Corrupt(format!(
+                    "region pointer {next} outside the data area"
+                )));
+            }
+            b = next;
+        }
+        if (st.regions.len() as u64) < HEADER_REGIONS {
+            return Err(Error::Corrupt("region header area is short".into()));
+        }
+        *self.state.lock() = st;
+        for c in &self.curs {
+            *c.lock() = None;
+        }
+        Ok(())
+    }
+
+    fn alloc_entry(
+        &self,
+        io: &MetaIo,
+        t: &mut IoTally,
+        _fp: u64,
+        pool: usize,
+        alloc: &Allocator,
+        apool: &mut usize,
+    ) -> Result<u64> {
+        let mut cur = self.curs[pool % CUR_SLOTS].lock();
+        loop {
+            if let Some(c) = cur.as_mut() {
+                // Check the entries of the current region one by one for a free one.
+                while c.next < REGION_ENTRIES {
+                    let loc = c.block * BLOCK_SIZE as u64 + c.next * ENTRY_SIZE;
+                    c.next += 1;
+                    if c.fresh || io.read_u64(t, loc + OFF_BLOCKNR)? == 0 {
+                        io.write_u64(t, loc + OFF_BLOCKNR, RESERVED)?;
+                        c.local += 1;
+                        return Ok(loc);
+                    }
+                }
+                let done = *c;
+                *cur = None;
+                self.evict(&mut self.state.lock(), done);
+            }
+            let next = {
+                let mut st = self.state.lock();
+                match st.queue.pop_front() {
+                    Some(r) => {
+                        let ri = &mut st.regions[r as usize];
+                        ri.queued = false;
+                        ri.cur = true;
+                        Some(Cur {
+                            ridx: r,
+                            block: ri.block,
+                            next: 0,
+                            local: 0,
+                            fresh: false,
+                        })
+                    }
+                    None => None,
+                }
+            };
+            *cur = Some(match next {
+                Some(c) => c,
+                None => self.grow(io, t, alloc, apool)?,
+            });
+        }
+    }
+
+    fn free_entry(&self, loc: u64) {
+        let b = loc / BLOCK_SIZE as u64;
+        let mut st = self.state.lock();
+        let Some(&ridx) = st.by_block.get(&b) else {
+            return;
+        };
+        let r = &mut st.regions[ridx as usize];
+        r.valid -= 1;
+        // Exactly half free again: the region becomes allocatable (unless a writer holds it).
+        if !r.cur && !r.queued && r.valid <= ALLOCATABLE_MAX {
+            r.queued = true;
+            st.queue.push_back(ridx);
+        }
+    }
+
+    fn is_entry_loc(&self, loc: u64) -> bool {
+        loc.is_multiple_of(ENTRY_SIZE)
+            && (loc % BLOCK_SIZE as u64) / ENTRY_SIZE < REGION_ENTRIES
+            && self.block_is_region(loc / BLOCK_SIZE as u64)
+    }
+
+    fn for_each_slot(&self, f: &mut dyn FnMut(u64) -> Result<()>) -> Result<()> {
+        let blocks: Vec<u64> = self.state.lock().regions.iter().map(|r| r.block).collect();
+        for b in blocks {
+            for i in 0..REGION_ENTRIES {
+                f(b * BLOCK_SIZE as u64 + i * ENTRY_SIZE)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn owned_blocks(&self) -> Vec<BlockNr> {
+        let st = self.state.lock();
+        st.regions
+            .iter()
+            .map(|r| r.block)
+            .filter(|&b| b >= self.geo.data_start)
+            .collect()
+    }
+
+    fn rebuild(&self, valid_sorted: &[u64]) -> Result<()> {
+        for c in &self.curs {
+            *c.lock() = None;
+        }
+        let mut st = self.state.lock();
+        for r in st.regions.iter_mut() {
+            *r = RegionInfo {
+                valid: 0,
+                queued: false,
+                cur: false,
+                ..*r
+            };
+        }
+        for &loc in valid_sorted {
+            let b = loc / BLOCK_SIZE as u64;
+            let ridx = *st
+                .by_block
+                .get(&b)
+                .ok_or_else(|| Error::Corrupt(format!("entry {loc} outside every region")))?;
+            st.regions[ridx as usize].valid += 1;
+        }
+        st.queue.clear();
+        for i in 0..st.regions.len() {
+            if st.regions[i].valid <= ALLOCATABLE_MAX {
+                st.regions[i].queued = true;
+                st.queue.push_back(i as u32);
+            }
+        }
+        Ok(())
+    }
+
+    fn save_state(&self) -> Vec<u64> {
+        self.publish_all();
+        let st = self.state.lock();
+        let mut w = Vec::with_capacity(st.regions.len() + 1);
+        w.push(st.regions.len() as u64);
+        w.extend(st.regions.iter().map(|r| r.valid.max(0) as u64));
+        w
+    }
+
+    fn load_state(&self, words: &[u64]) -> Result<()> {
+        for c in &self.curs {
+            *c.lock() = None;
+        }
+        let mut st = self.state.lock();
+        let n = st.regions.len();
+        if words.first().copied() != Some(n as u64) || words.len() != n + 1 {
+            return Err(Error::Corrupt(
+                "saved region counters do not match the region chain".into(),
+            ));
+        }
+        st.queue.clear();
+        for i in 0..n {
+            let v = words[i + 1];
+            if v > REGION_ENTRIES {
+                return Err(Error::Corrupt(format!(
+                    "region counter {v} exceeds {REGION_ENTRIES}"
+                )));
+            }
+            let r = &mut st.regions[i];
+            r.valid = v as i64;
+            r.cur = false;
+            r.queued = r.valid <= ALLOCATABLE_MAX;
+            if r.queued {
+                st.queue.push_back(i as u32);
+            }
+        }
+        Ok(())
+    }
+
+    fn max_state_words(&self) -> u64 {
+        // Regions are blocks of the medium.
+        self.geo.nblocks + 1
+    }
+
+    fn check(&self, valid_sorted: &[u64]) -> Vec<String> {
+        let counters = self.counters();
+        let st = self.state.lock();
+        let mut real = vec![0i64; st.regions.len()];
+        let mut out = Vec::new();
+        for &loc in valid_sorted {
+            match st.by_block.get(&(loc / BLOCK_SIZE as u64)) {
+                Some(&r) => real[r as usize] += 1,
+                None => out.push(format!("entry {loc} is outside every region")),
+            }
+        }
+        for (i, (&c, &r)) in counters.iter().zip(&real).enumerate() {
+            // Claimed-but-uncommitted slots are counted too, so only idle engines compare equal.
+            if c != r {
+                out.push(format!("region {i} counter {c}, {r} valid entries"));
+            }
+            let ri = &st.regions[i];
+            if !ri.cur && !ri.queued && c <= ALLOCATABLE_MAX {
+                out.push(format!("region {i} has {c} entries in use but is not allocatable"));
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for &q in &st.queue {
+            if !seen.insert(q) {
+                out.push(format!("region {q} queued twice"));
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,198 @@
+//! End-to-end checks of the engine API on a heap medium: format, dedup, release, clean
+//! shutdown + normal recovery, failure recovery, and open-time validation.
+
+use std::sync::Arc;
+
+use nodup_core::engine::{FormatOptions, OpenOptions, OpenState};
+use nodup_core::media::{Medium, MemMedium};
+use nodup_core::meta::MetaLayoutKind;
+use nodup_core::policy::{PolicyKind, PrefetchMode};
+use nodup_core::{Engine, Error, WriteCtx, BLOCK_SIZE};
+
+fn block(seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; BLOCK_SIZE];
+    for (i, c) in v.chunks_mut(8).enumerate() {
+        c.copy_from_slice(&(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i as u64).to_le_bytes());
+    }
+    v
+}
+
+fn fmt(m: &Arc<MemMedium>, policy: PolicyKind, layout: MetaLayoutKind) -> Engine {
+    let opts = FormatOptions {
+        policy,
+        meta_layout: layout,
+        ..Default::default()
+    };
+    Engine::format(m.clone(), &opts, &OpenOptions::default()).unwrap()
+}
+
+#[test]
+fn dedup_release_and_reuse() {
+    for layout in [
+        MetaLayoutKind::Region,
+        MetaLayoutKind::Entry,
+        MetaLayoutKind::Hashtable,
+    ] {
+        let m = Arc::new(MemMedium::new(8 << 20));
+        let e = fmt(&m, PolicyKind::Light, layout);
+        let mut ctx = WriteCtx::default();
+        let a = block(1);
+        let b = block(2);
+        let r = e.write(&mut ctx, &[&a, &b, &a]).unwrap();
+        assert_eq!(r[0], r[2]);
+        assert_ne!(r[0], r[1]);
+        let r2 = e.write(&mut ctx, &[&b]).unwrap();
+        assert_eq!(r2[0], r[1]);
+        let s = e.stats();
+        assert_eq!(s.blocks_written, 4);
+        assert_eq!(s.dedup_hits, 2);
+        assert_eq!(s.index_entries, 2);
+        assert_eq!(s.physical_bytes, 2 * BLOCK_SIZE as u64);
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        e.read(r[1], &mut buf).unwrap();
+        assert_eq!(buf, b);
+        e.release(r[0]).unwrap();
+        e.release(r[2]).unwrap();
+        assert_eq!(e.stats().index_entries, 1);
+        assert!(
+            e.release(r[0]).is_err(),
+            "{layout:?}: double release must fail"
+        );
+        e.release(r[1]).unwrap();
+        e.release(r2[0]).unwrap();
+        let s = e.stats();
+        assert_eq!((s.index_entries, s.physical_bytes), (0, 0));
+        assert_eq!(s.free_blocks, s.total_blocks - region_blocks(&e));
+    }
+}
+
+fn region_blocks(e: &Engine) -> u64 {
+    // Regions allocated from the data area stay allocated (GC-free); only the region layout has them.
+    let s = e.stats();
+    if s.meta_layout == "region" {
+        s.total_blocks - s.free_blocks
+    } else {
+        0
+    }
+}
+
+#[test]
+fn clean_shutdown_reload_and_failure_recovery() {
+    let m = Arc::new(MemMedium::new(8 << 20));
+    let e = fmt(&m, PolicyKind::Light, MetaLayoutKind::Region);
+    let mut ctx = WriteCtx::default();
+    let data: Vec<Vec<u8>> = (0..300).map(|i| block(i % 100)).collect();
+    let refs: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
+    let got = e.write(&mut ctx, &refs).unwrap();
+    let meta = e.alloc_meta(3).unwrap();
+    let before = e.stats();
+    e.shutdown().unwrap();
+    assert!(e.write(&mut ctx, &refs[..1]).is_err());
+    drop(e);
+
+    let (e, st) = Engine::open(m.clone(), &OpenOptions::default()).unwrap();
+    assert_eq!(st, OpenState::Clean);
+    let s = e.stats();
+    assert_eq!(s.index_entries, before.index_entries);
+    assert_eq!(s.free_blocks, before.free_blocks);
+    assert_eq!(s.physical_bytes, before.physical_bytes);
+    let again = e.write(&mut WriteCtx::default(), &refs[..100]).unwrap();
+    assert_eq!(&again[..], &got[..100]);
+    drop(e); // no shutdown: a crash
+
+    let (e, st) = Engine::open(m.clone(), &OpenOptions::default()).unwrap();
+    assert_eq!(st, OpenState::NeedsRecovery);
+    assert!(matches!(
+        e.write(&mut WriteCtx::default(), &refs[..1]),
+        Err(Error::NeedsRecovery)
+    ));
+    // The caller only kept the first call's references (the second call's are "lost").
+    let rep = e
+        .recover(&mut got.iter().copied(), &mut meta.iter().copied())
+        .unwrap();
+    assert!(rep.refcounts_fixed > 0);
+    let s = e.stats();
+    assert_eq!(s.index_entries, 100);
+    assert_eq!(s.free_blocks, before.free_blocks);
+    for (i, &b) in got.iter().enumerate() {
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        e.read(b, &mut buf).unwrap();
+        assert_eq!(buf, data[i]);
+    }
+    // Releasing every reference frees every data block.
+    for &b in &got {
+        e.release(b).unwrap();
+    }
+    assert_eq!(e.stats().physical_bytes, 0);
+    assert_eq!(e.stats().index_entries, 0);
+}
+
+#[test]
+fn open_rejects_foreign_and_corrupt_images() {
+    let m = Arc::new(MemMedium::new(4 << 20));
+    assert!(matches!(
+        Engine::open(m.clone(), &OpenOptions::default()),
+        Err(Error::NotNodup(_))
+    ));
+    let tiny = Arc::new(MemMedium::new(100));
+    assert!(matches!(
+        Engine::open(tiny, &OpenOptions::default()),
+        Err(Error::NotNodup(_))
+    ));
+    let e = fmt(&m, PolicyKind::Light, MetaLayoutKind::Region);
+    e.shutdown().unwrap();
+    m.write(20, &[0xff]).unwrap();
+    assert!(matches!(
+        Engine::open(m.clone(), &OpenOptions::default()),
+        Err(Error::Corrupt(_))
+    ));
+}
+
+#[test]
+fn policies_behave() {
+    for policy in [
+        PolicyKind::None,
+        PolicyKind::Strong,
+        PolicyKind::WeakVerify,
+        PolicyKind::Light,
+    ] {
+        for pf in PrefetchMode::ALL {
+            let m = Arc::new(MemMedium::new(8 << 20));
+            let opts = FormatOptions {
+                policy,
+                ..Default::default()
+            };
+            let oo = OpenOptions {
+                prefetch: pf,
+                ..Default::default()
+            };
+            let e = Engine::format(m.clone(), &opts, &oo).unwrap();
+            let mut ctx = WriteCtx::default();
+            let data: Vec<Vec<u8>> = (0..64).map(block).collect();
+            let refs: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
+            let first = e.write(&mut ctx, &refs).unwrap();
+            let second = e.write(&mut ctx, &refs).unwrap();
+            let third = e.write(&mut ctx, &refs).unwrap();
+            if policy == PolicyKind::None {
+                assert_eq!(e.stats().dedup_hits, 0);
+                assert_ne!(first, second);
+            } else {
+                assert_eq!(first, second, "{policy:?} {pf:?}");
+                assert_eq!(first, third);
+                assert_eq!(e.stats().dedup_hits, 128);
+                if policy == PolicyKind::Light && pf != PrefetchMode::None {
+                    assert!(e.stats().hint_hits > 0, "{pf:?}");
+                }
+            }
+        }
+    }
+    let m = Arc::new(MemMedium::new(8 << 20));
+    let opts = FormatOptions {
+        policy: PolicyKind::Smart,
+        ..Default::default()
+    };
+    assert!(matches!(
+        Engine::format(m, &opts, &OpenOptions::default()),
+        Err(Error::Invalid(_))
+    ));
+}

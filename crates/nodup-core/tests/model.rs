@@ -1,0 +1,226 @@
+//! Property tests: random writes (with heavy duplication), overwrites, deletes, clean remounts
+//! and crashes + failure recovery, compared after every step with a plain in-memory model of
+//! what each logical slot holds — for every layout, every policy and every prefetch variant,
+//! and with the 8-value test fingerprint that makes collisions frequent.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use nodup_core::engine::{FormatOptions, OpenOptions, OpenState};
+use nodup_core::fingerprint::FpKind;
+use nodup_core::media::MemMedium;
+use nodup_core::meta::MetaLayoutKind;
+use nodup_core::policy::{PolicyKind, PrefetchMode};
+use nodup_core::{BlockNr, Engine, WriteCtx, BLOCK_SIZE};
+use proptest::prelude::*;
+
+/// Distinct contents the workload draws from (small, so duplicates are frequent).
+const POOL: u8 = 12;
+/// Logical slots (like file blocks).
+const SLOTS: u8 = 24;
+
+fn content(c: u8) -> Vec<u8> {
+    let mut v = vec![0u8; BLOCK_SIZE];
+    let mut x = 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(c as u64 + 1);
+    for w in v.chunks_mut(8) {
+        x ^= x >> 31;
+        x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        w.copy_from_slice(&x.to_le_bytes());
+    }
+    v
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// One write call: (slot, content) per block; each slot's old block is released after.
+    Write(Vec<(u8, u8)>),
+    Delete(u8),
+    Remount,
+    Crash,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => proptest::collection::vec((0..SLOTS, 0..POOL), 1..10).prop_map(Op::Write),
+        2 => (0..SLOTS).prop_map(Op::Delete),
+        1 => Just(Op::Remount),
+        1 => Just(Op::Crash),
+    ]
+}
+
+struct Harness {
+    medium: Arc<MemMedium>,
+    engine: Engine,
+    ctx: WriteCtx,
+    open: OpenOptions,
+    slots: BTreeMap<u8, (u8, BlockNr)>,
+    policy: PolicyKind,
+    collide: bool,
+}
+
+impl Harness {
+    fn new(policy: PolicyKind, layout: MetaLayoutKind, prefetch: PrefetchMode, collide: bool) -> Harness {
+        let medium = Arc::new(MemMedium::new(2 << 20));
+        let fopts = FormatOptions {
+            policy,
+            meta_layout: layout,
+            fingerprint: if collide { FpKind::TestCollide } else { FpKind::Xxh3 },
+            client_area_blocks: 2,
+            ..Default::default()
+        };
+        let open = OpenOptions { prefetch, transition_threshold: 6, ..Default::default() };
+        let engine = Engine::format(medium.clone(), &fopts, &open).unwrap();
+        Harness { medium, engine, ctx: WriteCtx::default(), open, slots: BTreeMap::new(), policy, collide }
+    }
+
+    fn apply(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        match op {
+            Op::Write(w) => {
+                let data: Vec<Vec<u8>> = w.iter().map(|&(_, c)| content(c)).collect();
+                let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+                let got = self.engine.write(&mut self.ctx, &refs).unwrap();
+                prop_assert_eq!(got.len(), w.len());
+                let mut old = Vec::new();
+                for (&(slot, c), &b) in w.iter().zip(&got) {
+                    if let Some((_, ob)) = self.slots.insert(slot, (c, b)) {
+                        old.push(ob);
+                    }
+                }
+                for b in old {
+                    self.engine.release(b).unwrap();
+                }
+            }
+            Op::Delete(s) => {
+                if let Some((_, b)) = self.slots.remove(s) {
+                    self.engine.release(b).unwrap();
+                }
+            }
+            Op::Remount => {
+                self.engine.shutdown().unwrap();
+                let (e, st) = Engine::open(self.medium.clone(), &self.open).unwrap();
+                prop_assert_eq!(st, OpenState::Clean);
+                self.engine = e;
+                self.ctx = WriteCtx::default();
+            }
+            Op::Crash => {
+                let (e, st) = Engine::open(self.medium.clone(), &self.open).unwrap();
+                prop_assert_eq!(st, OpenState::NeedsRecovery);
+                let refs: Vec<BlockNr> = self.slots.values().map(|&(_, b)| b).collect();
+                e.recover(&mut refs.into_iter(), &mut std::iter::empty()).unwrap();
+                self.engine = e;
+                self.ctx = WriteCtx::default();
+            }
+        }
+        self.check()
+    }
+
+    fn check(&self) -> Result<(), TestCaseError> {
+        let e = &self.engine;
+        let mut count: HashMap<BlockNr, u64> = HashMap::new();
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        for &(c, b) in self.slots.values() {
+            e.read(b, &mut buf).unwrap();
+            prop_assert!(buf == content(c), "block {} does not hold content {}", b, c);
+            *count.entry(b).or_default() += 1;
+        }
+        let mut with_entry = 0;
+        for (&b, &n) in &count {
+            match e.block_refcount(b).unwrap() {
+                Some(rc) => {
+                    with_entry += 1;
+                    prop_assert_eq!(rc, n, "refcount of block {}", b);
+                }
+                None => prop_assert_eq!(n, 1, "block {} without entry has {} references", b, n),
+            }
+        }
+        let s = e.stats();
+        prop_assert_eq!(s.physical_bytes, count.len() as u64 * BLOCK_SIZE as u64);
+        prop_assert_eq!(s.free_blocks, s.total_blocks - count.len() as u64 - e.layout_owned_blocks());
+        let audit = e.audit().unwrap();
+        prop_assert!(audit.problems.is_empty(), "{:?}", audit.problems);
+        prop_assert_eq!(audit.valid_entries, with_entry);
+        prop_assert_eq!(s.index_entries, with_entry);
+        match self.policy {
+            PolicyKind::None => prop_assert_eq!(with_entry, 0),
+            _ if !self.collide => {
+                // Without collisions, equal content always ends up in one block.
+                let mut by_content: HashMap<u8, BlockNr> = HashMap::new();
+                for &(c, b) in self.slots.values() {
+                    let first = *by_content.entry(c).or_insert(b);
+                    prop_assert_eq!(first, b, "content {} stored twice", c);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+fn run(policy: PolicyKind, layout: MetaLayoutKind, prefetch: PrefetchMode, collide: bool, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut h = Harness::new(policy, layout, prefetch, collide);
+    for op in ops {
+        h.apply(op)?;
+    }
+    // Releasing everything leaves no data block and no entry behind.
+    let all: Vec<u8> = h.slots.keys().copied().collect();
+    for s in all {
+        h.apply(&Op::Delete(s))?;
+    }
+    let st = h.engine.stats();
+    prop_assert_eq!(st.physical_bytes, 0);
+    prop_assert_eq!(st.index_entries, 0);
+    Ok(())
+}
+
+const LAYOUTS: [MetaLayoutKind; 3] = [MetaLayoutKind::Region, MetaLayoutKind::Entry, MetaLayoutKind::Hashtable];
+
+fn layout() -> impl Strategy<Value = MetaLayoutKind> {
+    (0..3usize).prop_map(|i| LAYOUTS[i])
+}
+
+fn prefetch() -> impl Strategy<Value = PrefetchMode> {
+    (0..7usize).prop_map(|i| PrefetchMode::ALL[i])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn light_matches_model(l in layout(), p in prefetch(), ops in proptest::collection::vec(op(), 1..40)) {
+        run(PolicyKind::Light, l, p, false, &ops)?;
+    }
+
+    #[test]
+    fn baselines_match_model(
+        l in layout(),
+        pol in prop_oneof![Just(PolicyKind::None), Just(PolicyKind::Strong), Just(PolicyKind::WeakVerify)],
+        ops in proptest::collection::vec(op(), 1..40),
+    ) {
+        run(pol, l, PrefetchMode::Cbp, false, &ops)?;
+    }
+
+    #[test]
+    fn collisions_never_merge_different_data(
+        l in layout(),
+        pol in prop_oneof![Just(PolicyKind::Light), Just(PolicyKind::WeakVerify)],
+        p in prefetch(),
+        ops in proptest::collection::vec(op(), 1..40),
+    ) {
+        run(pol, l, p, true, &ops)?;
+    }
+}
+
+/// With 8 fingerprint values, 16 distinct blocks must collide; each still reads back its own
+/// bytes and no collision got an entry.
+#[test]
+fn forced_collisions_are_written_apart() {
+    for policy in [PolicyKind::Light, PolicyKind::WeakVerify] {
+        let mut h = Harness::new(policy, MetaLayoutKind::Region, PrefetchMode::Cbp, true);
+        let w: Vec<(u8, u8)> = (0..16).map(|i| (i, i)).collect();
+        h.apply(&Op::Write(w.clone())).unwrap();
+        h.apply(&Op::Write(w.iter().map(|&(s, c)| (s + 16, c)).collect())).unwrap();
+        let s = h.engine.stats();
+        assert!(s.fp_collisions >= 8, "{} collisions", s.fp_collisions);
+        assert!(s.index_entries <= 8);
+    }
+}

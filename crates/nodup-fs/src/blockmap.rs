@@ -1,0 +1,211 @@
+//! Per-file block map: file block number -> physical block (0 = hole), kept sparse in DRAM as
+//! fixed-size chunks so files with huge holes (or > 4 GiB) cost memory only where data lives.
+
+use nodup_core::BlockNr;
+use std::collections::BTreeMap;
+
+/// File blocks per chunk (2 MiB of file per chunk) beyond the direct part.
+pub const CHUNK: u64 = 512;
+/// File blocks kept in the direct vector (grown on demand, so a small file costs 8 bytes a block).
+pub const DIRECT: u64 = 512;
+
+/// A sparse map from file block to physical block; 0 means hole.
+///
+/// Blocks below [`DIRECT`] live in a vector sized to the highest one mapped (most files are
+/// small); blocks above live in fixed-size chunks keyed by chunk number, so huge sparse files
+/// cost memory only where data is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BlockMap {
+    direct: Vec<BlockNr>,
+    chunks: BTreeMap<u64, Box<[BlockNr; CHUNK as usize]>>,
+    mapped: u64,
+}
+
+impl BlockMap {
+    /// Physical block of file block `fb` (0 = hole).
+    pub fn get(&self, fb: u64) -> BlockNr {
+        if fb < DIRECT {
+            return self.direct.get(fb as usize).copied().unwrap_or(0);
+        }
+        let k = fb - DIRECT;
+        self.chunks
+            .get(&(k / CHUNK))
+            .map_or(0, |c| c[(k % CHUNK) as usize])
+    }
+
+    /// Map `fb` to `phys` (0 unmaps); returns the previous block (0 if it was a hole).
+    pub fn set(&mut self, fb: u64, phys: BlockNr) -> BlockNr {
+        let old = if fb < DIRECT {
+            let i = fb as usize;
+            if phys == 0 {
+                if i >= self.direct.len() {
+                    return 0;
+                }
+                let old = std::mem::replace(&mut self.direct[i], 0);
+                while self.direct.last() == Some(&0) {
+                    self.direct.pop();
+                }
+                if self.direct.is_empty() {
+                    self.direct = Vec::new();
+                }
+                old
+            } else {
+                if i >= self.direct.len() {
+                    self.direct.resize(i + 1, 0);
+                }
+                std::mem::replace(&mut self.direct[i], phys)
+            }
+        } else {
+            let k = fb - DIRECT;
+            let ci = k / CHUNK;
+            let i = (k % CHUNK) as usize;
+            if phys == 0 {
+                let Some(c) = self.chunks.get_mut(&ci) else {
+                    return 0;
+                };
+                let old = std::mem::replace(&mut c[i], 0);
+                if old != 0 && c.iter().all(|&b| b == 0) {
+                    self.chunks.remove(&ci);
+                }
+                old
+            } else {
+                let c = self
+                    .chunks
+                    .entry(ci)
+                    .or_insert_with(|| Box::new([0; CHUNK as usize]));
+                std::mem::replace(&mut c[i], phys)
+            }
+        };
+        match (old != 0, phys != 0) {
+            (false, true) => self.mapped += 1,
+            (true, false) => self.mapped -= 1,
+            _ => {}
+        }
+        old
+    }
+
+    /// Unmap every file block in `[start, end)`; returns the blocks that were mapped.
+    pub fn remove_range(&mut self, start: u64, end: u64) -> Vec<BlockNr> {
+        let mut out = Vec::new();
+        if start >= end {
+            return out;
+        }
+        let dend = end.min(self.direct.len() as u64);
+        for fb in start..dend {
+            let old = self.set(fb, 0);
+            if old != 0 {
+                out.push(old);
+            }
+        }
+        if end <= DIRECT {
+            return out;
+        }
+        let ks = start.max(DIRECT) - DIRECT;
+        let ke = end - DIRECT;
+        let keys: Vec<u64> = self
+            .chunks
+            .range(ks / CHUNK..=(ke - 1) / CHUNK)
+            .map(|(&k, _)| k)
+            .collect();
+        for ci in keys {
+            let lo = (ci * CHUNK).max(ks);
+            let hi = ((ci + 1) * CHUNK).min(ke);
+            for k in lo..hi {
+                let old = self.set(k + DIRECT, 0);
+                if old != 0 {
+                    out.push(old);
+                }
+            }
+        }
+        out
+    }
+
+    /// Number of mapped (non-hole) file blocks.
+    pub fn mapped(&self) -> u64 {
+        self.mapped
+    }
+
+    /// Every mapping `(file block, physical block)` in file order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, BlockNr)> + '_ {
+        let direct = self
+            .direct
+            .iter()
+            .enumerate()
+            .filter(|(_, &b)| b != 0)
+            .map(|(i, &b)| (i as u64, b));
+        let chunked = self.chunks.iter().flat_map(|(&ci, c)| {
+            c.iter()
+                .enumerate()
+                .filter(|(_, &b)| b != 0)
+                .map(move |(i, &b)| (DIRECT + ci * CHUNK + i as u64, b))
+        });
+        direct.chain(chunked)
+    }
+
+    /// Every physical block referenced, once per reference.
+    pub fn blocks(&self) -> impl Iterator<Item = BlockNr> + '_ {
+        self.iter().map(|(_, b)| b)
+    }
+
+    /// Unmap everything; returns the blocks that were mapped.
+    pub fn clear(&mut self) -> Vec<BlockNr> {
+        let out: Vec<BlockNr> = self.blocks().collect();
+        self.direct = Vec::new();
+        self.chunks.clear();
+        self.mapped = 0;
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap as Model;
+
+    proptest! {
+        #[test]
+        fn behaves_like_a_map(ops in proptest::collection::vec((0u8..3, prop_oneof![0u64..700, 0u64..5000], 0u64..3000, 1u64..100), 1..200)) {
+            let mut m = BlockMap::default();
+            let mut model: Model<u64, u64> = Model::new();
+            for (op, fb, len, phys) in ops {
+                match op {
+                    0 => {
+                        let old = m.set(fb, phys);
+                        prop_assert_eq!(old, model.insert(fb, phys).unwrap_or(0));
+                    }
+                    1 => {
+                        let old = m.set(fb, 0);
+                        prop_assert_eq!(old, model.remove(&fb).unwrap_or(0));
+                    }
+                    _ => {
+                        let mut got = m.remove_range(fb, fb + len);
+                        let keys: Vec<u64> = model.range(fb..fb + len).map(|(&k, _)| k).collect();
+                        let mut want: Vec<u64> = keys.iter().map(|k| model.remove(k).unwrap()).collect();
+                        got.sort_unstable();
+                        want.sort_unstable();
+                        prop_assert_eq!(got, want);
+                    }
+                }
+                prop_assert_eq!(m.mapped(), model.len() as u64);
+            }
+            let pairs: Vec<(u64, u64)> = m.iter().collect();
+            let want: Vec<(u64, u64)> = model.into_iter().collect();
+            prop_assert_eq!(pairs, want);
+        }
+    }
+
+    #[test]
+    fn far_offsets_are_sparse() {
+        let mut m = BlockMap::default();
+        m.set(10 << 20, 5); // 40 GiB into the file
+        assert_eq!(m.get(10 << 20), 5);
+        assert_eq!(m.get((10 << 20) - 1), 0);
+        assert_eq!(m.chunks.len(), 1);
+        assert!(m.direct.is_empty());
+        m.set(0, 9);
+        assert_eq!(m.direct.len(), 1);
+        assert_eq!(m.remove_range(0, u64::MAX), vec![9, 5]);
+        assert_eq!(m.mapped(), 0);
+    }
+}

@@ -1,0 +1,1416 @@
+//! The file system: POSIX operations over the inode table, the operation log and the engine.
+//!
+//! Locking (outermost first): `gate` (read by every operation, written by a checkpoint so it
+//! sees a quiescent state) -> `tables` (read to find an inode, written by namespace operations)
+//! -> one inode's lock -> `log` (the append itself, always last). A data write holds only its
+//! inode's lock across the engine call, so writes to different files run in parallel.
+
+use crate::chain::{read_chain, ChainKind, ChainWriter, PAYLOAD};
+use crate::checkpoint;
+use crate::error::{errno, FsError, Result};
+use crate::inode::{Attr, Body, Inode, Kind, Ts, ROOT_INO};
+use crate::log::record::{parse_all, Record};
+use crate::log::writer::LogWriter;
+use crate::state::{apply_inode, Effects, InodeRef, Tables};
+use crate::superblock::{self, MediumKind, Superblock, FLAG_CLEAN};
+use nodup_core::engine::RecoveryReport;
+use nodup_core::media::Medium;
+use nodup_core::{BlockNr, Engine, FormatOptions, OpenOptions, OpenState, WriteCtx, BLOCK_SIZE};
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+const BS: u64 = BLOCK_SIZE as u64;
+/// Largest file size accepted (EFBIG beyond).
+pub const MAX_FILE_SIZE: u64 = 1 << 50;
+/// Longest name in a directory.
+pub const NAME_MAX: usize = 255;
+/// Most hard links to one inode.
+pub const LINK_MAX: u32 = 65_000;
+/// Log size at which the maintenance tick writes a checkpoint.
+pub const CHECKPOINT_LOG_BYTES: u64 = 256 << 20;
+/// Pending (not yet durable) released blocks at which a BlockFile write forces a sync.
+const PENDING_LIMIT: usize = 1 << 20;
+
+/// How the file system is opened.
+#[derive(Debug, Clone)]
+pub struct FsOptions {
+    /// Engine options for this open (prefetch mode, memory budget).
+    pub open: OpenOptions,
+    /// Open without writing anything (stats of an unmounted image, fsck without --repair).
+    pub read_only: bool,
+    /// Log bytes that trigger a checkpoint.
+    pub checkpoint_log_bytes: u64,
+}
+
+impl Default for FsOptions {
+    fn default() -> Self {
+        FsOptions {
+            open: OpenOptions::default(),
+            read_only: false,
+            checkpoint_log_bytes: CHECKPOINT_LOG_BYTES,
+        }
+    }
+}
+
+/// Who performs an operation (owner of new inodes).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// How the last open found the image, for logs and `nodup stats`.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RecoveryInfo {
+    /// `fresh` (mkfs), `clean` (normal recovery) or `failure` (crash recovery).
+    pub kind: String,
+    /// Wall time of the whole open, seconds.
+    pub seconds: f64,
+    /// Log records replayed on top of the checkpoint.
+    pub replayed_records: u64,
+    /// What the engine's failure recovery did.
+    pub engine: Option<RecoveryReport>,
+}
+
+/// Requested attribute changes (setattr).
+#[derive(Debug, Clone, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<Ts>,
+    pub mtime: Option<Ts>,
+    pub ctime: Option<Ts>,
+}
+
+/// One directory entry returned by readdir: (next offset, inode, kind, name).
+pub type DirEntry = (u64, u64, Kind, Vec<u8>);
+
+/// fallocate mode bits understood here.
+pub mod falloc {
+    pub const KEEP_SIZE: i32 = 0x01;
+    pub const PUNCH_HOLE: i32 = 0x02;
+    pub const ZERO_RANGE: i32 = 0x10;
+}
+/// rename flags.
+pub mod rename_flags {
+    pub const NOREPLACE: u32 = 1;
+    pub const EXCHANGE: u32 = 2;
+}
+
+struct MetaState {
+    sb: Superblock,
+    slot: usize,
+    ckpt_blocks: Vec<BlockNr>,
+    /// Metadata blocks held back so a checkpoint can be written even when data filled the device.
+    reserve: Vec<BlockNr>,
+}
+
+/// A mounted (open) nodup file system.
+pub struct FileSystem {
+    engine: Engine,
+    medium: Arc<dyn Medium>,
+    kind: MediumKind,
+    area: BlockNr,
+    durable: bool,
+    read_only: bool,
+    ckpt_threshold: u64,
+    gate: RwLock<()>,
+    tables: RwLock<Tables>,
+    log: Mutex<LogWriter>,
+    meta: Mutex<MetaState>,
+    pending: Mutex<Vec<BlockNr>>,
+    ctxs: Mutex<Vec<WriteCtx>>,
+    mapped: AtomicU64,
+    recovery: RecoveryInfo,
+    shut: std::sync::atomic::AtomicBool,
+}
+
+fn name_ok(name: &[u8]) -> Result<()> {
+    if name.len() > NAME_MAX {
+        return errno(libc::ENAMETOOLONG);
+    }
+    if name.is_empty() || name.contains(&b'/') || name == b"." || name == b".." {
+        return errno(libc::EINVAL);
+    }
+    Ok(())
+}
+
+impl FileSystem {
+    // ---------------------------------------------------------------- format / open / close
+
+    /// Format `medium` (engine + file system) and return it open.
+    pub fn format(
+        medium: Arc<dyn Medium>,
+        kind: MediumKind,
+        fopts: &FormatOptions,
+        opts: &FsOptions,
+        owner: Caller,
+    ) -> Result<FileSystem> {
+        let t0 = Instant::now();
+        let mut fopts = fopts.clone();
+        fopts.client_area_blocks = fopts.client_area_blocks.max(2);
+        let engine = Engine::format(medium.clone(), &fopts, &opts.open)?;
+        let (area, alen) = engine.client_area();
+        if alen < 2 {
+            return Err(FsError::Corrupt(
+                "engine client area smaller than 2 blocks".into(),
+            ));
+        }
+        let sb = Superblock::new(
+            kind,
+            medium.len() / BS,
+            fopts.policy as u32,
+            fopts.fingerprint as u32,
+            fopts.meta_layout as u32,
+        );
+        let first = engine.alloc_meta(1)?;
+        let log = LogWriter::start(&*medium, 1, first[0], 1)?;
+        let mut sb = sb;
+        sb.next_gen = 2;
+        let fs = FileSystem::assemble(
+            engine,
+            medium,
+            kind,
+            area,
+            opts,
+            Tables::with_root(owner.uid, owner.gid),
+            log,
+            MetaState {
+                sb,
+                slot: 1,
+                ckpt_blocks: Vec::new(),
+                reserve: Vec::new(),
+            },
+            RecoveryInfo {
+                kind: "fresh".into(),
+                ..Default::default()
+            },
+        );
+        fs.checkpoint(false)?;
+        // Make both copies valid so a stale superblock of an older image can never be chosen.
+        {
+            let meta = fs.meta.lock();
+            superblock::write_slot(&*fs.medium, area, 1 - meta.slot, &meta.sb)?;
+        }
+        let mut fs = fs;
+        fs.recovery.seconds = t0.elapsed().as_secs_f64();
+        Ok(fs)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        engine: Engine,
+        medium: Arc<dyn Medium>,
+        kind: MediumKind,
+        area: BlockNr,
+        opts: &FsOptions,
+        tables: Tables,
+        log: LogWriter,
+        meta: MetaState,
+        recovery: RecoveryInfo,
+    ) -> FileSystem {
+        let mapped = tables.mapped_blocks();
+        FileSystem {
+            engine,
+            durable: kind == MediumKind::Pmem || medium.kind() == "mem",
+            medium,
+            kind,
+            area,
+            read_only: opts.read_only,
+            ckpt_threshold: opts.checkpoint_log_bytes,
+            gate: RwLock::new(()),
+            tables: RwLock::new(tables),
+            log: Mutex::new(log),
+            meta: Mutex::new(meta),
+            pending: Mutex::new(Vec::new()),
+            ctxs: Mutex::new(Vec::new()),
+            mapped: AtomicU64::new(mapped),
+            recovery,
+            shut: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Open an existing image: load the checkpoint, replay the log, then either normal recovery
+    /// (clean unmount) or failure recovery (engine.recover with every reference the files hold).
+    pub fn open(medium: Arc<dyn Medium>, opts: &FsOptions) -> Result<FileSystem> {
+        let t0 = Instant::now();
+        let (sb, _, _) = superblock::probe_medium(&*medium)?;
+        let m = &*medium;
+        let (cblocks, cpay) = read_chain(
+            m,
+            sb.ckpt_head,
+            ChainKind::Checkpoint,
+            sb.ckpt_gen,
+            u64::MAX,
+        )?;
+        if cblocks.is_empty() {
+            return Err(FsError::Corrupt("checkpoint not found".into()));
+        }
+        let mut tables = checkpoint::decode(&cpay)?;
+        if tables.get(ROOT_INO).is_none() {
+            return Err(FsError::Corrupt("root directory missing".into()));
+        }
+        let (lblocks, lpay) = read_chain(m, sb.log_head, ChainKind::Log, sb.log_gen, u64::MAX)?;
+        if lblocks.is_empty() {
+            return Err(FsError::Corrupt("log head not found".into()));
+        }
+        let (records, used) = parse_all(&lpay, sb.log_seq);
+        for r in &records {
+            tables.apply(r)?;
+        }
+        // Inodes without links were open when the image was last written; nobody can reach them.
+        let orphans: Vec<u64> = tables
+            .inodes
+            .iter()
+            .filter(|(_, n)| n.read().attr.nlink == 0)
+            .map(|(&i, _)| i)
+            .collect();
+        let mut orphan_blocks = Vec::new();
+        for ino in orphans {
+            if let Some(n) = tables.inodes.remove(&ino) {
+                orphan_blocks.extend(n.read().data_blocks());
+            }
+        }
+
+        let (engine, state) = Engine::open(medium.clone(), &opts.open)?;
+        let (area, _) = engine.client_area();
+        let (_, slot) = superblock::read_pair(m, area)?;
+        let needs = !sb.is_clean()
+            || state == OpenState::NeedsRecovery
+            || !records.is_empty()
+            || lblocks.len() != 1;
+        let mut info = RecoveryInfo {
+            kind: if needs { "failure" } else { "clean" }.into(),
+            replayed_records: records.len() as u64,
+            ..Default::default()
+        };
+        if needs && !opts.read_only {
+            let refs = tables.data_refs();
+            let metas: Vec<BlockNr> = cblocks.iter().chain(lblocks.iter()).copied().collect();
+            let report = engine.recover(&mut refs.into_iter(), &mut metas.into_iter())?;
+            info.engine = Some(report);
+        } else if !needs && !opts.read_only {
+            for b in orphan_blocks {
+                engine.release(b)?;
+            }
+        }
+        let next_seq = sb.log_seq + records.len() as u64;
+        let log = LogWriter::resume(
+            sb.log_gen,
+            lblocks,
+            used as u64,
+            next_seq,
+            records.len() as u64,
+        );
+        let fs = FileSystem::assemble(
+            engine,
+            medium,
+            sb.medium_kind(),
+            area,
+            opts,
+            tables,
+            log,
+            MetaState {
+                sb,
+                slot,
+                ckpt_blocks: cblocks,
+                reserve: Vec::new(),
+            },
+            info,
+        );
+        if !opts.read_only {
+            if needs {
+                // A fresh checkpoint folds the replayed log in and starts an empty log.
+                fs.checkpoint(false)?;
+            } else {
+                fs.write_sb(0)?;
+            }
+            fs.top_up_reserve();
+        }
+        let mut fs = fs;
+        fs.recovery.seconds = t0.elapsed().as_secs_f64();
+        Ok(fs)
+    }
+
+    /// Clean unmount: final checkpoint with the clean flag, give back held metadata blocks,
+    /// then the engine's shutdown (normal recovery reloads its state next time).
+    pub fn shutdown(&self) -> Result<()> {
+        if self.shut.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        if self.read_only {
+            // Opening a clean image marks the engine dirty; put the clean flag back.
+            if self.recovery.kind == "clean" {
+                self.engine.shutdown()?;
+            }
+            return Ok(());
+        }
+        self.checkpoint(true)?;
+        let spare: Vec<BlockNr> = {
+            let mut log = self.log.lock();
+            let mut meta = self.meta.lock();
+            let mut v = std::mem::take(&mut log.spare);
+            v.append(&mut meta.reserve);
+            v
+        };
+        if !spare.is_empty() {
+            self.engine.free_meta(&spare)?;
+        }
+        self.ctxs.lock().clear();
+        self.engine.shutdown()?;
+        Ok(())
+    }
+
+    /// True once [`FileSystem::shutdown`] ran.
+    pub fn is_shut_down(&self) -> bool {
+        self.shut.load(Ordering::SeqCst)
+    }
+
+    fn write_sb(&self, flags: u32) -> Result<()> {
+        let mut meta = self.meta.lock();
+        let mut sb = meta.sb.clone();
+        sb.seq += 1;
+        sb.flags = flags;
+        let slot = 1 - meta.slot;
+        superblock::write_slot(&*self.medium, self.area, slot, &sb)?;
+        meta.sb = sb;
+        meta.slot = slot;
+        Ok(())
+    }
+
+    /// Write a checkpoint: snapshot, fresh log, switch the superblock, free the old chains.
+    pub fn checkpoint(&self, clean: bool) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let _g = self.gate.write();
+        if self.is_shut_down() && !clean {
+            return Ok(());
+        }
+        let bytes = checkpoint::encode(&self.tables.read());
+        let mut meta = self.meta.lock();
+        let mut log = self.log.lock();
+        let m = &*self.medium;
+        let nblocks = bytes.len().div_ceil(PAYLOAD).max(1);
+        let from_reserve = nblocks.min(meta.reserve.len());
+        let mut blocks: Vec<BlockNr> = meta.reserve.drain(..from_reserve).collect();
+        if blocks.len() < nblocks {
+            blocks.extend(self.engine.alloc_meta(nblocks - blocks.len())?);
+        }
+        let gen = meta.sb.next_gen;
+        let mut w = ChainWriter::start(m, ChainKind::Checkpoint, gen, blocks[0])?;
+        w.append(m, &bytes, &blocks[1..])?;
+        let lb = match log.spare.pop() {
+            Some(b) => b,
+            None => self.engine.alloc_meta(1)?[0],
+        };
+        let mut new_log = LogWriter::start(m, gen + 1, lb, log.next_seq)?;
+        new_log.spare = std::mem::take(&mut log.spare);
+        // Everything before the switch (data, checkpoint, new log head) must be durable first.
+        m.fence()?;
+        let mut sb = meta.sb.clone();
+        sb.seq += 1;
+        sb.ckpt_head = blocks[0];
+        sb.ckpt_gen = gen;
+        sb.log_head = lb;
+        sb.log_gen = gen + 1;
+        sb.log_seq = log.next_seq;
+        sb.next_gen = gen + 2;
+        sb.flags = if clean { FLAG_CLEAN } else { 0 };
+        let slot = 1 - meta.slot;
+        superblock::write_slot(m, self.area, slot, &sb)?;
+        let mut old: Vec<BlockNr> = std::mem::take(&mut meta.ckpt_blocks);
+        old.extend_from_slice(log.blocks());
+        meta.sb = sb;
+        meta.slot = slot;
+        meta.ckpt_blocks = blocks;
+        *log = new_log;
+        drop(log);
+        drop(meta);
+        if !old.is_empty() {
+            self.engine.free_meta(&old)?;
+        }
+        // Releases waiting for durability are covered by the checkpoint now.
+        let pending = std::mem::take(&mut *self.pending.lock());
+        for b in pending {
+            self.engine.release(b)?;
+        }
+        Ok(())
+    }
+
+    /// Keep enough metadata blocks aside for the next checkpoint.
+    fn top_up_reserve(&self) {
+        let mut meta = self.meta.lock();
+        let want = meta.ckpt_blocks.len() + meta.ckpt_blocks.len() / 4 + 16;
+        if meta.reserve.len() < want {
+            if let Ok(more) = self.engine.alloc_meta(want - meta.reserve.len()) {
+                meta.reserve.extend(more);
+            }
+        }
+    }
+
+    /// Periodic work: make BlockFile state durable and hand back deferred releases, checkpoint
+    /// when the log is large, keep the checkpoint reserve filled.
+    pub fn tick(&self) -> Result<()> {
+        if self.read_only || self.is_shut_down() {
+            return Ok(());
+        }
+        if !self.durable && !self.pending.lock().is_empty() {
+            self.sync()?;
+        }
+        let log_bytes = self.log.lock().bytes();
+        if log_bytes > self.ckpt_threshold {
+            self.checkpoint(false)?;
+        }
+        self.top_up_reserve();
+        Ok(())
+    }
+
+    /// Make everything written so far durable (fsync on BlockFile) and drop deferred references.
+    pub fn sync(&self) -> Result<()> {
+        let pending = {
+            let _log = self.log.lock();
+            self.medium.fence()?;
+            std::mem::take(&mut *self.pending.lock())
+        };
+        for b in pending {
+            self.engine.release(b)?;
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- plumbing
+
+    fn append(&self, rec: &Record) -> Result<()> {
+        if self.read_only {
+            return errno(libc::EROFS);
+        }
+        let mut log = self.log.lock();
+        let engine = &self.engine;
+        log.append(&*self.medium, rec, self.durable, &mut |n| {
+            Ok(engine.alloc_meta(n)?)
+        })
+    }
+
+    /// Give references back to the engine once the record that dropped them is durable.
+    fn finish(&self, eff: Effects) -> Result<()> {
+        if eff.mapped_delta >= 0 {
+            self.mapped
+                .fetch_add(eff.mapped_delta as u64, Ordering::Relaxed);
+        } else {
+            self.mapped
+                .fetch_sub(eff.mapped_delta.unsigned_abs(), Ordering::Relaxed);
+        }
+        if eff.released.is_empty() {
+            return Ok(());
+        }
+        if self.durable {
+            for b in eff.released {
+                self.engine.release(b)?;
+            }
+        } else {
+            let n = {
+                let mut p = self.pending.lock();
+                p.extend(eff.released);
+                p.len()
+            };
+            if n > PENDING_LIMIT {
+                self.sync()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn node(&self, ino: u64) -> Result<InodeRef> {
+        self.tables
+            .read()
+            .get(ino)
+            .ok_or(FsError::Errno(libc::ENOENT))
+    }
+
+    fn meta_op<R>(&self, build: impl FnOnce(&Tables) -> Result<(Record, R)>) -> Result<R> {
+        let _g = self.gate.read();
+        let mut t = self.tables.write();
+        let (rec, r) = build(&t)?;
+        self.append(&rec)?;
+        let eff = t.apply(&rec)?;
+        drop(t);
+        self.finish(eff)?;
+        Ok(r)
+    }
+
+    fn inode_op<R>(
+        &self,
+        ino: u64,
+        build: impl FnOnce(&Inode) -> Result<(Option<Record>, R)>,
+    ) -> Result<R> {
+        let _g = self.gate.read();
+        let node = self.node(ino)?;
+        let mut n = node.write();
+        let (rec, r) = build(&n)?;
+        if let Some(rec) = rec {
+            self.append(&rec)?;
+            let eff = apply_inode(&mut n, &rec)?;
+            drop(n);
+            self.finish(eff)?;
+        }
+        Ok(r)
+    }
+
+    fn engine_write(&self, blocks: &[&[u8]]) -> Result<Vec<BlockNr>> {
+        let mut ctx = self.ctxs.lock().pop().unwrap_or_default();
+        let r = self.engine.write(&mut ctx, blocks);
+        self.ctxs.lock().push(ctx);
+        Ok(r?)
+    }
+
+    fn read_block(&self, phys: BlockNr, buf: &mut [u8]) -> Result<()> {
+        if phys == 0 {
+            buf.fill(0);
+            Ok(())
+        } else {
+            Ok(self.engine.read(phys, buf)?)
+        }
+    }
+
+    // ---------------------------------------------------------------- queries
+
+    /// Attributes of `ino`.
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        let node = self.node(ino)?;
+        let n = node.read();
+        Ok(n.attr.clone())
+    }
+
+    /// Allocated 512-byte sectors of `ino` (st_blocks).
+    pub fn sectors(&self, ino: u64) -> u64 {
+        self.node(ino)
+            .map(|n| n.read().map().map_or(0, |m| m.mapped() * (BS / 512)))
+            .unwrap_or(0)
+    }
+
+    /// Find `name` in directory `parent`.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<(u64, Attr)> {
+        let t = self.tables.read();
+        let p = t.get(parent).ok_or(FsError::Errno(libc::ENOENT))?;
+        let ino = {
+            let pn = p.read();
+            let d = pn.dir().ok_or(FsError::Errno(libc::ENOTDIR))?;
+            if name == b"." {
+                parent
+            } else if name == b".." {
+                d.parent
+            } else {
+                d.get(name).ok_or(FsError::Errno(libc::ENOENT))?
+            }
+        };
+        let n = t.get(ino).ok_or(FsError::Errno(libc::ENOENT))?;
+        let attr = n.read().attr.clone();
+        Ok((ino, attr))
+    }
+
+    /// Directory entries after offset `after` ("." is offset 1, ".." offset 2).
+    pub fn readdir(&self, ino: u64, after: u64, max: usize) -> Result<Vec<DirEntry>> {
+        let t = self.tables.read();
+        let node = t.get(ino).ok_or(FsError::Errno(libc::ENOENT))?;
+        let n = node.read();
+        let d = n.dir().ok_or(FsError::Errno(libc::ENOTDIR))?;
+        let mut out = Vec::new();
+        if after < 1 {
+            out.push((1, ino, Kind::Dir, b".".to_vec()));
+        }
+        if after < 2 {
+            out.push((2, d.parent, Kind::Dir, b"..".to_vec()));
+        }
+        for (cookie, name, child) in d.entries_after(after.max(2)) {
+            if out.len() >= max {
+                break;
+            }
+            let kind = if child == ino {
+                Kind::Dir
+            } else {
+                t.get(child).map_or(Kind::File, |c| c.read().attr.kind)
+            };
+            out.push((cookie, child, kind, name.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Target of a symlink.
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        let node = self.node(ino)?;
+        let n = node.read();
+        match &n.body {
+            Body::Symlink(t) => Ok(t.clone()),
+            _ => errno(libc::EINVAL),
+        }
+    }
+
+    /// Read up to `size` bytes at `off`.
+    pub fn read(&self, ino: u64, off: u64, size: usize) -> Result<Vec<u8>> {
+        let _g = self.gate.read();
+        let node = self.node(ino)?;
+        let n = node.read();
+        let map = match &n.body {
+            Body::File(m) => m,
+            Body::Dir(_) => return errno(libc::EISDIR),
+            _ => return errno(libc::EINVAL),
+        };
+        let fsize = n.attr.size;
+        if off >= fsize || size == 0 {
+            return Ok(Vec::new());
+        }
+        let end = fsize.min(off.saturating_add(size as u64));
+        let mut out = vec![0u8; (end - off) as usize];
+        let mut tmp = vec![0u8; BLOCK_SIZE];
+        let mut pos = off;
+        while pos < end {
+            let fb = pos / BS;
+            let boff = (pos % BS) as usize;
+            let take = ((BS - boff as u64).min(end - pos)) as usize;
+            let phys = map.get(fb);
+            let dst = &mut out[(pos - off) as usize..(pos - off) as usize + take];
+            if phys != 0 {
+                if boff == 0 && take == BLOCK_SIZE {
+                    self.engine.read(phys, dst)?;
+                } else {
+                    self.engine.read(phys, &mut tmp)?;
+                    dst.copy_from_slice(&tmp[boff..boff + take]);
+                }
+            }
+            pos += take as u64;
+        }
+        Ok(out)
+    }
+
+    // ---------------------------------------------------------------- data
+
+    /// Write `data` at `off`: whole blocks go to the engine in one call, partial edge blocks are
+    /// read-modify-write; one log record; replaced blocks are released after it is durable.
+    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = off
+            .checked_add(data.len() as u64)
+            .ok_or(FsError::Errno(libc::EFBIG))?;
+        if end > MAX_FILE_SIZE {
+            return errno(libc::EFBIG);
+        }
+        let _g = self.gate.read();
+        let node = self.node(ino)?;
+        let mut n = node.write();
+        let map = match &n.body {
+            Body::File(m) => m,
+            Body::Dir(_) => return errno(libc::EISDIR),
+            _ => return errno(libc::EINVAL),
+        };
+        let fb0 = off / BS;
+        let fb_end = end.div_ceil(BS);
+        let head_partial =
+            !off.is_multiple_of(BS) || (fb_end - fb0 == 1 && !end.is_multiple_of(BS));
+        let tail_partial = !end.is_multiple_of(BS) && fb_end - fb0 > 1;
+        let mut head = Vec::new();
+        let mut tail = Vec::new();
+        if head_partial {
+            head = vec![0u8; BLOCK_SIZE];
+            self.read_block(map.get(fb0), &mut head)?;
+            let boff = (off % BS) as usize;
+            let take = (BLOCK_SIZE - boff).min(data.len());
+            head[boff..boff + take].copy_from_slice(&data[..take]);
+        }
+        if tail_partial {
+            tail = vec![0u8; BLOCK_SIZE];
+            self.read_block(map.get(fb_end - 1), &mut tail)?;
+            let len = (end % BS) as usize;
+            tail[..len].copy_from_slice(&data[data.len() - len..]);
+        }
+        let mut slices: Vec<&[u8]> = Vec::with_capacity((fb_end - fb0) as usize);
+        for fb in fb0..fb_end {
+            if fb == fb0 && head_partial {
+                slices.push(&head);
+            } else if fb == fb_end - 1 && tail_partial {
+                slices.push(&tail);
+            } else {
+                let s = (fb * BS - off) as usize;
+                slices.push(&data[s..s + BLOCK_SIZE]);
+            }
+        }
+        let phys = self.engine_write(&slices)?;
+        let rec = Record::Write {
+            ino,
+            first: fb0,
+            blocks: phys.clone(),
+            size: n.attr.size.max(end),
+            mtime: Ts::now(),
+        };
+        if let Err(e) = self.append(&rec) {
+            for b in phys {
+                let _ = self.engine.release(b);
+            }
+            return Err(e);
+        }
+        let eff = apply_inode(&mut n, &rec)?;
+        drop(n);
+        self.finish(eff)?;
+        Ok(data.len())
+    }
+
+    /// Replace the part `[from, to)` (inside one block `fb`) of a block with zeros; returns the
+    /// new physical block, or `None` when the block is a hole (already zero).
+    fn zero_part(&self, map_phys: BlockNr, from: usize, to: usize) -> Result<Option<BlockNr>> {
+        if map_phys == 0 {
+            return Ok(None);
+        }
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        self.engine.read(map_phys, &mut buf)?;
+        buf[from..to].fill(0);
+        Ok(Some(self.engine_write(&[&buf])?[0]))
+    }
+
+    fn truncate_locked(&self, ino: u64, n: &mut Inode, size: u64, now: Ts) -> Result<Effects> {
+        if size > MAX_FILE_SIZE {
+            return errno(libc::EFBIG);
+        }
+        let mut tail = None;
+        if size < n.attr.size && !size.is_multiple_of(BS) {
+            let fb = size / BS;
+            let phys = n.map().map_or(0, |m| m.get(fb));
+            if let Some(nb) = self.zero_part(phys, (size % BS) as usize, BLOCK_SIZE)? {
+                tail = Some((fb, nb));
+            }
+        }
+        let rec = Record::Truncate {
+            ino,
+            size,
+            tail,
+            now,
+        };
+        if let Err(e) = self.append(&rec) {
+            if let Some((_, b)) = tail {
+                let _ = self.engine.release(b);
+            }
+            return Err(e);
+        }
+        apply_inode(n, &rec)
+    }
+
+    /// Set the size of a regular file.
+    pub fn truncate(&self, ino: u64, size: u64) -> Result<Attr> {
+        let _g = self.gate.read();
+        let node = self.node(ino)?;
+        let mut n = node.write();
+        match n.attr.kind {
+            Kind::File => {}
+            Kind::Dir => return errno(libc::EISDIR),
+            _ => return errno(libc::EINVAL),
+        }
+        let eff = self.truncate_locked(ino, &mut n, size, Ts::now())?;
+        let attr = n.attr.clone();
+        drop(n);
+        self.finish(eff)?;
+        Ok(attr)
+    }
+
+    /// fallocate: plain (extends the size), PUNCH_HOLE (releases blocks), ZERO_RANGE.
+    pub fn fallocate(&self, ino: u64, off: u64, len: u64, mode: i32) -> Result<()> {
+        use falloc::*;
+        if mode & !(KEEP_SIZE | PUNCH_HOLE | ZERO_RANGE) != 0 {
+            return errno(libc::EOPNOTSUPP);
+        }
+        if mode & PUNCH_HOLE != 0 && mode & KEEP_SIZE == 0 {
+            return errno(libc::EOPNOTSUPP);
+        }
+        let end = off.checked_add(len).ok_or(FsError::Errno(libc::EFBIG))?;
+        if len == 0 {
+            return errno(libc::EINVAL);
+        }
+        if end > MAX_FILE_SIZE {
+            return errno(libc::EFBIG);
+        }
+        let _g = self.gate.read();
+        let node = self.node(ino)?;
+        let mut n = node.write();
+        match n.attr.kind {
+            Kind::File => {}
+            Kind::Dir => return errno(libc::EISDIR),
+            _ => return errno(libc::ENODEV),
+        }
+        let now = Ts::now();
+        let mut eff = Effects::default();
+        if mode & (PUNCH_HOLE | ZERO_RANGE) != 0 {
+            let zend = end.min(n.attr.size);
+            if off < zend {
+                let first_full = off.div_ceil(BS);
+                let last_full = zend / BS; // exclusive
+                                           // Partial edge blocks are rewritten with zeros in the punched part.
+                let mut edges: Vec<(u64, usize, usize)> = Vec::new();
+                if !off.is_multiple_of(BS) {
+                    let fb = off / BS;
+                    let to = if fb == zend / BS {
+                        (zend % BS) as usize
+                    } else {
+                        BLOCK_SIZE
+                    };
+                    edges.push((fb, (off % BS) as usize, to));
+                }
+                if !zend.is_multiple_of(BS)
+                    && zend / BS >= first_full
+                    && (off.is_multiple_of(BS) || zend / BS != off / BS)
+                {
+                    edges.push((zend / BS, 0, (zend % BS) as usize));
+                }
+                for (fb, from, to) in edges {
+                    let phys = n.map().map_or(0, |m| m.get(fb));
+                    if let Some(nb) = self.zero_part(phys, from, to)? {
+                        let rec = Record::Write {
+                            ino,
+                            first: fb,
+                            blocks: vec![nb],
+                            size: n.attr.size,
+                            mtime: now,
+                        };
+                        if let Err(e) = self.append(&rec) {
+                            let _ = self.engine.release(nb);
+                            return Err(e);
+                        }
+                        let e = apply_inode(&mut n, &rec)?;
+                        eff.released.extend(e.released);
+                        eff.mapped_delta += e.mapped_delta;
+                    }
+                }
+                if first_full < last_full {
+                    let rec = Record::Punch {
+                        ino,
+                        start: first_full,
+                        end: last_full,
+                        now,
+                    };
+                    self.append(&rec)?;
+                    let e = apply_inode(&mut n, &rec)?;
+                    eff.released.extend(e.released);
+                    eff.mapped_delta += e.mapped_delta;
+                }
+            }
+        }
+        if mode & KEEP_SIZE == 0 && end > n.attr.size {
+            let e = self.truncate_locked(ino, &mut n, end, now)?;
+            eff.released.extend(e.released);
+            eff.mapped_delta += e.mapped_delta;
+        }
+        drop(n);
+        self.finish(eff)
+    }
+
+    // ---------------------------------------------------------------- attributes
+
+    /// chmod / chown / utimens / truncate in one call.
+    pub fn setattr(&self, ino: u64, req: &SetAttr) -> Result<Attr> {
+        if let Some(size) = req.size {
+            let attr = self.getattr(ino)?;
+            if attr.size != size || attr.kind == Kind::File {
+                self.truncate(ino, size)?;
+            }
+        }
+        if req.mode.is_none()
+            && req.uid.is_none()
+            && req.gid.is_none()
+            && req.atime.is_none()
+            && req.mtime.is_none()
+            && req.ctime.is_none()
+        {
+            return self.getattr(ino);
+        }
+        self.inode_op(ino, |n| {
+            let now = Ts::now();
+            let a = &n.attr;
+            let rec = Record::SetAttr {
+                ino,
+                perm: req.mode.map_or(a.perm, |m| m & 0o7777),
+                uid: req.uid.unwrap_or(a.uid),
+                gid: req.gid.unwrap_or(a.gid),
+                atime: req.atime.unwrap_or(a.atime),
+                mtime: req.mtime.unwrap_or(a.mtime),
+                ctime: req.ctime.unwrap_or(now),
+            };
+            Ok((Some(rec), ()))
+        })?;
+        self.getattr(ino)
+    }
+
+    /// Value of an extended attribute.
+    pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+        let node = self.node(ino)?;
+        let n = node.read();
+        n.xattrs
+            .get(name)
+            .cloned()
+            .ok_or(FsError::Errno(libc::ENODATA))
+    }
+
+    /// Names of the extended attributes.
+    pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
+        let node = self.node(ino)?;
+        let n = node.read();
+        Ok(n.xattrs.keys().cloned().collect())
+    }
+
+    /// Set an extended attribute (`flags`: XATTR_CREATE / XATTR_REPLACE).
+    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+        if name.is_empty() || name.len() > 255 {
+            return errno(libc::ERANGE);
+        }
+        if value.len() > 65536 {
+            return errno(libc::E2BIG);
+        }
+        self.inode_op(ino, |n| {
+            let exists = n.xattrs.contains_key(name);
+            if flags & libc::XATTR_CREATE != 0 && exists {
+                return errno(libc::EEXIST);
+            }
+            if flags & libc::XATTR_REPLACE != 0 && !exists {
+                return errno(libc::ENODATA);
+            }
+            let rec = Record::SetXattr {
+                ino,
+                name: name.to_vec(),
+                value: value.to_vec(),
+                now: Ts::now(),
+            };
+            Ok((Some(rec), ()))
+        })
+    }
+
+    /// Remove an extended attribute.
+    pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
+        self.inode_op(ino, |n| {
+            if !n.xattrs.contains_key(name) {
+                return errno(libc::ENODATA);
+            }
+            Ok((
+                Some(Record::RemoveXattr {
+                    ino,
+                    name: name.to_vec(),
+                    now: Ts::now(),
+                }),
+                (),
+            ))
+        })
+    }
+
+    // ---------------------------------------------------------------- namespace
+
+    fn new_attr(
+        t: &Tables,
+        parent: u64,
+        kind: Kind,
+        perm: u32,
+        rdev: u32,
+        who: Caller,
+    ) -> Result<Attr> {
+        let p = t.get(parent).ok_or(FsError::Errno(libc::ENOENT))?;
+        let pn = p.read();
+        if pn.attr.kind != Kind::Dir {
+            return errno(libc::ENOTDIR);
+        }
+        let mut perm = perm & 0o7777;
+        let gid = if pn.attr.perm & libc::S_ISGID != 0 {
+            if kind == Kind::Dir {
+                perm |= libc::S_ISGID;
+            }
+            pn.attr.gid
+        } else {
+            who.gid
+        };
+        let now = Ts::now();
+        Ok(Attr {
+            kind,
+            perm,
+            uid: who.uid,
+            gid,
+            nlink: if kind == Kind::Dir { 2 } else { 1 },
+            size: 0,
+            rdev,
+            atime: now,
+            mtime: now,
+            ctime: now,
+        })
+    }
+
+    fn check_new_name(t: &Tables, parent: u64, name: &[u8]) -> Result<()> {
+        name_ok(name)?;
+        let p = t.get(parent).ok_or(FsError::Errno(libc::ENOENT))?;
+        let pn = p.read();
+        let d = pn.dir().ok_or(FsError::Errno(libc::ENOTDIR))?;
+        if pn.attr.nlink == 0 {
+            return errno(libc::ENOENT);
+        }
+        if d.get(name).is_some() {
+            return errno(libc::EEXIST);
+        }
+        Ok(())
+    }
+
+    /// Create a node of `kind` (file, dir, symlink, fifo, device, socket).
+    #[allow(clippy::too_many_arguments)]
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: Kind,
+        perm: u32,
+        rdev: u32,
+        target: &[u8],
+        who: Caller,
+    ) -> Result<(u64, Attr)> {
+        if kind == Kind::Symlink && (target.is_empty() || target.len() > 4095) {
+            return errno(if target.is_empty() {
+                libc::ENOENT
+            } else {
+                libc::ENAMETOOLONG
+            });
+        }
+        self.meta_op(|t| {
+            Self::check_new_name(t, parent, name)?;
+            let mut attr = Self::new_attr(t, parent, kind, perm, rdev, who)?;
+            if kind == Kind::Symlink {
+                attr.perm = 0o777;
+                attr.size = target.len() as u64;
+            }
+            let ino = t.next_ino;
+            let rec = Record::Create {
+                parent,
+                name: name.to_vec(),
+                ino,
+                attr: attr.clone(),
+                target: target.to_vec(),
+            };
+            Ok((rec, (ino, attr)))
+        })
+    }
+
+    /// New hard link `newparent/newname` to `ino`.
+    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
+        self.meta_op(|t| {
+            let node = t.get(ino).ok_or(FsError::Errno(libc::ENOENT))?;
+            {
+                let n = node.read();
+                if n.attr.kind == Kind::Dir {
+                    return errno(libc::EPERM);
+                }
+                if n.attr.nlink >= LINK_MAX {
+                    return errno(libc::EMLINK);
+                }
+                if n.attr.nlink == 0 {
+                    return errno(libc::ENOENT);
+                }
+            }
+            Self::check_new_name(t, newparent, newname)?;
+            Ok((
+                Record::Link {
+                    parent: newparent,
+                    name: newname.to_vec(),
+                    ino,
+                    now: Ts::now(),
+                },
+                (),
+            ))
+        })?;
+        self.getattr(ino)
+    }
+
+    fn child(t: &Tables, parent: u64, name: &[u8]) -> Result<(u64, InodeRef)> {
+        let p = t.get(parent).ok_or(FsError::Errno(libc::ENOENT))?;
+        let ino = {
+            let pn = p.read();
+            let d = pn.dir().ok_or(FsError::Errno(libc::ENOTDIR))?;
+            d.get(name).ok_or(FsError::Errno(libc::ENOENT))?
+        };
+        let node = t
+            .get(ino)
+            .ok_or_else(|| FsError::Corrupt(format!("entry points at missing inode {ino}")))?;
+        Ok((ino, node))
+    }
+
+    /// Remove a non-directory entry.
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.meta_op(|t| {
+            let (_, node) = Self::child(t, parent, name)?;
+            if node.read().attr.kind == Kind::Dir {
+                return errno(libc::EISDIR);
+            }
+            Ok((
+                Record::Unlink {
+                    parent,
+                    name: name.to_vec(),
+                    now: Ts::now(),
+                },
+                (),
+            ))
+        })
+    }
+
+    /// Remove an empty directory.
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        if name == b"." {
+            return errno(libc::EINVAL);
+        }
+        if name == b".." {
+            return errno(libc::ENOTEMPTY);
+        }
+        self.meta_op(|t| {
+            let (_, node) = Self::child(t, parent, name)?;
+            let n = node.read();
+            let d = n.dir().ok_or(FsError::Errno(libc::ENOTDIR))?;
+            if !d.is_empty() {
+                return errno(libc::ENOTEMPTY);
+            }
+            Ok((
+                Record::Rmdir {
+                    parent,
+                    name: name.to_vec(),
+                    now: Ts::now(),
+                },
+                (),
+            ))
+        })
+    }
+
+    /// Move `parent/name` to `newparent/newname` (replacing a compatible target).
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        if flags & rename_flags::EXCHANGE != 0
+            || flags & !(rename_flags::NOREPLACE | rename_flags::EXCHANGE) != 0
+        {
+            return errno(libc::EINVAL);
+        }
+        name_ok(newname)?;
+        self.meta_op(|t| {
+            let (src, snode) = Self::child(t, parent, name)?;
+            let src_dir = snode.read().attr.kind == Kind::Dir;
+            let np = t.get(newparent).ok_or(FsError::Errno(libc::ENOENT))?;
+            let target = {
+                let g = np.read();
+                let d = g.dir().ok_or(FsError::Errno(libc::ENOTDIR))?;
+                d.get(newname)
+            };
+            if let Some(tino) = target {
+                if flags & rename_flags::NOREPLACE != 0 {
+                    return errno(libc::EEXIST);
+                }
+                if tino == src {
+                    return Err(FsError::Errno(0));
+                }
+                let tnode = t.get(tino).ok_or(FsError::Errno(libc::ENOENT))?;
+                let tn = tnode.read();
+                match (src_dir, tn.attr.kind == Kind::Dir) {
+                    (true, false) => return errno(libc::ENOTDIR),
+                    (false, true) => return errno(libc::EISDIR),
+                    (true, true) if tn.dir().is_some_and(|d| !d.is_empty()) => {
+                        return errno(libc::ENOTEMPTY)
+                    }
+                    _ => {}
+                }
+            }
+            if src_dir {
+                // A directory cannot move below itself.
+                let mut cur = newparent;
+                loop {
+                    if cur == src {
+                        return errno(libc::EINVAL);
+                    }
+                    if cur == ROOT_INO {
+                        break;
+                    }
+                    let c = t.get(cur).ok_or(FsError::Errno(libc::ENOENT))?;
+                    let p = c.read().dir().map_or(ROOT_INO, |d| d.parent);
+                    cur = p;
+                }
+            }
+            let rec = Record::Rename {
+                parent,
+                name: name.to_vec(),
+                newparent,
+                newname: newname.to_vec(),
+                now: Ts::now(),
+            };
+            Ok((rec, ()))
+        })
+        .or_else(|e| match e {
+            FsError::Errno(0) => Ok(()),
+            e => Err(e),
+        })
+    }
+
+    /// A handle to `ino` was opened (an unlinked inode lives while handles exist).
+    pub fn open_handle(&self, ino: u64) -> Result<Attr> {
+        let node = self.node(ino)?;
+        let mut n = node.write();
+        n.open_count += 1;
+        Ok(n.attr.clone())
+    }
+
+    /// A handle to `ino` was closed; deletes the inode when it was the last one of an unlinked file.
+    pub fn release_handle(&self, ino: u64) -> Result<()> {
+        let _g = self.gate.read();
+        let mut t = self.tables.write();
+        let Some(node) = t.get(ino) else {
+            return Ok(());
+        };
+        let mut n = node.write();
+        n.open_count = n.open_count.saturating_sub(1);
+        if n.open_count == 0 && n.attr.nlink == 0 {
+            let mapped = n.map().map_or(0, |m| m.mapped());
+            let released = n.map_mut().map(|m| m.clear()).unwrap_or_default();
+            drop(n);
+            t.inodes.remove(&ino);
+            drop(t);
+            // No log record: an inode without links is dropped at the next open anyway.
+            self.finish(Effects {
+                released,
+                mapped_delta: -(mapped as i64),
+            })?;
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- statistics
+
+    /// Engine counters plus file-system numbers, as the `nodup stats --json` object.
+    pub fn stats_json(&self) -> serde_json::Value {
+        let es = self.engine.stats();
+        let logical = self.mapped.load(Ordering::Relaxed) * BS;
+        let physical = es.physical_bytes;
+        let ratio = if logical == 0 {
+            0.0
+        } else {
+            1.0 - physical as f64 / logical as f64
+        };
+        let mut v = serde_json::to_value(&es).unwrap_or_else(|_| serde_json::json!({}));
+        let (files, dirs) = {
+            let t = self.tables.read();
+            let dirs = t
+                .inodes
+                .values()
+                .filter(|n| n.read().attr.kind == Kind::Dir)
+                .count();
+            (t.inodes.len() - dirs, dirs)
+        };
+        let (log_bytes, log_records) = {
+            let l = self.log.lock();
+            (l.bytes(), l.records)
+        };
+        let ckpt_blocks = self.meta.lock().ckpt_blocks.len();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("logical_bytes".into(), logical.into());
+            o.insert("physical_bytes".into(), physical.into());
+            o.insert("dedup_ratio".into(), serde_json::json!(ratio));
+            o.insert("medium".into(), self.kind.name().into());
+            o.insert("files".into(), (files as u64).into());
+            o.insert("directories".into(), (dirs as u64).into());
+            o.insert("log_bytes".into(), log_bytes.into());
+            o.insert("log_records".into(), log_records.into());
+            o.insert("checkpoint_blocks".into(), (ckpt_blocks as u64).into());
+            o.insert(
+                "recovery".into(),
+                serde_json::to_value(&self.recovery).unwrap_or_default(),
+            );
+        }
+        v
+    }
+
+    /// statfs numbers: (total blocks, free blocks, inodes in use).
+    pub fn statfs(&self) -> (u64, u64, u64) {
+        let es = self.engine.stats();
+        let inodes = self.tables.read().inodes.len() as u64;
+        (es.total_blocks, es.free_blocks, inodes)
+    }
+
+    /// How the image was found at open.
+    pub fn recovery(&self) -> &RecoveryInfo {
+        &self.recovery
+    }
+
+    /// The medium kind recorded at mkfs.
+    pub fn medium_kind(&self) -> MediumKind {
+        self.kind
+    }
+
+    /// True when writes are durable on return (Pmem).
+    pub fn durable_on_return(&self) -> bool {
+        self.durable
+    }
+
+    /// The engine (fsck, tests).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Run `f` over the inode table under the checkpoint gate (fsck, tests).
+    pub fn with_tables<R>(&self, f: impl FnOnce(&Tables) -> R) -> R {
+        let _g = self.gate.write();
+        f(&self.tables.read())
+    }
+
+    /// Metadata blocks the file system holds (checkpoint, log, spare, reserve).
+    pub fn meta_blocks(&self) -> Vec<BlockNr> {
+        let meta = self.meta.lock();
+        let log = self.log.lock();
+        let mut v = meta.ckpt_blocks.clone();
+        v.extend_from_slice(log.blocks());
+        v.extend_from_slice(&log.spare);
+        v.extend_from_slice(&meta.reserve);
+        v
+    }
+
+    /// Client-area block where the superblock pair lives.
+    pub fn client_area(&self) -> BlockNr {
+        self.area
+    }
+
+    /// Total mapped file blocks (logical size / 4096).
+    pub fn mapped_blocks(&self) -> u64 {
+        self.mapped.load(Ordering::Relaxed)
+    }
+
+    /// Failure recovery on a running file system (fsck --repair): rebuild the engine's
+    /// reference counts and allocator from the block maps and the metadata chains.
+    pub fn recover_engine(&self) -> Result<RecoveryReport> {
+        let _g = self.gate.write();
+        // Deferred releases are folded into the rebuild (their blocks are not in any map).
+        self.pending.lock().clear();
+        let refs = self.tables.read().data_refs();
+        let metas = self.meta_blocks();
+        Ok(self
+            .engine
+            .recover(&mut refs.into_iter(), &mut metas.into_iter())?)
+    }
+
+    /// Replace the inode table wholesale and checkpoint it (fsck --repair).
+    pub fn replace_tables(&self, t: Tables) -> Result<()> {
+        {
+            let _g = self.gate.write();
+            let mapped = t.mapped_blocks();
+            *self.tables.write() = t;
+            self.mapped.store(mapped, Ordering::Relaxed);
+        }
+        self.checkpoint(false)
+    }
+}
+
+impl Drop for FileSystem {
+    fn drop(&mut self) {
+        // Write contexts belong to this engine instance; drop them before it.
+        self.ctxs.get_mut().clear();
+    }
+}

@@ -1,0 +1,249 @@
+//! Consistency check of a file system: directory tree and link counts, block maps against the
+//! image geometry and the metadata chains, and (through the engine) reference counts and the
+//! allocator. `repair` fixes what failure recovery would, and reports what it changed.
+
+use crate::error::Result;
+use crate::fs::FileSystem;
+use crate::inode::{Kind, ROOT_INO};
+use crate::state::Tables;
+use nodup_core::BLOCK_SIZE;
+use std::collections::{HashMap, HashSet, VecDeque};
+
+/// What fsck found (and fixed, with `repair`).
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct FsckReport {
+    pub inodes: u64,
+    pub files: u64,
+    pub directories: u64,
+    pub block_refs: u64,
+    pub distinct_blocks: u64,
+    pub problems: Vec<String>,
+    pub repaired: Vec<String>,
+}
+
+impl FsckReport {
+    /// True when no problem was found.
+    pub fn consistent(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Check the metadata of `fs`; with `repair`, fix the tree, drop bad references, and rebuild
+/// the engine's reference counts from the block maps.
+pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
+    let mut rep = FsckReport::default();
+    let total_blocks = fs.engine().medium().len() / BLOCK_SIZE as u64;
+    let area = fs.client_area();
+    let meta: HashSet<u64> = fs.meta_blocks().into_iter().collect();
+    let fixed = fs.with_tables(|t| check_tables(t, total_blocks, area, &meta, &mut rep, repair));
+    if let Some(t) = fixed {
+        fs.replace_tables(t)?;
+    }
+    // Allocator: every block a file references and every metadata block we hold is allocated.
+    {
+        let alloc = fs.engine().allocator();
+        let mut unalloc = 0u64;
+        fs.with_tables(|t| {
+            let mut seen = HashSet::new();
+            for b in t.data_refs() {
+                if seen.insert(b) && !alloc.is_allocated(b) {
+                    unalloc += 1;
+                }
+            }
+        });
+        if unalloc > 0 {
+            rep.problems.push(format!(
+                "{unalloc} referenced data blocks are free in the allocator"
+            ));
+        }
+        let free_meta = meta.iter().filter(|&&b| !alloc.is_allocated(b)).count();
+        if free_meta > 0 {
+            rep.problems.push(format!(
+                "{free_meta} file-system metadata blocks are free in the allocator"
+            ));
+        }
+    }
+    // Engine-side view: every distinct referenced block must be counted as in use.
+    let es = fs.engine().stats();
+    let physical_blocks = es.physical_bytes / BLOCK_SIZE as u64;
+    if physical_blocks != rep.distinct_blocks {
+        rep.problems.push(format!(
+            "engine counts {physical_blocks} data blocks in use, block maps reference {} distinct blocks",
+            rep.distinct_blocks
+        ));
+    }
+    if es.free_blocks > es.total_blocks {
+        rep.problems.push(format!(
+            "allocator: {} free blocks of {} total",
+            es.free_blocks, es.total_blocks
+        ));
+    }
+    if repair && !rep.problems.is_empty() {
+        let report = fs.recover_engine()?;
+        rep.repaired.push(format!(
+            "rebuilt reference counts: {} fixed, {} entries invalidated, {} leaked blocks freed",
+            report.refcounts_fixed, report.entries_invalidated, report.leaked_blocks_freed
+        ));
+        rep.problems.clear();
+        let es = fs.engine().stats();
+        if es.physical_bytes / BLOCK_SIZE as u64 != rep.distinct_blocks {
+            rep.problems.push(format!(
+                "after repair the engine still counts {} data blocks, maps reference {}",
+                es.physical_bytes / BLOCK_SIZE as u64,
+                rep.distinct_blocks
+            ));
+        }
+    }
+    Ok(rep)
+}
+
+fn check_tables(
+    t: &Tables,
+    total_blocks: u64,
+    area: u64,
+    meta: &HashSet<u64>,
+    rep: &mut FsckReport,
+    repair: bool,
+) -> Option<Tables> {
+    let mut problems = Vec::new();
+    let mut links: HashMap<u64, u32> = HashMap::new();
+    let mut subdirs: HashMap<u64, u32> = HashMap::new();
+    let mut dangling: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut seen_dirs: HashSet<u64> = HashSet::new();
+    let mut queue = VecDeque::from([ROOT_INO]);
+    seen_dirs.insert(ROOT_INO);
+    if t.get(ROOT_INO).is_none() {
+        problems.push("root directory missing".to_string());
+    }
+    while let Some(d) = queue.pop_front() {
+        let Some(node) = t.get(d) else { continue };
+        let n = node.read();
+        let Some(dir) = n.dir() else {
+            problems.push(format!("inode {d} is used as a directory but is not one"));
+            continue;
+        };
+        for (name, child) in dir.iter() {
+            let Some(c) = t.get(child) else {
+                problems.push(format!(
+                    "entry {:?} in directory {d} points at missing inode {child}",
+                    String::from_utf8_lossy(name)
+                ));
+                dangling.push((d, name.to_vec()));
+                continue;
+            };
+            *links.entry(child).or_default() += 1;
+            let cn = c.read();
+            if cn.attr.kind == Kind::Dir {
+                *subdirs.entry(d).or_default() += 1;
+                if !seen_dirs.insert(child) {
+                    problems.push(format!("directory {child} has more than one parent"));
+                    continue;
+                }
+                if cn.dir().map(|x| x.parent) != Some(d) {
+                    problems.push(format!("directory {child}: parent pointer is not {d}"));
+                }
+                queue.push_back(child);
+            }
+        }
+    }
+    let mut distinct = HashSet::new();
+    let mut bad_refs: Vec<(u64, u64)> = Vec::new();
+    let mut unreachable = Vec::new();
+    let mut wrong_nlink = Vec::new();
+    for (&ino, node) in &t.inodes {
+        let n = node.read();
+        rep.inodes += 1;
+        let expect = match n.attr.kind {
+            Kind::Dir => {
+                rep.directories += 1;
+                if ino != ROOT_INO && !seen_dirs.contains(&ino) {
+                    unreachable.push(ino);
+                }
+                2 + subdirs.get(&ino).copied().unwrap_or(0)
+            }
+            _ => {
+                rep.files += 1;
+                let l = links.get(&ino).copied().unwrap_or(0);
+                if l == 0 {
+                    unreachable.push(ino);
+                }
+                l
+            }
+        };
+        if n.attr.nlink != expect && !unreachable.contains(&ino) {
+            problems.push(format!(
+                "inode {ino}: link count {} but {expect} links",
+                n.attr.nlink
+            ));
+            wrong_nlink.push((ino, expect));
+        }
+        if let Some(m) = n.map() {
+            for (fb, b) in m.iter() {
+                rep.block_refs += 1;
+                if b >= total_blocks || (b >= area && b < area + 2) || b == 0 || meta.contains(&b) {
+                    problems.push(format!(
+                        "inode {ino} block {fb}: invalid physical block {b}"
+                    ));
+                    bad_refs.push((ino, fb));
+                } else {
+                    distinct.insert(b);
+                }
+                if fb * BLOCK_SIZE as u64 >= n.attr.size {
+                    problems.push(format!(
+                        "inode {ino}: block {fb} mapped beyond the end of file"
+                    ));
+                    bad_refs.push((ino, fb));
+                }
+            }
+        }
+    }
+    for ino in &unreachable {
+        problems.push(format!("inode {ino} is not reachable from the root"));
+    }
+    rep.distinct_blocks = distinct.len() as u64;
+    rep.problems.extend(problems);
+    if !repair || rep.problems.is_empty() {
+        return None;
+    }
+    // Repair on a copy of the table: drop dangling entries and bad references, fix link
+    // counts, and unreachable inodes go away (their blocks are released by the recovery).
+    let bytes = crate::checkpoint::encode(t);
+    let Ok(fixed) = crate::checkpoint::decode(&bytes) else {
+        return None;
+    };
+    for (d, name) in dangling {
+        if let Some(n) = fixed.get(d) {
+            n.write().dir_mut().map(|x| x.remove(&name));
+        }
+        rep.repaired
+            .push(format!("removed dangling entry in directory {d}"));
+    }
+    for (ino, fb) in bad_refs {
+        if let Some(n) = fixed.get(ino) {
+            n.write().map_mut().map(|m| m.set(fb, 0));
+        }
+        rep.repaired
+            .push(format!("unmapped invalid block {fb} of inode {ino}"));
+    }
+    for (ino, nl) in wrong_nlink {
+        if let Some(n) = fixed.get(ino) {
+            n.write().attr.nlink = nl;
+        }
+        rep.repaired
+            .push(format!("set link count of inode {ino} to {nl}"));
+    }
+    let mut fixed = fixed;
+    for ino in unreachable {
+        fixed.inodes.remove(&ino);
+        rep.repaired
+            .push(format!("removed unreachable inode {ino}"));
+    }
+    let mut d = HashSet::new();
+    for node in fixed.inodes.values() {
+        if let Some(m) = node.read().map() {
+            d.extend(m.blocks());
+        }
+    }
+    rep.distinct_blocks = d.len() as u64;
+    Some(fixed)
+}

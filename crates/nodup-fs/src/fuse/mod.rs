@@ -1,0 +1,698 @@
+//! FUSE adapter: translates kernel requests (served by several threads, fuser's multi-threaded
+//! session) into [`FileSystem`] calls, and runs the mount until it is unmounted or signalled.
+
+use crate::ctl::STATS_XATTR;
+use crate::error::FsError;
+use crate::fs::{Caller, FileSystem, SetAttr};
+use crate::inode::{Attr, Kind, Ts, ROOT_INO};
+use fuser::{
+    AccessFlags, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long the kernel may cache attributes and entries.
+const TTL: Duration = Duration::from_secs(1);
+/// Largest write request negotiated with the kernel (256 pages).
+pub const MAX_WRITE: u32 = 1 << 20;
+
+/// Options of one mount.
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    /// Let the kernel cache writes and send them in large batches (durability at fsync/close).
+    pub writeback_cache: bool,
+    /// Threads serving requests.
+    pub threads: usize,
+    /// Source name shown in /proc/mounts (the image path; `nodup umount` finds the image by it).
+    pub fsname: String,
+    /// Allow other users to access the mount (needed for permission tests as root).
+    pub allow_other: bool,
+}
+
+/// The `fuser::Filesystem` implementation over a [`FileSystem`].
+pub struct Adapter {
+    fs: Arc<FileSystem>,
+    writeback: bool,
+}
+
+fn err(e: FsError) -> Errno {
+    if let FsError::Errno(_) = e {
+    } else {
+        eprintln!("nodup: {e}");
+    }
+    Errno::from_i32(e.errno())
+}
+
+fn ftype(k: Kind) -> FileType {
+    match k {
+        Kind::File => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::CharDev => FileType::CharDevice,
+        Kind::BlockDev => FileType::BlockDevice,
+        Kind::Socket => FileType::Socket,
+    }
+}
+
+fn time(t: Option<TimeOrNow>) -> Option<Ts> {
+    t.map(|t| match t {
+        TimeOrNow::Now => Ts::now(),
+        TimeOrNow::SpecificTime(s) => Ts::from_system(s),
+    })
+}
+
+impl Adapter {
+    /// An adapter serving `fs`.
+    pub fn new(fs: Arc<FileSystem>, writeback: bool) -> Adapter {
+        Adapter { fs, writeback }
+    }
+
+    fn attr(&self, ino: u64, a: &Attr) -> FileAttr {
+        FileAttr {
+            ino: INodeNo(ino),
+            size: if a.kind == Kind::Dir { 4096 } else { a.size },
+            blocks: if a.kind == Kind::File {
+                self.fs.sectors(ino)
+            } else {
+                0
+            },
+            atime: a.atime.to_system(),
+            mtime: a.mtime.to_system(),
+            ctime: a.ctime.to_system(),
+            crtime: a.ctime.to_system(),
+            kind: ftype(a.kind),
+            perm: (a.perm & 0o7777) as u16,
+            nlink: a.nlink,
+            uid: a.uid,
+            gid: a.gid,
+            rdev: a.rdev,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    fn entry(&self, reply: ReplyEntry, r: crate::Result<(u64, Attr)>) {
+        match r {
+            Ok((ino, a)) => reply.entry(&TTL, &self.attr(ino, &a), Generation(0)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+    }
+}
+
+impl Filesystem for Adapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(MAX_WRITE);
+        let _ = config.set_max_readahead(MAX_WRITE);
+        let _ = config.set_max_background(64);
+        let mut caps = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_DO_READDIRPLUS;
+        if self.writeback {
+            caps |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        for cap in caps.iter() {
+            if let Err(unsupported) = config.add_capabilities(cap) {
+                if unsupported.contains(InitFlags::FUSE_WRITEBACK_CACHE) {
+                    eprintln!("nodup: the kernel does not support the FUSE writeback cache");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = self.fs.shutdown() {
+            eprintln!("nodup: clean shutdown failed: {e}");
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.entry(reply, self.fs.lookup(parent.0, name.as_bytes()));
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &self.attr(ino.0, &a)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<std::time::SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<std::time::SystemTime>,
+        _chgtime: Option<std::time::SystemTime>,
+        _bkuptime: Option<std::time::SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let req = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: time(atime),
+            mtime: time(mtime),
+            ctime: ctime.map(Ts::from_system),
+        };
+        match self.fs.setattr(ino.0, &req) {
+            Ok(a) => reply.attr(&TTL, &self.attr(ino.0, &a)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let Some(kind) = Kind::from_mode(mode) else {
+            return reply.error(Errno::EINVAL);
+        };
+        if kind == Kind::Dir || kind == Kind::Symlink {
+            return reply.error(Errno::EINVAL);
+        }
+        let r = self.fs.mknod(
+            parent.0,
+            name.as_bytes(),
+            kind,
+            mode & !umask,
+            rdev,
+            b"",
+            caller(req),
+        );
+        self.entry(reply, r);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.fs.mknod(
+            parent.0,
+            name.as_bytes(),
+            Kind::Dir,
+            mode & !umask,
+            0,
+            b"",
+            caller(req),
+        );
+        self.entry(reply, r);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.fs.unlink(parent.0, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.fs.rmdir(parent.0, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let r = self.fs.mknod(
+            parent.0,
+            link_name.as_bytes(),
+            Kind::Symlink,
+            0o777,
+            0,
+            target.as_os_str().as_bytes(),
+            caller(req),
+        );
+        self.entry(reply, r);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.rename(
+            parent.0,
+            name.as_bytes(),
+            newparent.0,
+            newname.as_bytes(),
+            flags.bits(),
+        ) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = self
+            .fs
+            .link(ino.0, newparent.0, newname.as_bytes())
+            .map(|a| (ino.0, a));
+        self.entry(reply, r);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.open_handle(ino.0) {
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(ino.0, offset, size as usize) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs.write(ino.0, offset, data) {
+            Ok(n) => {
+                if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+                    if let Ok(a) = self.fs.getattr(ino.0) {
+                        if a.perm & (libc::S_ISUID | libc::S_ISGID) != 0 {
+                            let req = SetAttr {
+                                mode: Some(a.perm & !(libc::S_ISUID | libc::S_ISGID)),
+                                ..Default::default()
+                            };
+                            let _ = self.fs.setattr(ino.0, &req);
+                        }
+                    }
+                }
+                reply.written(n as u32)
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lo: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.release_handle(ino.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.sync() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.getattr(ino.0) {
+            Ok(a) if a.kind == Kind::Dir => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(_) => reply.error(Errno::ENOTDIR),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        match self.fs.readdir(ino.0, offset, 1024) {
+            Ok(entries) => {
+                for (off, child, kind, name) in entries {
+                    if reply.add(INodeNo(child), off, ftype(kind), OsStr::from_bytes(&name)) {
+                        break;
+                    }
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        match self.fs.readdir(ino.0, offset, 256) {
+            Ok(entries) => {
+                for (off, child, _kind, name) in entries {
+                    let Ok(a) = self.fs.getattr(child) else {
+                        continue;
+                    };
+                    if reply.add(
+                        INodeNo(child),
+                        off,
+                        OsStr::from_bytes(&name),
+                        &TTL,
+                        &self.attr(child, &a),
+                        Generation(0),
+                    ) {
+                        break;
+                    }
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.sync() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let (total, free, inodes) = self.fs.statfs();
+        let files = 1u64 << 32;
+        reply.statfs(
+            total,
+            free,
+            free,
+            files,
+            files - inodes.min(files),
+            4096,
+            255,
+            4096,
+        );
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        if ino.0 == ROOT_INO && name.as_bytes() == STATS_XATTR.as_bytes() {
+            return reply.error(Errno::EPERM);
+        }
+        match self.fs.setxattr(ino.0, name.as_bytes(), value, flags) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let r = if ino.0 == ROOT_INO && name.as_bytes() == STATS_XATTR.as_bytes() {
+            Ok(self.fs.stats_json().to_string().into_bytes())
+        } else {
+            self.fs.getxattr(ino.0, name.as_bytes())
+        };
+        match r {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs.listxattr(ino.0) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in names {
+                    buf.extend_from_slice(&n);
+                    buf.push(0);
+                }
+                if size == 0 {
+                    reply.size(buf.len() as u32)
+                } else if buf.len() > size as usize {
+                    reply.error(Errno::ERANGE)
+                } else {
+                    reply.data(&buf)
+                }
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.fs.removexattr(ino.0, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // With default_permissions the kernel checks mode bits itself; only existence matters.
+        match self.fs.getattr(ino.0) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let kind = Kind::from_mode(mode).unwrap_or(Kind::File);
+        let r = self
+            .fs
+            .mknod(
+                parent.0,
+                name.as_bytes(),
+                kind,
+                mode & !umask,
+                0,
+                b"",
+                caller(req),
+            )
+            .and_then(|(ino, _)| self.fs.open_handle(ino).map(|a| (ino, a)));
+        match r {
+            Ok((ino, a)) => reply.created(
+                &TTL,
+                &self.attr(ino, &a),
+                Generation(0),
+                FileHandle(0),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.fallocate(ino.0, offset, length, mode) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+}
+
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: plain libc signal-set manipulation on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// Mount `fs` at `mountpoint` and serve it until unmounted (or SIGTERM/SIGINT/SIGHUP, which
+/// unmount). `ready` runs once the mount is usable. On return the file system has been shut
+/// down cleanly (checkpoint, engine shutdown, clean flag).
+pub fn serve(
+    fs: Arc<FileSystem>,
+    mountpoint: &Path,
+    opts: &MountOptions,
+    ready: impl FnOnce(),
+) -> crate::Result<()> {
+    let set = block_signals();
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName(opts.fsname.clone()),
+        MountOption::Subtype("nodup".into()),
+        MountOption::DefaultPermissions,
+        MountOption::Dev,
+        MountOption::Suid,
+    ];
+    config.acl = if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(opts.threads.max(1));
+    config.clone_fd = true;
+    let adapter = Adapter::new(fs.clone(), opts.writeback_cache);
+    let mut session = fuser::Session::new(adapter, mountpoint, &config)?;
+    let mut unmounter = session.unmount_callable();
+    std::thread::Builder::new()
+        .name("nodup-signals".into())
+        .spawn(move || {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: waits on the set blocked above; `sig` is a valid out pointer.
+            if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+                if let Err(e) = unmounter.unmount() {
+                    eprintln!("nodup: unmount on signal {sig} failed: {e}");
+                }
+            }
+        })?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let maint = {
+        let fs = fs.clone();
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("nodup-maint".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(500));
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if let Err(e) = fs.tick() {
+                        eprintln!("nodup: background checkpoint/sync failed: {e}");
+                    }
+                }
+            })?
+    };
+    ready();
+    let r = session.run();
+    stop.store(true, Ordering::Relaxed);
+    let _ = maint.join();
+    // destroy() normally ran inside run(); make sure the clean shutdown happened.
+    if !fs.is_shut_down() {
+        fs.shutdown()?;
+    }
+    r?;
+    Ok(())
+}

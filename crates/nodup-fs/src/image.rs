@@ -1,0 +1,103 @@
+//! Image files: choosing and opening the medium an image was made for, and the lock that keeps
+//! two processes from using one image at once.
+
+use crate::error::{FsError, Result};
+use crate::superblock::{self, MediumKind};
+use nodup_core::media::{BlockFile, BlockFileOptions, Medium, Pmem};
+use std::fs::File;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+
+/// tmpfs magic from statfs(2).
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// The medium kind to use for a new image at `path`: pmem on tmpfs (or a DAX mount), else blockfile.
+pub fn default_kind(path: &Path) -> MediumKind {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return MediumKind::BlockFile;
+    };
+    // SAFETY: `c` is NUL terminated; `st` is a plain C struct filled by the call.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    if r == 0 && st.f_type as i64 == TMPFS_MAGIC {
+        return MediumKind::Pmem;
+    }
+    if is_dax_mount(dir) {
+        MediumKind::Pmem
+    } else {
+        MediumKind::BlockFile
+    }
+}
+
+fn is_dax_mount(dir: &Path) -> bool {
+    let Ok(dir) = dir.canonicalize() else {
+        return false;
+    };
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else {
+        return false;
+    };
+    let mut best: Option<(usize, bool)> = None;
+    for line in mounts.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        if f.len() < 4 {
+            continue;
+        }
+        if dir.starts_with(f[1]) && best.is_none_or(|(l, _)| f[1].len() > l) {
+            best = Some((f[1].len(), f[3].split(',').any(|o| o.starts_with("dax"))));
+        }
+    }
+    best.is_some_and(|(_, dax)| dax)
+}
+
+/// Create a new image file of `len` bytes for `kind`.
+pub fn create(path: &Path, len: u64, kind: MediumKind) -> Result<Arc<dyn Medium>> {
+    Ok(match kind {
+        MediumKind::Pmem => Arc::new(Pmem::create(path, len)?),
+        MediumKind::BlockFile => {
+            Arc::new(BlockFile::create(path, len, BlockFileOptions::default())?)
+        }
+    })
+}
+
+/// Open an existing image with the medium recorded in its superblock (checked read-only first:
+/// a file that is not a nodup image is rejected before anything opens it for writing).
+pub fn open(path: &Path) -> Result<(Arc<dyn Medium>, MediumKind)> {
+    let (sb, _, _) = superblock::probe_file(path)?;
+    let kind = sb.medium_kind();
+    let m: Arc<dyn Medium> = match kind {
+        MediumKind::Pmem => Arc::new(Pmem::open(path)?),
+        MediumKind::BlockFile => Arc::new(BlockFile::open(path, BlockFileOptions::default())?),
+    };
+    Ok((m, kind))
+}
+
+/// An exclusive advisory lock on an image (held by the mount daemon for its lifetime).
+pub struct ImageLock {
+    _file: File,
+}
+
+impl ImageLock {
+    /// Try to lock `path`; `Busy` when another process holds it.
+    pub fn try_lock(path: &Path) -> Result<ImageLock> {
+        let file = File::open(path)?;
+        // SAFETY: flock on a valid descriptor owned by `file`.
+        let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                return Err(FsError::Busy(format!(
+                    "{} is in use (mounted?)",
+                    path.display()
+                )));
+            }
+            return Err(e.into());
+        }
+        Ok(ImageLock { _file: file })
+    }
+}

@@ -1,0 +1,232 @@
+//! Inodes in DRAM: attributes, extended attributes and the kind-specific body (block map,
+//! directory, symlink target).
+
+use crate::blockmap::BlockMap;
+use crate::codec::{Dec, Enc};
+use crate::dir::Directory;
+use crate::error::{FsError, Result};
+use std::collections::BTreeMap;
+
+/// Inode number of the root directory (FUSE's fixed root).
+pub const ROOT_INO: u64 = 1;
+
+/// A timestamp: seconds and nanoseconds since the epoch (negative seconds allowed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ts {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl Ts {
+    /// The current wall-clock time.
+    pub fn now() -> Ts {
+        match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => Ts {
+                sec: d.as_secs() as i64,
+                nsec: d.subsec_nanos(),
+            },
+            Err(_) => Ts::default(),
+        }
+    }
+    /// Convert to a `SystemTime` (for FUSE attributes).
+    pub fn to_system(self) -> std::time::SystemTime {
+        use std::time::{Duration, UNIX_EPOCH};
+        if self.sec >= 0 {
+            UNIX_EPOCH + Duration::new(self.sec as u64, self.nsec)
+        } else {
+            UNIX_EPOCH - Duration::from_secs(self.sec.unsigned_abs())
+                + Duration::from_nanos(self.nsec as u64)
+        }
+    }
+    /// Convert from a `SystemTime`.
+    pub fn from_system(t: std::time::SystemTime) -> Ts {
+        match t.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => Ts {
+                sec: d.as_secs() as i64,
+                nsec: d.subsec_nanos(),
+            },
+            Err(e) => {
+                let d = e.duration();
+                let (mut sec, mut nsec) = (-(d.as_secs() as i64), d.subsec_nanos());
+                if nsec > 0 {
+                    sec -= 1;
+                    nsec = 1_000_000_000 - nsec;
+                }
+                Ts { sec, nsec }
+            }
+        }
+    }
+    fn enc(&self, e: &mut Enc) {
+        e.i64(self.sec);
+        e.u32(self.nsec);
+    }
+    fn dec(d: &mut Dec) -> Result<Ts> {
+        Ok(Ts {
+            sec: d.i64()?,
+            nsec: d.u32()?,
+        })
+    }
+}
+
+/// File type of an inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    File = 1,
+    Dir = 2,
+    Symlink = 3,
+    Fifo = 4,
+    CharDev = 5,
+    BlockDev = 6,
+    Socket = 7,
+}
+
+impl Kind {
+    /// Decode the on-media value.
+    pub fn from_u8(v: u8) -> Result<Kind> {
+        Ok(match v {
+            1 => Kind::File,
+            2 => Kind::Dir,
+            3 => Kind::Symlink,
+            4 => Kind::Fifo,
+            5 => Kind::CharDev,
+            6 => Kind::BlockDev,
+            7 => Kind::Socket,
+            _ => return Err(FsError::Corrupt(format!("inode kind {v}"))),
+        })
+    }
+    /// Kind from the `S_IFMT` bits of a mode.
+    pub fn from_mode(mode: u32) -> Option<Kind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG | 0 => Kind::File,
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFLNK => Kind::Symlink,
+            libc::S_IFIFO => Kind::Fifo,
+            libc::S_IFCHR => Kind::CharDev,
+            libc::S_IFBLK => Kind::BlockDev,
+            libc::S_IFSOCK => Kind::Socket,
+            _ => return None,
+        })
+    }
+}
+
+/// The attributes of an inode (everything `stat` shows except the inode number).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    pub kind: Kind,
+    /// Permission bits incl. setuid/setgid/sticky (no type bits).
+    pub perm: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    pub size: u64,
+    pub rdev: u32,
+    pub atime: Ts,
+    pub mtime: Ts,
+    pub ctime: Ts,
+}
+
+impl Attr {
+    /// Encode for a log record or checkpoint.
+    pub fn enc(&self, e: &mut Enc) {
+        e.u8(self.kind as u8);
+        e.u32(self.perm);
+        e.u32(self.uid);
+        e.u32(self.gid);
+        e.u32(self.nlink);
+        e.u64(self.size);
+        e.u32(self.rdev);
+        self.atime.enc(e);
+        self.mtime.enc(e);
+        self.ctime.enc(e);
+    }
+    /// Decode what [`Attr::enc`] wrote.
+    pub fn dec(d: &mut Dec) -> Result<Attr> {
+        Ok(Attr {
+            kind: Kind::from_u8(d.u8()?)?,
+            perm: d.u32()?,
+            uid: d.u32()?,
+            gid: d.u32()?,
+            nlink: d.u32()?,
+            size: d.u64()?,
+            rdev: d.u32()?,
+            atime: Ts::dec(d)?,
+            mtime: Ts::dec(d)?,
+            ctime: Ts::dec(d)?,
+        })
+    }
+}
+
+/// Kind-specific content of an inode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// Regular file data.
+    File(BlockMap),
+    /// Directory entries.
+    Dir(Directory),
+    /// Symlink target.
+    Symlink(Vec<u8>),
+    /// Fifo, device or socket: attributes only.
+    Special,
+}
+
+/// One inode in DRAM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inode {
+    pub ino: u64,
+    pub attr: Attr,
+    pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    pub body: Body,
+    /// Open file handles (runtime only): an unlinked inode lives until the last one closes.
+    pub open_count: u32,
+}
+
+impl Inode {
+    /// A new inode of `attr.kind`; `parent` is used for directories, `target` for symlinks.
+    pub fn new(ino: u64, attr: Attr, parent: u64, target: &[u8]) -> Inode {
+        let body = match attr.kind {
+            Kind::File => Body::File(BlockMap::default()),
+            Kind::Dir => Body::Dir(Directory::new(parent)),
+            Kind::Symlink => Body::Symlink(target.to_vec()),
+            _ => Body::Special,
+        };
+        Inode {
+            ino,
+            attr,
+            xattrs: BTreeMap::new(),
+            body,
+            open_count: 0,
+        }
+    }
+    /// The block map of a regular file.
+    pub fn map(&self) -> Option<&BlockMap> {
+        match &self.body {
+            Body::File(m) => Some(m),
+            _ => None,
+        }
+    }
+    /// The block map of a regular file, mutable.
+    pub fn map_mut(&mut self) -> Option<&mut BlockMap> {
+        match &mut self.body {
+            Body::File(m) => Some(m),
+            _ => None,
+        }
+    }
+    /// The directory of a directory inode.
+    pub fn dir(&self) -> Option<&Directory> {
+        match &self.body {
+            Body::Dir(d) => Some(d),
+            _ => None,
+        }
+    }
+    /// The directory of a directory inode, mutable.
+    pub fn dir_mut(&mut self) -> Option<&mut Directory> {
+        match &mut self.body {
+            Body::Dir(d) => Some(d),
+            _ => None,
+        }
+    }
+    /// Data blocks referenced by this inode (once per reference).
+    pub fn data_blocks(&self) -> Vec<u64> {
+        self.map().map(|m| m.blocks().collect()).unwrap_or_default()
+    }
+}

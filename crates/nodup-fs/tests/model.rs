@@ -1,0 +1,406 @@
+//! Random operations on the file system (no FUSE, MemMedium) against a simple in-memory model,
+//! with clean reopen and crash reopen (failure recovery) in between; fsck after each reopen.
+
+use nodup_core::media::{Medium, MemMedium};
+use nodup_core::{FormatOptions, BLOCK_SIZE};
+use nodup_fs::fs::falloc;
+use nodup_fs::inode::{Kind, ROOT_INO};
+use nodup_fs::{fsck, Caller, FileSystem, FsOptions, MediumKind};
+use proptest::prelude::*;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+const BS: u64 = BLOCK_SIZE as u64;
+const NAMES: usize = 6;
+
+#[derive(Clone, Default, Debug)]
+struct MFile {
+    size: u64,
+    blocks: BTreeMap<u64, Vec<u8>>,
+}
+
+impl MFile {
+    fn write(&mut self, off: u64, data: &[u8]) {
+        let mut pos = off;
+        let end = off + data.len() as u64;
+        while pos < end {
+            let fb = pos / BS;
+            let bo = (pos % BS) as usize;
+            let take = ((BS - bo as u64).min(end - pos)) as usize;
+            let blk = self.blocks.entry(fb).or_insert_with(|| vec![0; BLOCK_SIZE]);
+            let s = (pos - off) as usize;
+            blk[bo..bo + take].copy_from_slice(&data[s..s + take]);
+            pos += take as u64;
+        }
+        self.size = self.size.max(end);
+    }
+    fn truncate(&mut self, size: u64) {
+        if size < self.size {
+            let keep = size.div_ceil(BS);
+            self.blocks.retain(|&fb, _| fb < keep);
+            if size % BS != 0 {
+                if let Some(b) = self.blocks.get_mut(&(size / BS)) {
+                    b[(size % BS) as usize..].fill(0);
+                }
+            }
+        }
+        self.size = size;
+    }
+    fn punch(&mut self, off: u64, len: u64) {
+        let end = (off + len).min(self.size);
+        let mut pos = off;
+        while pos < end {
+            let fb = pos / BS;
+            let bo = (pos % BS) as usize;
+            let take = ((BS - bo as u64).min(end - pos)) as usize;
+            if let Some(b) = self.blocks.get_mut(&fb) {
+                b[bo..bo + take].fill(0);
+            }
+            pos += take as u64;
+        }
+    }
+}
+
+#[derive(Default, Debug)]
+struct Model {
+    names: HashMap<usize, u64>,
+    files: HashMap<u64, MFile>,
+    next: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Create(usize),
+    Write(usize, u64, usize, u8, bool),
+    Truncate(usize, u64),
+    Punch(usize, u64, u64),
+    Rename(usize, usize),
+    Link(usize, usize),
+    Unlink(usize),
+    Reopen,
+    Crash,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let name = 0..NAMES;
+    prop_oneof![
+        2 => name.clone().prop_map(Op::Create),
+        6 => (name.clone(), prop_oneof![4 => 0u64..80_000, 1 => (5u64 << 30)..(5u64 << 30) + 20_000],
+              1usize..40_000, 0u8..4, any::<bool>())
+            .prop_map(|(n, o, l, p, r)| Op::Write(n, o, l, p, r)),
+        2 => (name.clone(), 0u64..90_000).prop_map(|(n, s)| Op::Truncate(n, s)),
+        2 => (name.clone(), 0u64..80_000, 1u64..40_000).prop_map(|(n, o, l)| Op::Punch(n, o, l)),
+        1 => (name.clone(), name.clone()).prop_map(|(a, b)| Op::Rename(a, b)),
+        1 => (name.clone(), name.clone()).prop_map(|(a, b)| Op::Link(a, b)),
+        1 => name.prop_map(Op::Unlink),
+        1 => Just(Op::Reopen),
+        1 => Just(Op::Crash),
+    ]
+}
+
+fn fname(i: usize) -> Vec<u8> {
+    format!("f{i}").into_bytes()
+}
+
+/// Duplicate-heavy content: every block of one pattern is identical; `random` adds unique bytes.
+fn content(off: u64, len: usize, pat: u8, random: bool, salt: u64) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| {
+            let x = off + i;
+            if random {
+                let mut z = (x / 8) ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                (z >> (8 * (x % 8))) as u8
+            } else {
+                pat.wrapping_mul(37).wrapping_add((x % 13) as u8)
+            }
+        })
+        .collect()
+}
+
+fn fresh(medium: &Arc<MemMedium>) -> FileSystem {
+    FileSystem::format(
+        medium.clone(),
+        MediumKind::Pmem,
+        &FormatOptions::default(),
+        &FsOptions::default(),
+        Caller::default(),
+    )
+    .unwrap()
+}
+
+fn check(fs: &FileSystem, m: &Model) {
+    for i in 0..NAMES {
+        let got = fs.lookup(ROOT_INO, &fname(i));
+        match m.names.get(&i) {
+            None => assert!(got.is_err(), "f{i} should not exist"),
+            Some(id) => {
+                let (ino, attr) = got.unwrap();
+                let mf = &m.files[id];
+                assert_eq!(attr.size, mf.size, "size of f{i}");
+                let links = m.names.values().filter(|x| *x == id).count() as u32;
+                assert_eq!(attr.nlink, links, "nlink of f{i}");
+                // Every block the model has, plus the block after each of them (hole or tail).
+                let mut fbs: Vec<u64> = mf.blocks.keys().flat_map(|&b| [b, b + 1]).collect();
+                fbs.push(0);
+                for fb in fbs {
+                    if fb * BS >= mf.size {
+                        continue;
+                    }
+                    let data = fs.read(ino, fb * BS, BLOCK_SIZE).unwrap();
+                    let want_len = ((mf.size - fb * BS).min(BS)) as usize;
+                    assert_eq!(data.len(), want_len);
+                    match mf.blocks.get(&fb) {
+                        Some(b) => assert!(data == b[..want_len], "f{i} block {fb} differs"),
+                        None => assert!(data.iter().all(|&x| x == 0), "f{i} hole {fb} not zero"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn reopen(fs: FileSystem, medium: &Arc<MemMedium>, crash: bool) -> (FileSystem, Arc<MemMedium>) {
+    let bytes = if crash {
+        // Crash: the DRAM state is lost; the medium holds whatever was written.
+        let b = medium.snapshot();
+        drop(fs);
+        b
+    } else {
+        fs.shutdown().unwrap();
+        drop(fs);
+        medium.snapshot()
+    };
+    let m2 = Arc::new(MemMedium::from_bytes(bytes));
+    let fs = FileSystem::open(m2.clone(), &FsOptions::default()).unwrap();
+    assert_eq!(fs.recovery().kind, if crash { "failure" } else { "clean" });
+    let rep = fsck::check(&fs, false).unwrap();
+    assert!(rep.consistent(), "fsck after reopen: {:?}", rep.problems);
+    (fs, m2)
+}
+
+fn run(ops: Vec<Op>) {
+    let mut medium = Arc::new(MemMedium::new(48 << 20));
+    let mut fs = fresh(&medium);
+    let mut m = Model::default();
+    let who = Caller { uid: 0, gid: 0 };
+    for (step, op) in ops.into_iter().enumerate() {
+        match op {
+            Op::Create(i) => {
+                let r = fs.mknod(ROOT_INO, &fname(i), Kind::File, 0o644, 0, b"", who);
+                if let std::collections::hash_map::Entry::Vacant(e) = m.names.entry(i) {
+                    r.unwrap();
+                    m.next += 1;
+                    e.insert(m.next);
+                    m.files.insert(m.next, MFile::default());
+                } else {
+                    assert!(r.is_err());
+                }
+            }
+            Op::Write(i, off, len, pat, random) => {
+                if let Some(id) = m.names.get(&i) {
+                    let (ino, _) = fs.lookup(ROOT_INO, &fname(i)).unwrap();
+                    let data = content(off, len, pat, random, step as u64);
+                    assert_eq!(fs.write(ino, off, &data).unwrap(), len);
+                    m.files.get_mut(id).unwrap().write(off, &data);
+                }
+            }
+            Op::Truncate(i, size) => {
+                if let Some(id) = m.names.get(&i) {
+                    let (ino, _) = fs.lookup(ROOT_INO, &fname(i)).unwrap();
+                    fs.truncate(ino, size).unwrap();
+                    m.files.get_mut(id).unwrap().truncate(size);
+                }
+            }
+            Op::Punch(i, off, len) => {
+                if let Some(id) = m.names.get(&i) {
+                    let (ino, _) = fs.lookup(ROOT_INO, &fname(i)).unwrap();
+                    fs.fallocate(ino, off, len, falloc::PUNCH_HOLE | falloc::KEEP_SIZE)
+                        .unwrap();
+                    m.files.get_mut(id).unwrap().punch(off, len);
+                }
+            }
+            Op::Rename(a, b) => {
+                let r = fs.rename(ROOT_INO, &fname(a), ROOT_INO, &fname(b), 0);
+                match m.names.get(&a).copied() {
+                    None => assert!(r.is_err()),
+                    Some(id) => {
+                        r.unwrap();
+                        if a != b {
+                            m.names.remove(&a);
+                            if m.names.get(&b) == Some(&id) {
+                                // Renaming onto another link of the same file: POSIX no-op.
+                                m.names.insert(a, id);
+                            } else {
+                                m.names.insert(b, id);
+                            }
+                        }
+                    }
+                }
+            }
+            Op::Link(a, b) => {
+                let r = fs.lookup(ROOT_INO, &fname(a)).and_then(|(ino, _)| fs.link(ino, ROOT_INO, &fname(b)));
+                match (m.names.get(&a).copied(), m.names.contains_key(&b)) {
+                    (Some(id), false) => {
+                        r.unwrap();
+                        m.names.insert(b, id);
+                    }
+                    _ => assert!(r.is_err()),
+                }
+            }
+            Op::Unlink(i) => {
+                let r = fs.unlink(ROOT_INO, &fname(i));
+                match m.names.remove(&i) {
+                    Some(_) => r.unwrap(),
+                    None => assert!(r.is_err()),
+                }
+            }
+            Op::Reopen | Op::Crash => {
+                let (f2, m2) = reopen(fs, &medium, matches!(op, Op::Crash));
+                fs = f2;
+                medium = m2;
+            }
+        }
+        m.files.retain(|id, _| m.names.values().any(|x| x == id));
+        check(&fs, &m);
+    }
+    let rep = fsck::check(&fs, false).unwrap();
+    assert!(rep.consistent(), "final fsck: {:?}", rep.problems);
+    // Logical bytes are exactly the mapped blocks of the model's files (holes excluded).
+    let (f2, _) = reopen(fs, &medium, true);
+    check(&f2, &m);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #[test]
+    fn random_ops_match_model(ops in proptest::collection::vec(op(), 1..60)) {
+        run(ops);
+    }
+}
+
+#[test]
+fn duplicates_are_shared_and_stats_add_up() {
+    let medium = Arc::new(MemMedium::new(32 << 20));
+    let fs = fresh(&medium);
+    let who = Caller::default();
+    let data = content(0, 64 * BLOCK_SIZE, 1, true, 9);
+    for i in 0..4 {
+        let (ino, _) = fs.mknod(ROOT_INO, &fname(i), Kind::File, 0o644, 0, b"", who).unwrap();
+        fs.write(ino, 0, &data).unwrap();
+    }
+    let s = fs.stats_json();
+    assert_eq!(s["logical_bytes"], 4 * 64 * BS);
+    assert_eq!(s["physical_bytes"], 64 * BS);
+    assert!((s["dedup_ratio"].as_f64().unwrap() - 0.75).abs() < 1e-9);
+    for key in [
+        "policy", "block_size", "blocks_written", "dedup_hits", "fp_collisions", "media_bytes_written",
+        "media_bytes_read", "meta_bytes_written", "meta_bytes_read", "index_entries", "index_memory_bytes",
+    ] {
+        assert!(s.get(key).is_some(), "stats key {key} missing");
+    }
+    // Unlinking every copy gives every block back.
+    for i in 0..4 {
+        fs.unlink(ROOT_INO, &fname(i)).unwrap();
+    }
+    let s = fs.stats_json();
+    assert_eq!(s["physical_bytes"], 0);
+    assert_eq!(s["logical_bytes"], 0);
+}
+
+#[test]
+fn full_device_gives_enospc_and_keeps_old_data() {
+    let medium = Arc::new(MemMedium::new(8 << 20));
+    let fs = fresh(&medium);
+    let (ino, _) = fs.mknod(ROOT_INO, b"big", Kind::File, 0o644, 0, b"", Caller::default()).unwrap();
+    let mut off = 0u64;
+    let err = loop {
+        let chunk = content(off, 256 * 1024, 0, true, off);
+        match fs.write(ino, off, &chunk) {
+            Ok(n) => off += n as u64,
+            Err(e) => break e,
+        }
+        assert!(off < (16 << 20), "never ran out of space");
+    };
+    assert_eq!(err.errno(), libc::ENOSPC);
+    assert!(off > 0);
+    let back = fs.read(ino, 0, off as usize).unwrap();
+    assert!(back == content(0, off as usize, 0, true, 0)[..] || {
+        // Each chunk had its own salt; compare chunk by chunk.
+        (0..off).step_by(256 * 1024).all(|o| {
+            let want = content(o, 256 * 1024, 0, true, o);
+            back[o as usize..o as usize + 256 * 1024] == want[..]
+        })
+    });
+    // A clean unmount still works on the full device, and the data survives it.
+    fs.shutdown().unwrap();
+    drop(fs);
+    let m2 = Arc::new(MemMedium::from_bytes(medium.snapshot()));
+    let fs = FileSystem::open(m2, &FsOptions::default()).unwrap();
+    let (ino, attr) = fs.lookup(ROOT_INO, b"big").unwrap();
+    assert_eq!(attr.size, off);
+    let again = fs.read(ino, 0, off as usize).unwrap();
+    assert!(again == back);
+}
+
+#[test]
+fn parallel_writers_of_identical_content() {
+    let medium = Arc::new(MemMedium::new(64 << 20));
+    let fs = Arc::new(fresh(&medium));
+    let data = Arc::new(content(0, 256 * BLOCK_SIZE, 3, true, 77));
+    let mut inos = Vec::new();
+    for i in 0..4 {
+        inos.push(fs.mknod(ROOT_INO, &fname(i), Kind::File, 0o644, 0, b"", Caller::default()).unwrap().0);
+    }
+    let handles: Vec<_> = inos
+        .iter()
+        .map(|&ino| {
+            let fs = fs.clone();
+            let data = data.clone();
+            std::thread::spawn(move || {
+                for chunk in 0..4u64 {
+                    let s = (chunk * 64 * BS) as usize;
+                    fs.write(ino, chunk * 64 * BS, &data[s..s + 64 * BLOCK_SIZE]).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    for &ino in &inos {
+        assert!(fs.read(ino, 0, data.len()).unwrap() == *data);
+    }
+    let s = fs.stats_json();
+    assert_eq!(s["physical_bytes"], 256 * BS);
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+}
+
+#[test]
+fn not_nodup_and_corrupt_images_are_refused_without_writes() {
+    let junk = Arc::new(MemMedium::from_bytes(vec![7u8; 8 << 20]));
+    let before = junk.snapshot();
+    let err = FileSystem::open(junk.clone(), &FsOptions::default()).err().unwrap();
+    assert!(matches!(err, nodup_fs::FsError::NotNodup(_)), "{err}");
+    assert!(junk.snapshot() == before);
+
+    let medium = Arc::new(MemMedium::new(16 << 20));
+    let fs = fresh(&medium);
+    let (ino, _) = fs.mknod(ROOT_INO, b"a", Kind::File, 0o644, 0, b"", Caller::default()).unwrap();
+    fs.write(ino, 0, b"hello").unwrap();
+    fs.shutdown().unwrap();
+    drop(fs);
+    // Corrupt the checkpoint payload: open must fail and leave the image untouched.
+    let mut bytes = medium.snapshot();
+    let m = MemMedium::from_bytes(bytes.clone());
+    let (sb, _, _) = nodup_fs::superblock::probe_medium(&m).unwrap();
+    let at = (sb.ckpt_head * BS) as usize + nodup_fs::chain::off::PAYLOAD + nodup_fs::checkpoint::HEADER + 3;
+    bytes[at] ^= 0xff;
+    let bad = Arc::new(MemMedium::from_bytes(bytes));
+    let before = bad.snapshot();
+    let err = FileSystem::open(bad.clone(), &FsOptions::default()).err().unwrap();
+    assert!(matches!(err, nodup_fs::FsError::Corrupt(_)), "{err}");
+    assert!(bad.snapshot() == before);
+    let _ = bad.len();
+}

@@ -1,0 +1,187 @@
+//! Trace file formats: FIU text (`fiu`) and nodup's binary format (`own`), detected by magic.
+
+pub mod fiu;
+pub mod own;
+
+use crate::error::{Result, TraceError};
+use crate::record::Record;
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::Path;
+
+/// A trace file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// FIU iodedup text lines.
+    Fiu,
+    /// nodup's compact binary format.
+    Own,
+}
+
+impl std::str::FromStr for Format {
+    type Err = TraceError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "fiu" => Ok(Format::Fiu),
+            "own" => Ok(Format::Own),
+            _ => Err(TraceError::Invalid(format!(
+                "unknown trace format {s:?} (fiu|own)"
+            ))),
+        }
+    }
+}
+
+/// Detect the format of a file by its first bytes (own-format magic, else FIU).
+pub fn detect(path: &Path) -> Result<Format> {
+    let mut f =
+        File::open(path).map_err(|e| TraceError::io(format!("opening {}", path.display()), e))?;
+    let mut head = [0u8; 8];
+    let mut got = 0;
+    while got < head.len() {
+        match f.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) => return Err(TraceError::io(format!("reading {}", path.display()), e)),
+        }
+    }
+    Ok(if got == 8 && &head == own::MAGIC {
+        Format::Own
+    } else {
+        Format::Fiu
+    })
+}
+
+/// A streaming reader over either format.
+pub enum TraceReader {
+    /// FIU text.
+    Fiu(fiu::FiuReader<BufReader<File>>),
+    /// Own binary format.
+    Own(own::OwnReader<BufReader<File>>),
+}
+
+impl TraceReader {
+    /// Open `path` in `format` (detected when `None`).
+    pub fn open(path: &Path, format: Option<Format>) -> Result<Self> {
+        let format = match format {
+            Some(f) => f,
+            None => detect(path)?,
+        };
+        let f = File::open(path)
+            .map_err(|e| TraceError::io(format!("opening {}", path.display()), e))?;
+        let r = BufReader::with_capacity(1 << 20, f);
+        Ok(match format {
+            Format::Fiu => TraceReader::Fiu(fiu::FiuReader::new(r)),
+            Format::Own => TraceReader::Own(own::OwnReader::new(r)?),
+        })
+    }
+
+    /// Bytes consumed so far (for progress reporting).
+    pub fn bytes_read(&self) -> u64 {
+        match self {
+            TraceReader::Fiu(r) => r.bytes_read(),
+            TraceReader::Own(r) => r.bytes_read(),
+        }
+    }
+}
+
+impl Iterator for TraceReader {
+    type Item = Result<(u64, Record)>;
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            TraceReader::Fiu(r) => r.next(),
+            TraceReader::Own(r) => r.next(),
+        }
+    }
+}
+
+/// How a consumer treats unparsable lines.
+pub struct BadLinePolicy<'a> {
+    /// Stop at the first bad line with its error.
+    pub strict: bool,
+    /// Called for every bad line (the CLI prints it on stderr).
+    pub report: Option<&'a (dyn Fn(&TraceError) + Sync)>,
+}
+
+/// Drive `f` over every good record of `reader`, applying the bad-line policy; returns bad lines.
+///
+/// Parse errors are skipped and counted unless `strict`; I/O and own-format corruption always stop.
+pub fn for_each_record(
+    reader: &mut TraceReader,
+    policy: &BadLinePolicy<'_>,
+    mut progress: impl FnMut(u64),
+    mut f: impl FnMut(u64, Record) -> Result<()>,
+) -> Result<u64> {
+    let mut bad = 0u64;
+    let mut n = 0u64;
+    while let Some(item) = reader.next() {
+        match item {
+            Ok((line, rec)) => f(line, rec)?,
+            Err(e @ TraceError::Parse { .. }) => {
+                if let Some(rep) = policy.report {
+                    rep(&e);
+                }
+                if policy.strict {
+                    return Err(e);
+                }
+                bad += 1;
+            }
+            Err(e) => return Err(e),
+        }
+        n += 1;
+        if n % 4096 == 0 {
+            progress(reader.bytes_read());
+        }
+    }
+    progress(reader.bytes_read());
+    Ok(bad)
+}
+
+/// Convert `input` to `output` in the other format (or `to`); returns (records, bad lines).
+pub fn convert(
+    input: &Path,
+    output: &Path,
+    to: Option<Format>,
+    policy: &BadLinePolicy<'_>,
+) -> Result<(u64, u64)> {
+    let from = detect(input)?;
+    let to = to.unwrap_or(match from {
+        Format::Fiu => Format::Own,
+        Format::Own => Format::Fiu,
+    });
+    let mut reader = TraceReader::open(input, Some(from))?;
+    let out = File::create(output)
+        .map_err(|e| TraceError::io(format!("creating {}", output.display()), e))?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
+    let mut count = 0u64;
+    let bad = match to {
+        Format::Own => {
+            let mut w = own::OwnWriter::new(&mut out)?;
+            let bad = for_each_record(
+                &mut reader,
+                policy,
+                |_| {},
+                |_, r| {
+                    count += 1;
+                    w.write(&r)
+                },
+            )?;
+            w.finish()?;
+            bad
+        }
+        Format::Fiu => for_each_record(
+            &mut reader,
+            policy,
+            |_| {},
+            |_, r| {
+                count += 1;
+                use std::io::Write;
+                writeln!(out, "{}", fiu::format_line(&r))
+                    .map_err(|e| TraceError::io("writing FIU trace", e))
+            },
+        )?,
+    };
+    use std::io::Write;
+    out.flush()
+        .map_err(|e| TraceError::io(format!("writing {}", output.display()), e))?;
+    Ok((count, bad))
+}
