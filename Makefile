@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SHELL := /bin/bash
 
-.PHONY: all build release deps test lint unit demo torture bench clean trace-check
+.PHONY: all build release deps test lint unit demo torture bench clean trace-check fs-pjdfstest fs-fsx
 
 all: build
 
@@ -25,12 +25,19 @@ lint:
 unit:
 	$(CARGO) test --workspace --release
 
-test: deps lint unit trace-check
+test: deps lint unit trace-check fs-pjdfstest fs-fsx
 	@echo "make test: all suites passed"
 
 # Trace tools acceptance: independent dedup-ratio script, convert round trip, replay hashes (issue 4).
 trace-check:
 	@bash scripts/trace-check.sh
+
+# External file-system suites against a real nodup FUSE mount (issue 3).
+fs-pjdfstest: deps release
+	@bash scripts/fs-pjdfstest.sh
+
+fs-fsx: deps release
+	@bash scripts/fs-fsx.sh
 
 demo: deps release
 	@bash scripts/demo.sh

@@ -15,7 +15,7 @@ JSON=${OUT%.md}.json
 mkdir -p "$(dirname "$OUT")"
 
 cargo build --release -q -p nodup-cli
-NODUP=$PWD/target/release/nodup
+NODUP=${CARGO_TARGET_DIR:-$PWD/target}/release/nodup
 
 tables=$(mktemp)
 trap 'rm -f "$tables"' EXIT

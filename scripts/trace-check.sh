@@ -24,7 +24,10 @@ field() { python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])'
 traces=("$SAMPLES"/*.blkparse)
 "$NODUP" trace gen --size 8M --dup-ratio 0.6 --run-length geom:6 --read-ratio 0.2 --seed 9 -o "$TMP/gen.fiu" 2>/dev/null
 awk 'NR==3{print "garbage line"} NR==7{$5="x"} {print}' "$SAMPLES/homes-sample.1.blkparse" > "$TMP/corrupt.fiu"
-traces+=("$TMP/gen.fiu" "$TMP/corrupt.fiu")
+# Unaligned variants (every request shifted by 3 sectors): exercises sector-granular read-modify-write.
+awk '{$4 = $4 + 3; print}' "$SAMPLES/homes-sample.1.blkparse" > "$TMP/homes-unaligned.fiu"
+awk '$6 == "W" {$4 = $4 + 3; print}' "$SAMPLES/mail-01-sample.blkparse" > "$TMP/mail-unaligned.fiu"
+traces+=("$TMP/gen.fiu" "$TMP/corrupt.fiu" "$TMP/homes-unaligned.fiu" "$TMP/mail-unaligned.fiu")
 
 for t in "${traces[@]}"; do
   name=$(basename "$t")
@@ -60,7 +63,7 @@ done
 echo "trace-check: convert round trip ok"
 
 # Replays: same contents in every mode and thread count, no verify errors.
-for t in "$SAMPLES"/*.blkparse "$TMP/gen.fiu"; do
+for t in "$SAMPLES"/*.blkparse "$TMP/gen.fiu" "$TMP/homes-unaligned.fiu"; do
   ref=""
   for m in block batch; do
     for th in 1 3; do

@@ -11,13 +11,19 @@ use nodup_core::{BlockNr, Engine, Error, WriteCtx, BLOCK_SIZE};
 use proptest::prelude::*;
 
 fn block(i: u64) -> Vec<u8> {
-    (0..BLOCK_SIZE).map(|j| (i.wrapping_mul(131).wrapping_add(j as u64 / 64) % 251) as u8).collect()
+    (0..BLOCK_SIZE)
+        .map(|j| (i.wrapping_mul(131).wrapping_add(j as u64 / 64) % 251) as u8)
+        .collect()
 }
 
 /// A populated image: returns its bytes, the data blocks referenced and the data-area start.
 fn image(layout: MetaLayoutKind, clean: bool) -> (Vec<u8>, Vec<BlockNr>, u64) {
     let m = Arc::new(MemMedium::new(1 << 20));
-    let fopts = FormatOptions { meta_layout: layout, client_area_blocks: 2, ..Default::default() };
+    let fopts = FormatOptions {
+        meta_layout: layout,
+        client_area_blocks: 2,
+        ..Default::default()
+    };
     let e = Engine::format(m.clone(), &fopts, &OpenOptions::default()).unwrap();
     let data: Vec<Vec<u8>> = (0..60).map(|i| block(i % 25)).collect();
     let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
@@ -35,7 +41,10 @@ fn exercise(bytes: Vec<u8>, refs: &[BlockNr]) {
     let Ok((e, st)) = Engine::open(m, &OpenOptions::default()) else {
         return;
     };
-    if st == OpenState::NeedsRecovery && e.recover(&mut refs.iter().copied(), &mut std::iter::empty()).is_err() {
+    if st == OpenState::NeedsRecovery
+        && e.recover(&mut refs.iter().copied(), &mut std::iter::empty())
+            .is_err()
+    {
         return;
     }
     let mut buf = vec![0u8; BLOCK_SIZE];
@@ -75,10 +84,16 @@ fn truncated_and_foreign_images_are_refused() {
     let (img, _, _) = image(MetaLayoutKind::Entry, true);
     for len in [0usize, 100, 4096, img.len() / 2, img.len() - 4096] {
         let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img[..len].to_vec()));
-        assert!(Engine::open(m, &OpenOptions::default()).is_err(), "truncated to {len}");
+        assert!(
+            Engine::open(m, &OpenOptions::default()).is_err(),
+            "truncated to {len}"
+        );
     }
     let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(vec![0x5a; 1 << 20]));
-    assert!(matches!(Engine::open(m, &OpenOptions::default()), Err(Error::NotNodup(_))));
+    assert!(matches!(
+        Engine::open(m, &OpenOptions::default()),
+        Err(Error::NotNodup(_))
+    ));
 }
 
 #[test]

@@ -54,10 +54,21 @@ fn check(e: &Engine, held: &Held, what: &str) {
     }
     let a = e.audit().unwrap();
     assert!(a.problems.is_empty(), "{what}: {:?}", a.problems);
-    assert_eq!(a.valid_entries, a.indexed_entries, "{what}: live entries missing from the index");
+    assert_eq!(
+        a.valid_entries, a.indexed_entries,
+        "{what}: live entries missing from the index"
+    );
     let s = e.stats();
-    assert_eq!(s.physical_bytes, count.len() as u64 * BLOCK_SIZE as u64, "{what}");
-    assert_eq!(s.free_blocks, s.total_blocks - count.len() as u64 - e.layout_owned_blocks(), "{what}");
+    assert_eq!(
+        s.physical_bytes,
+        count.len() as u64 * BLOCK_SIZE as u64,
+        "{what}"
+    );
+    assert_eq!(
+        s.free_blocks,
+        s.total_blocks - count.len() as u64 - e.layout_owned_blocks(),
+        "{what}"
+    );
 }
 
 /// One random step of engine calls; `after_call` sees the references held after each call.
@@ -70,7 +81,9 @@ fn step(
 ) {
     if rng.gen_bool(0.75) || model.is_empty() {
         let n = rng.gen_range(1..8);
-        let w: Vec<(u64, u64)> = (0..n).map(|_| (rng.gen_range(0..SLOTS), rng.gen_range(0..POOL))).collect();
+        let w: Vec<(u64, u64)> = (0..n)
+            .map(|_| (rng.gen_range(0..SLOTS), rng.gen_range(0..POOL)))
+            .collect();
         let data: Vec<Vec<u8>> = w.iter().map(|&(_, c)| content(c)).collect();
         let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
         let got = e.write(ctx, &refs).unwrap();
@@ -86,7 +99,10 @@ fn step(
         }
         for o in old {
             e.release(o.0).unwrap();
-            let i = held.iter().position(|&h| h == o).expect("released block was held");
+            let i = held
+                .iter()
+                .position(|&h| h == o)
+                .expect("released block was held");
             held.swap_remove(i);
             after_call(held.clone());
         }
@@ -102,7 +118,12 @@ fn step(
 fn crash_run(seed: u64, policy: PolicyKind, layout: MetaLayoutKind) -> usize {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let sim = Arc::new(CrashSim::new(2 << 20));
-    let fopts = FormatOptions { policy, meta_layout: layout, client_area_blocks: 2, ..Default::default() };
+    let fopts = FormatOptions {
+        policy,
+        meta_layout: layout,
+        client_area_blocks: 2,
+        ..Default::default()
+    };
     let e = Engine::format(sim.clone(), &fopts, &OpenOptions::default()).unwrap();
     let mut ctx = WriteCtx::default();
     let mut model = Model::new();
@@ -115,7 +136,9 @@ fn crash_run(seed: u64, policy: PolicyKind, layout: MetaLayoutKind) -> usize {
     // (completed fences after the step, model after the step)
     let mut history: Vec<(u64, Held)> = vec![(sim.fence_count(), held_of(&model))];
     for _ in 0..25 {
-        step(&e, &mut ctx, &mut model, &mut rng, &mut |h| history.push((sim.fence_count(), h)));
+        step(&e, &mut ctx, &mut model, &mut rng, &mut |h| {
+            history.push((sim.fence_count(), h))
+        });
     }
     sim.clear_capture_filter();
     let points = sim.take_captures();
@@ -130,18 +153,32 @@ fn crash_run(seed: u64, policy: PolicyKind, layout: MetaLayoutKind) -> usize {
     };
     for (pi, p) in points.iter().enumerate() {
         // The truth: the model after the last step whose fences all completed before the crash.
-        let truth = &history.iter().rev().find(|(f, _)| *f <= p.fence()).expect("warm-up precedes captures").1;
+        let truth = &history
+            .iter()
+            .rev()
+            .find(|(f, _)| *f <= p.fence())
+            .expect("warm-up precedes captures")
+            .1;
         for mode in modes(seed.wrapping_mul(31).wrapping_add(pi as u64)) {
-            let what = format!("seed {seed} {policy:?} {layout:?} point {pi} (fence {}) {mode:?}", p.fence());
+            let what = format!(
+                "seed {seed} {policy:?} {layout:?} point {pi} (fence {}) {mode:?}",
+                p.fence()
+            );
             let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(p.materialize(&mode)));
-            let (e2, st) = Engine::open(m, &OpenOptions::default()).unwrap_or_else(|err| panic!("{what}: {err}"));
+            let (e2, st) = Engine::open(m, &OpenOptions::default())
+                .unwrap_or_else(|err| panic!("{what}: {err}"));
             assert_eq!(st, OpenState::NeedsRecovery, "{what}");
             let refs: Vec<BlockNr> = truth.iter().map(|&(b, _)| b).collect();
-            e2.recover(&mut refs.into_iter(), &mut std::iter::empty()).unwrap_or_else(|err| panic!("{what}: {err}"));
+            e2.recover(&mut refs.into_iter(), &mut std::iter::empty())
+                .unwrap_or_else(|err| panic!("{what}: {err}"));
             check(&e2, truth, &what);
             // The recovered engine keeps working.
             // The recovered engine keeps working (slots model the references held).
-            let mut m2: Model = truth.iter().enumerate().map(|(i, &(b, c))| (SLOTS + i as u64, (c, b))).collect();
+            let mut m2: Model = truth
+                .iter()
+                .enumerate()
+                .map(|(i, &(b, c))| (SLOTS + i as u64, (c, b)))
+                .collect();
             let mut r2 = rand::rngs::StdRng::seed_from_u64(seed + pi as u64);
             let mut c2 = WriteCtx::default();
             for _ in 0..4 {
@@ -157,7 +194,11 @@ fn crash_run(seed: u64, policy: PolicyKind, layout: MetaLayoutKind) -> usize {
 fn crash_states_recover_to_the_last_completed_call() {
     let mut total = 0;
     for seed in 0..6u64 {
-        for layout in [MetaLayoutKind::Region, MetaLayoutKind::Entry, MetaLayoutKind::Hashtable] {
+        for layout in [
+            MetaLayoutKind::Region,
+            MetaLayoutKind::Entry,
+            MetaLayoutKind::Hashtable,
+        ] {
             total += crash_run(seed, PolicyKind::Light, layout);
         }
         for policy in [PolicyKind::Strong, PolicyKind::WeakVerify, PolicyKind::None] {

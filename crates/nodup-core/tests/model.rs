@@ -59,18 +59,39 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(policy: PolicyKind, layout: MetaLayoutKind, prefetch: PrefetchMode, collide: bool) -> Harness {
+    fn new(
+        policy: PolicyKind,
+        layout: MetaLayoutKind,
+        prefetch: PrefetchMode,
+        collide: bool,
+    ) -> Harness {
         let medium = Arc::new(MemMedium::new(2 << 20));
         let fopts = FormatOptions {
             policy,
             meta_layout: layout,
-            fingerprint: if collide { FpKind::TestCollide } else { FpKind::Xxh3 },
+            fingerprint: if collide {
+                FpKind::TestCollide
+            } else {
+                FpKind::Xxh3
+            },
             client_area_blocks: 2,
             ..Default::default()
         };
-        let open = OpenOptions { prefetch, transition_threshold: 6, ..Default::default() };
+        let open = OpenOptions {
+            prefetch,
+            transition_threshold: 6,
+            ..Default::default()
+        };
         let engine = Engine::format(medium.clone(), &fopts, &open).unwrap();
-        Harness { medium, engine, ctx: WriteCtx::default(), open, slots: BTreeMap::new(), policy, collide }
+        Harness {
+            medium,
+            engine,
+            ctx: WriteCtx::default(),
+            open,
+            slots: BTreeMap::new(),
+            policy,
+            collide,
+        }
     }
 
     fn apply(&mut self, op: &Op) -> Result<(), TestCaseError> {
@@ -106,7 +127,8 @@ impl Harness {
                 let (e, st) = Engine::open(self.medium.clone(), &self.open).unwrap();
                 prop_assert_eq!(st, OpenState::NeedsRecovery);
                 let refs: Vec<BlockNr> = self.slots.values().map(|&(_, b)| b).collect();
-                e.recover(&mut refs.into_iter(), &mut std::iter::empty()).unwrap();
+                e.recover(&mut refs.into_iter(), &mut std::iter::empty())
+                    .unwrap();
                 self.engine = e;
                 self.ctx = WriteCtx::default();
             }
@@ -135,7 +157,10 @@ impl Harness {
         }
         let s = e.stats();
         prop_assert_eq!(s.physical_bytes, count.len() as u64 * BLOCK_SIZE as u64);
-        prop_assert_eq!(s.free_blocks, s.total_blocks - count.len() as u64 - e.layout_owned_blocks());
+        prop_assert_eq!(
+            s.free_blocks,
+            s.total_blocks - count.len() as u64 - e.layout_owned_blocks()
+        );
         let audit = e.audit().unwrap();
         prop_assert!(audit.problems.is_empty(), "{:?}", audit.problems);
         prop_assert_eq!(audit.valid_entries, with_entry);
@@ -156,7 +181,13 @@ impl Harness {
     }
 }
 
-fn run(policy: PolicyKind, layout: MetaLayoutKind, prefetch: PrefetchMode, collide: bool, ops: &[Op]) -> Result<(), TestCaseError> {
+fn run(
+    policy: PolicyKind,
+    layout: MetaLayoutKind,
+    prefetch: PrefetchMode,
+    collide: bool,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
     let mut h = Harness::new(policy, layout, prefetch, collide);
     for op in ops {
         h.apply(op)?;
@@ -172,7 +203,11 @@ fn run(policy: PolicyKind, layout: MetaLayoutKind, prefetch: PrefetchMode, colli
     Ok(())
 }
 
-const LAYOUTS: [MetaLayoutKind; 3] = [MetaLayoutKind::Region, MetaLayoutKind::Entry, MetaLayoutKind::Hashtable];
+const LAYOUTS: [MetaLayoutKind; 3] = [
+    MetaLayoutKind::Region,
+    MetaLayoutKind::Entry,
+    MetaLayoutKind::Hashtable,
+];
 
 fn layout() -> impl Strategy<Value = MetaLayoutKind> {
     (0..3usize).prop_map(|i| LAYOUTS[i])
@@ -218,7 +253,8 @@ fn forced_collisions_are_written_apart() {
         let mut h = Harness::new(policy, MetaLayoutKind::Region, PrefetchMode::Cbp, true);
         let w: Vec<(u8, u8)> = (0..16).map(|i| (i, i)).collect();
         h.apply(&Op::Write(w.clone())).unwrap();
-        h.apply(&Op::Write(w.iter().map(|&(s, c)| (s + 16, c)).collect())).unwrap();
+        h.apply(&Op::Write(w.iter().map(|&(s, c)| (s + 16, c)).collect()))
+            .unwrap();
         let s = h.engine.stats();
         assert!(s.fp_collisions >= 8, "{} collisions", s.fp_collisions);
         assert!(s.index_entries <= 8);

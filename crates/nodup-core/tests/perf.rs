@@ -24,7 +24,10 @@ fn stream(n: usize, salt: u64) -> Vec<u8> {
 
 /// CPU time of this thread (immune to the other processes sharing the cores).
 fn cpu_now() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime only writes the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
@@ -33,17 +36,35 @@ fn cpu_now() -> f64 {
 fn run(policy: PolicyKind, pf: PrefetchMode, data: &[u8]) -> (f64, f64) {
     let path = format!("/dev/shm/nodup-core-perf-{}", std::process::id());
     let len = (data.len() as u64) * 3 + (64 << 20);
-    let m: Arc<dyn Medium> =
-        Arc::new(Pmem::create_with(&path, len, PmemOptions { populate: true, ..Default::default() }).unwrap());
+    let m: Arc<dyn Medium> = Arc::new(
+        Pmem::create_with(
+            &path,
+            len,
+            PmemOptions {
+                populate: true,
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+    );
     let e = Engine::format(
         m,
-        &FormatOptions { policy, ..Default::default() },
-        &OpenOptions { prefetch: pf, ..Default::default() },
+        &FormatOptions {
+            policy,
+            ..Default::default()
+        },
+        &OpenOptions {
+            prefetch: pf,
+            ..Default::default()
+        },
     )
     .unwrap();
     let blocks: Vec<&[u8]> = data.chunks(BLOCK_SIZE).collect();
     let mut mibs = [0.0; 2];
-    let passes: usize = std::env::var("PERF_PASSES").ok().and_then(|s| s.parse().ok()).unwrap_or(2);
+    let passes: usize = std::env::var("PERF_PASSES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
     for (pass, out) in mibs.iter_mut().enumerate().take(passes) {
         let mut ctx = WriteCtx::default();
         let t = cpu_now();
@@ -61,7 +82,10 @@ fn run(policy: PolicyKind, pf: PrefetchMode, data: &[u8]) -> (f64, f64) {
 #[test]
 #[ignore]
 fn perf_ratios() {
-    let mb: usize = std::env::var("PERF_MB").ok().and_then(|s| s.parse().ok()).unwrap_or(256);
+    let mb: usize = std::env::var("PERF_MB")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(256);
     let only = std::env::var("PERF_ONLY").unwrap_or_default();
     let data = stream(mb * 256, 42);
     let cases: Vec<(PolicyKind, PrefetchMode)> = vec![
@@ -71,10 +95,30 @@ fn perf_ratios() {
         (PolicyKind::WeakVerify, PrefetchMode::None),
         (PolicyKind::Strong, PrefetchMode::None),
     ];
-    let rounds: usize = std::env::var("PERF_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let rounds: usize = std::env::var("PERF_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let cases: Vec<(PolicyKind, PrefetchMode)> = if only.is_empty() {
+        cases
+    } else {
+        only.split(',')
+            .filter_map(|o| {
+                let (p, f) = o.split_once('-')?;
+                let p = if p == "weak" { "weak-verify" } else { p };
+                let f = f.strip_prefix("verify-").unwrap_or(f);
+                Some((PolicyKind::from_name(p)?, PrefetchMode::from_name(f)?))
+            })
+            .collect()
+    };
     let cases: Vec<_> = cases
         .into_iter()
-        .filter(|(p, pf)| only.is_empty() || only.split(',').any(|o| o == format!("{}-{}", p.name(), pf.name())))
+        .filter(|(p, pf)| {
+            only.is_empty()
+                || only
+                    .split(',')
+                    .any(|o| o == format!("{}-{}", p.name(), pf.name()))
+        })
         .collect();
     let mut best = vec![(0.0f64, 0.0f64); cases.len()];
     for _ in 0..rounds {
@@ -104,13 +148,20 @@ fn perf_parts() {
     }
     let per = t.elapsed().as_secs_f64() / (4 * blocks.len()) as f64;
     let cpu = (cpu_now() - c0) / (4 * blocks.len()) as f64;
-    println!("xxh3 4 KiB (from memory, 64 MiB stream): wall {:.0} ns cpu {:.0} ns {acc}", per * 1e9, cpu * 1e9);
+    println!(
+        "xxh3 4 KiB (from memory, 64 MiB stream): wall {:.0} ns cpu {:.0} ns {acc}",
+        per * 1e9,
+        cpu * 1e9
+    );
     let fp = nodup_core::fingerprint::fingerprinter(nodup_core::fingerprint::FpKind::Sha256);
     let t = Instant::now();
     for b in &blocks[..4096] {
         acc ^= fp.fingerprint(b);
     }
-    println!("sha256 4 KiB: {:.0} ns {acc}", t.elapsed().as_secs_f64() / 4096.0 * 1e9);
+    println!(
+        "sha256 4 KiB: {:.0} ns {acc}",
+        t.elapsed().as_secs_f64() / 4096.0 * 1e9
+    );
 }
 
 fn xxhash_rust_shim(b: &[u8]) -> u64 {
@@ -126,11 +177,17 @@ fn perf_hot_xxh3() {
     for i in 0..200_000u64 {
         acc = acc.wrapping_add(xxhash_rust_shim(&data) ^ i);
     }
-    println!("xxh3 4 KiB hot: {:.0} ns {acc}", (cpu_now() - c0) / 200_000.0 * 1e9);
+    println!(
+        "xxh3 4 KiB hot: {:.0} ns {acc}",
+        (cpu_now() - c0) / 200_000.0 * 1e9
+    );
     let mut dst = vec![0u8; 4096];
     let c0 = cpu_now();
     for _ in 0..200_000u64 {
         dst.copy_from_slice(std::hint::black_box(&data));
     }
-    println!("memcpy 4 KiB hot: {:.0} ns", (cpu_now() - c0) / 200_000.0 * 1e9);
+    println!(
+        "memcpy 4 KiB hot: {:.0} ns",
+        (cpu_now() - c0) / 200_000.0 * 1e9
+    );
 }

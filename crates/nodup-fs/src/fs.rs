@@ -595,6 +595,9 @@ impl FileSystem {
 
     /// Find `name` in directory `parent`.
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<(u64, Attr)> {
+        if name.len() > NAME_MAX {
+            return errno(libc::ENAMETOOLONG);
+        }
         let t = self.tables.read();
         let p = t.get(parent).ok_or(FsError::Errno(libc::ENOENT))?;
         let ino = {
@@ -1124,6 +1127,9 @@ impl FileSystem {
     }
 
     fn child(t: &Tables, parent: u64, name: &[u8]) -> Result<(u64, InodeRef)> {
+        if name.len() > NAME_MAX {
+            return errno(libc::ENAMETOOLONG);
+        }
         let p = t.get(parent).ok_or(FsError::Errno(libc::ENOENT))?;
         let ino = {
             let pn = p.read();
@@ -1262,6 +1268,17 @@ impl FileSystem {
 
     /// A handle to `ino` was closed; deletes the inode when it was the last one of an unlinked file.
     pub fn release_handle(&self, ino: u64) -> Result<()> {
+        // Fast path: the inode keeps a link or another handle; only its counter changes.
+        {
+            let Ok(node) = self.node(ino) else {
+                return Ok(());
+            };
+            let mut n = node.write();
+            if n.open_count > 1 || n.attr.nlink > 0 {
+                n.open_count = n.open_count.saturating_sub(1);
+                return Ok(());
+            }
+        }
         let _g = self.gate.read();
         let mut t = self.tables.write();
         let Some(node) = t.get(ino) else {

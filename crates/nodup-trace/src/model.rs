@@ -99,25 +99,75 @@ pub fn touches(r: &Record) -> impl Iterator<Item = BlockTouch> + '_ {
     })
 }
 
+/// How one block's content is stored: most blocks are exactly one 4 KiB digest (one id, 4 bytes);
+/// only blocks mixing sources (512 B digests, unaligned writes) keep all eight sector keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Stored {
+    Whole(u32),
+    Sectors(Box<BlockKey>),
+}
+
+impl Stored {
+    fn pack(k: BlockKey) -> Stored {
+        let id = k[0] >> 4;
+        let whole = id != 0
+            && k.iter()
+                .enumerate()
+                .all(|(i, &s)| s == (id << 4 | (i as u32 + 1)));
+        if whole {
+            Stored::Whole(id)
+        } else {
+            Stored::Sectors(Box::new(k))
+        }
+    }
+
+    fn unpack(&self) -> BlockKey {
+        match self {
+            Stored::Whole(id) => std::array::from_fn(|i| id << 4 | (i as u32 + 1)),
+            Stored::Sectors(k) => **k,
+        }
+    }
+}
+
+/// Bits of the packed map key that hold the block number (the device index sits above them):
+/// parsers bound LBAs by `record::MAX_LBA_END` (2^53 sectors = 2^50 blocks).
+const BLOCK_BITS: u32 = 50;
+/// Most distinct devices one trace may address (the bits left above the block number).
+pub const MAX_DEVICES: u32 = 1 << (64 - BLOCK_BITS);
+
 /// Expected content of every touched block of every device.
 #[derive(Default)]
 pub struct LbaModel {
     /// The digest interner.
     pub interner: Interner,
     devices: HashMap<(u32, u32), u32>,
-    blocks: HashMap<(u32, u64), BlockKey>,
+    /// (device index << 50 | block) -> content: 8 + 16 bytes per entry instead of 16 + 32.
+    blocks: HashMap<u64, Stored>,
+}
+
+fn map_key(dev: u32, block: u64) -> u64 {
+    debug_assert!(block < 1 << BLOCK_BITS && dev < MAX_DEVICES);
+    (dev as u64) << BLOCK_BITS | block
 }
 
 impl LbaModel {
     /// Dense index of a device (in order of first appearance).
-    pub fn device_index(&mut self, dev: (u32, u32)) -> u32 {
+    pub fn device_index(&mut self, dev: (u32, u32)) -> Result<u32> {
         let n = self.devices.len() as u32;
-        *self.devices.entry(dev).or_insert(n)
+        if n >= MAX_DEVICES && !self.devices.contains_key(&dev) {
+            return Err(TraceError::Invalid(format!(
+                "more than {MAX_DEVICES} devices in one trace"
+            )));
+        }
+        Ok(*self.devices.entry(dev).or_insert(n))
     }
 
     /// Current content of a block (all zero keys if never written).
     pub fn get(&self, dev: u32, block: u64) -> BlockKey {
-        self.blocks.get(&(dev, block)).copied().unwrap_or_default()
+        self.blocks
+            .get(&map_key(dev, block))
+            .map(Stored::unpack)
+            .unwrap_or_default()
     }
 
     /// Apply a write to one touched block (read-modify-write at sector granularity); returns (old, new).
@@ -128,7 +178,7 @@ impl LbaModel {
             let i = t.req_sector + (s - t.from) as u32;
             new[s as usize] = self.interner.key(r.sector_content(i))?;
         }
-        self.blocks.insert((dev, t.block), new);
+        self.blocks.insert(map_key(dev, t.block), Stored::pack(new));
         Ok((old, new))
     }
 
@@ -140,11 +190,6 @@ impl LbaModel {
     /// Blocks that hold written data.
     pub fn live_blocks(&self) -> usize {
         self.blocks.len()
-    }
-
-    /// Iterate over (device index, block, content) of every written block.
-    pub fn iter(&self) -> impl Iterator<Item = (u32, u64, &BlockKey)> {
-        self.blocks.iter().map(|(&(d, b), k)| (d, b, k))
     }
 }
 
@@ -181,7 +226,7 @@ mod tests {
     #[test]
     fn partial_write_keeps_other_sectors() {
         let mut m = LbaModel::default();
-        let d = m.device_index((1, 0));
+        let d = m.device_index((1, 0)).unwrap();
         let full = rec(0, 8, DigestUnit::Sector, 10);
         for t in touches(&full).collect::<Vec<_>>() {
             m.write(d, &full, t).unwrap();
@@ -193,5 +238,23 @@ mod tests {
         let k = m.get(d, 0);
         let seeds: Vec<u8> = k.iter().map(|&k| m.interner.content(k).digest[0]).collect();
         assert_eq!(seeds, vec![10, 11, 50, 51, 52, 15, 16, 17]);
+    }
+
+    #[test]
+    fn compact_storage_round_trips() {
+        let whole: BlockKey = std::array::from_fn(|i| 5 << 4 | (i as u32 + 1));
+        assert_eq!(Stored::pack(whole), Stored::Whole(5));
+        assert_eq!(Stored::pack(whole).unpack(), whole);
+        let mut mixed = whole;
+        mixed[3] = 9 << 4 | 9;
+        assert!(matches!(Stored::pack(mixed), Stored::Sectors(_)));
+        assert_eq!(Stored::pack(mixed).unpack(), mixed);
+        // Parts out of order (an unaligned 4 KiB digest) must not pass as a whole block.
+        let mut shifted = whole;
+        shifted.rotate_left(1);
+        assert_eq!(Stored::pack(shifted).unpack(), shifted);
+        assert!(matches!(Stored::pack(shifted), Stored::Sectors(_)));
+        let zero = BlockKey::default();
+        assert_eq!(Stored::pack(zero).unpack(), zero);
     }
 }

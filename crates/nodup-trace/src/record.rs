@@ -9,6 +9,9 @@ pub const BLOCK_BYTES: u64 = 4096;
 /// Sectors per 4 KiB block.
 pub const SECTORS_PER_BLOCK: u64 = BLOCK_BYTES / SECTOR_BYTES;
 
+/// Bound on `lba + sectors` (2^53 sectors = 4 EiB): keeps block numbers within the model's key.
+pub const MAX_LBA_END: u64 = 1 << 53;
+
 /// An MD5 digest as found in the trace.
 pub type Digest = [u8; 16];
 

@@ -123,7 +123,7 @@ impl StatsBuilder {
         if r.lba % SECTORS_PER_BLOCK != 0 || r.sectors as u64 % SECTORS_PER_BLOCK != 0 {
             s.unaligned_requests += 1;
         }
-        let dev = self.model.device_index(r.device());
+        let dev = self.model.device_index(r.device())?;
         let blocks = r.end_block() - r.first_block();
         match r.op {
             Op::Read => {

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 pub struct ReplayArgs {
     /// Trace file (FIU text or nodup binary; detected).
     pub trace: PathBuf,
-    /// Directory receiving one file per trace device (dev-MAJOR-MINOR.img).
+    /// Directory receiving one file per trace device (dev-MAJOR-MINOR.img, created empty).
     #[arg(long)]
     pub dir: PathBuf,
     /// block: one 4 KiB block per call; batch: up to 512 consecutive blocks per call.
@@ -108,6 +108,23 @@ pub struct ConvertArgs {
     pub strict: bool,
 }
 
+/// Append a line to an output buffer (writing into a `String` cannot fail).
+macro_rules! outln {
+    ($o:expr, $($t:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($o, $($t)*);
+    }};
+}
+
+/// Write the report to stdout; a closed pipe (`| head`) is not an error worth a panic.
+fn emit(text: &str) -> Result<()> {
+    use std::io::Write as _;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.context("writing to stdout"),
+    }
+}
+
 fn print_bad_line(e: &TraceError) {
     eprintln!("nodup: skipping bad trace {e}");
 }
@@ -163,43 +180,64 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
     for s in &r.verify_error_samples {
         eprintln!("nodup: verify error: {s}");
     }
+    let mut o = String::new();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        outln!(o, "{}", serde_json::to_string_pretty(&r)?);
     } else {
-        println!(
+        outln!(
+            o,
             "replay {} ({} mode, {} thread(s)) into {}",
             a.trace.display(),
             r.mode,
             r.threads,
             a.dir.display()
         );
-        println!(
+        outln!(
+            o,
             "  records        {} ({} bad lines, {} reads skipped)",
-            r.records, r.bad_lines, r.skipped_reads
+            r.records,
+            r.bad_lines,
+            r.skipped_reads
         );
-        println!(
+        outln!(
+            o,
             "  calls          {} ({} writes, {} reads)",
-            r.ops, r.write_ops, r.read_ops
+            r.ops,
+            r.write_ops,
+            r.read_ops
         );
-        println!(
+        outln!(
+            o,
             "  bytes          {} ({} written, {} read)",
-            r.bytes, r.write_bytes, r.read_bytes
+            r.bytes,
+            r.write_bytes,
+            r.read_bytes
         );
-        println!(
+        outln!(
+            o,
             "  time           {:.3} s   throughput {:.1} MiB/s",
-            r.seconds, r.mib_per_s
+            r.seconds,
+            r.mib_per_s
         );
         let l = &r.latency_us;
-        println!(
+        outln!(
+            o,
             "  latency (us)   p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
-            l.p50, l.p90, l.p99, l.p999, l.max
+            l.p50,
+            l.p90,
+            l.p99,
+            l.p999,
+            l.max
         );
-        println!(
+        outln!(
+            o,
             "  verified       {} blocks, {} verify errors",
-            r.verified_blocks, r.verify_errors
+            r.verified_blocks,
+            r.verify_errors
         );
-        println!("  files          {}", r.files.join(" "));
+        outln!(o, "  files          {}", r.files.join(" "));
     }
+    emit(&o)?;
     if r.verify_errors > 0 {
         bail!(
             "{} read-verify errors: data read back differs from what was written",
@@ -249,23 +287,28 @@ fn stats(a: StatsArgs) -> Result<()> {
     if let Some(p) = &a.plot {
         nodup_trace::plot::plot_cdf(&s, p).with_context(|| format!("plotting {}", p.display()))?;
     }
+    let mut o = String::new();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
-        return Ok(());
+        outln!(o, "{}", serde_json::to_string_pretty(&s)?);
+        return emit(&o);
     }
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-    println!("trace {}", a.trace.display());
-    println!(
+    outln!(o, "trace {}", a.trace.display());
+    outln!(
+        o,
         "  records            {} ({} bad lines)",
-        s.records, s.bad_lines
+        s.records,
+        s.bad_lines
     );
-    println!(
+    outln!(
+        o,
         "  write requests     {}  ({:.1} MiB, {} blocks)",
         s.write_requests,
         mib(s.write_bytes),
         s.writes
     );
-    println!(
+    outln!(
+        o,
         "  read requests      {}  ({:.1} MiB, {} blocks)",
         s.read_requests,
         mib(s.read_bytes),
@@ -273,38 +316,49 @@ fn stats(a: StatsArgs) -> Result<()> {
     );
     let total = s.write_bytes + s.read_bytes;
     if total > 0 {
-        println!(
+        outln!(
+            o,
             "  write proportion   {:.1} %",
             100.0 * s.write_bytes as f64 / total as f64
         );
     }
-    println!(
+    outln!(
+        o,
         "  devices            {}   unaligned requests {}",
-        s.devices, s.unaligned_requests
+        s.devices,
+        s.unaligned_requests
     );
-    println!(
+    outln!(
+        o,
         "  duplicate writes   {} of {}  dedup ratio {:.2} %  unique blocks {}",
         s.duplicate_writes,
         s.writes,
         100.0 * s.dedup_ratio,
         s.unique_blocks
     );
-    println!(
+    outln!(
+        o,
         "  at end             {} live blocks, {} distinct  ({:.2} % dedup)",
         s.live_blocks,
         s.distinct_live_contents,
         100.0 * s.final_dedup_ratio
     );
-    println!(
+    outln!(
+        o,
         "  duplicate runs     {}  mean {:.2}  max {}",
-        s.dup_runs, s.mean_dup_run, s.max_dup_run
+        s.dup_runs,
+        s.mean_dup_run,
+        s.max_dup_run
     );
-    println!("  continuousness CDF (fraction of duplicate blocks in runs <= L):");
-    println!("      L      CDF");
+    outln!(
+        o,
+        "  continuousness CDF (fraction of duplicate blocks in runs <= L):"
+    );
+    outln!(o, "      L      CDF");
     for p in &s.continuity_cdf {
-        println!("  {:>6}   {:.4}", p.len, p.cdf);
+        outln!(o, "  {:>6}   {:.4}", p.len, p.cdf);
     }
-    Ok(())
+    emit(&o)
 }
 
 fn gen(a: GenArgs) -> Result<()> {

@@ -25,18 +25,25 @@ impl Engine {
     pub fn block_refcount(&self, b: BlockNr) -> Result<Option<u64>> {
         let mut t = IoTally::default();
         if !self.in_data(b) {
-            return Err(crate::Error::Invalid(format!("block {b} is not in the data area")));
+            return Err(crate::Error::Invalid(format!(
+                "block {b} is not in the data area"
+            )));
         }
         let loc = self.revmap.get(&self.meta, &mut t, b)?;
         if loc == 0 {
             return Ok(None);
         }
         if !self.layout.is_entry_loc(loc) {
-            return Err(crate::Error::Corrupt(format!("reverse map of {b} names {loc}")));
+            return Err(crate::Error::Corrupt(format!(
+                "reverse map of {b} names {loc}"
+            )));
         }
         let e = self.meta.read_entry(&mut t, loc)?;
         if e.blocknr != b {
-            return Err(crate::Error::Corrupt(format!("reverse map of {b} names an entry of {}", e.blocknr)));
+            return Err(crate::Error::Corrupt(format!(
+                "reverse map of {b} names an entry of {}",
+                e.blocknr
+            )));
         }
         Ok(Some(e.refcount))
     }
@@ -77,7 +84,11 @@ impl Engine {
                 problems.push(format!("entry {loc} has refcount 0"));
             }
             let (sh, h) = self.index.lock(e.fp);
-            if sh.table.find(h, |ent| (loc_of(ent) == loc).then_some(())).is_some() {
+            if sh
+                .table
+                .find(h, |ent| (loc_of(ent) == loc).then_some(()))
+                .is_some()
+            {
                 rep.indexed_entries += 1;
             }
             Ok(())
@@ -93,9 +104,14 @@ impl Engine {
         let mut buf = vec![0u8; 8];
         for b in self.geo.data_start..self.geo.total_blocks {
             self.meta.read(&mut t, self.revmap.slot_off(b), &mut buf)?;
-            let r = u64::from_le_bytes([buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6], buf[7]]);
+            let r = u64::from_le_bytes([
+                buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6], buf[7],
+            ]);
             if r != owner[b as usize] {
-                rep.problems.push(format!("reverse map of {b} is {r}, entry is {}", owner[b as usize]));
+                rep.problems.push(format!(
+                    "reverse map of {b} is {r}, entry is {}",
+                    owner[b as usize]
+                ));
             }
         }
         valid.sort_unstable();

@@ -116,8 +116,8 @@ pub struct WriteCtx {
     new_blocks: Vec<BlockNr>,
     /// Entries created by the current call (persisted together after the data).
     created: Vec<write::Created>,
-    /// Refcount increments were flushed and need the final fence.
-    need_fence: bool,
+    /// Refcount fields changed by the current call (flushed together before the final fence).
+    touched: Vec<u64>,
     /// Compare buffer for media without a direct view.
     scratch: Vec<u8>,
     /// A block allocated ahead while the stream writes new data, so its lines can be
@@ -125,6 +125,8 @@ pub struct WriteCtx {
     spare: Option<BlockNr>,
     /// The previous block of the stream was new (not a duplicate).
     last_new: bool,
+    /// Block already prefetched by prefetch-next for the next input of this call.
+    prefetched: Option<BlockNr>,
 }
 
 impl Default for WriteCtx {
@@ -137,10 +139,11 @@ impl Default for WriteCtx {
             prev: None,
             new_blocks: Vec::new(),
             created: Vec::new(),
-            need_fence: false,
+            touched: Vec::new(),
             scratch: Vec::new(),
             spare: None,
             last_new: true,
+            prefetched: None,
         }
     }
 }
@@ -206,6 +209,8 @@ pub struct Engine {
     c: Counters,
     /// Serialises shutdown / recovery against each other.
     admin: Mutex<()>,
+    /// What the normal recovery at open did (reload of the save area), when it ran.
+    open_report: Mutex<Option<RecoveryReport>>,
 }
 
 impl Engine {
@@ -242,6 +247,7 @@ impl Engine {
             next_pool: AtomicUsize::new(0),
             c: Counters::default(),
             admin: Mutex::new(()),
+            open_report: Mutex::new(None),
         })
     }
 
@@ -300,7 +306,14 @@ impl Engine {
         if !sb.clean {
             return Ok((e, OpenState::NeedsRecovery));
         }
+        let t0 = std::time::Instant::now();
         e.load_saved()?;
+        *e.open_report.lock() = Some(RecoveryReport {
+            seconds: t0.elapsed().as_secs_f64(),
+            entries_scanned: e.index.len(),
+            referenced_blocks: e.c.physical_blocks.load(Ordering::Relaxed),
+            ..Default::default()
+        });
         // From now on the image is dirty until the next complete save.
         let mut s = e.sb.lock();
         s.clean = false;
@@ -338,7 +351,15 @@ impl Engine {
     /// Drop one reference to a data block (overwrite, truncate, punch, unlink); frees it at zero.
     pub fn release(&self, block: BlockNr) -> Result<()> {
         self.check_ready()?;
-        self.release_block(block)
+        self.release_blocks(std::slice::from_ref(&block))
+    }
+
+    /// Drop one reference to each of `blocks` (a block may appear as often as references are
+    /// dropped) with a single fence: the batch form of [`Engine::release`] for truncate and
+    /// unlink. On an error, the blocks before the failing one were released.
+    pub fn release_batch(&self, blocks: &[BlockNr]) -> Result<()> {
+        self.check_ready()?;
+        self.release_blocks(blocks)
     }
 
     /// Allocate `n` blocks for the caller's own metadata (logs, checkpoints); not deduplicated.
@@ -463,6 +484,12 @@ impl Engine {
         meta_blocks: &mut dyn Iterator<Item = BlockNr>,
     ) -> Result<RecoveryReport> {
         self.failure_recovery(data_refs, meta_blocks)
+    }
+
+    /// Report of the normal recovery done by [`Engine::open`] on a clean image (time to reload
+    /// index, counters and allocator; `entries_scanned` = index entries reloaded).
+    pub fn open_report(&self) -> Option<RecoveryReport> {
+        self.open_report.lock().clone()
     }
 
     /// Clean shutdown: persist index, valid-entry counters and allocator, set the clean flag.

@@ -50,9 +50,11 @@ struct CallStats {
     hint_misses: u64,
 }
 
-/// Coalesces adjacent byte ranges so each run is flushed once.
+/// Coalesces ranges into runs of cache lines, so each line of a run is flushed once.
 struct Runs {
+    /// First line of the current run.
     start: u64,
+    /// One past the last line (== start: no run).
     end: u64,
 }
 
@@ -61,22 +63,27 @@ impl Runs {
         Runs { start: 0, end: 0 }
     }
     fn add(&mut self, m: &dyn Medium, off: u64, len: u64) {
-        if off == self.end && self.end != self.start {
-            self.end += len;
+        let l0 = off / LINE;
+        let l1 = (off + len.max(1) - 1) / LINE + 1;
+        if self.end > self.start && l0 >= self.start && l0 <= self.end {
+            self.end = self.end.max(l1);
             return;
         }
         self.finish(m);
-        self.start = off;
-        self.end = off + len;
+        self.start = l0;
+        self.end = l1;
     }
     fn finish(&mut self, m: &dyn Medium) {
         if self.end > self.start {
-            m.flush(self.start, self.end - self.start);
+            m.flush(self.start * LINE, (self.end - self.start) * LINE);
         }
         self.start = 0;
         self.end = 0;
     }
 }
+
+/// Cache-line size used to coalesce flushes.
+const LINE: u64 = 64;
 
 /// Counts the writers inside the write path for the transition threshold.
 struct Active<'a>(&'a AtomicUsize);
@@ -108,14 +115,14 @@ enum Found {
 pub(super) type MetaMedium = (Arc<dyn Medium>, Option<Arc<AccessMeter>>);
 
 /// The medium to use for metadata: an access meter over `m` when a granularity is asked.
-pub(super) fn meta_medium(
-    m: &Arc<dyn Medium>,
-    granularity: Option<usize>,
-) -> Result<MetaMedium> {
+pub(super) fn meta_medium(m: &Arc<dyn Medium>, granularity: Option<usize>) -> Result<MetaMedium> {
     match granularity {
         None => Ok((m.clone(), None)),
         Some(g) => {
-            let meter = Arc::new(AccessMeter::new(m.clone(), MeterConfig::with_granularity(g))?);
+            let meter = Arc::new(AccessMeter::new(
+                m.clone(),
+                MeterConfig::with_granularity(g),
+            )?);
             Ok((meter.clone(), Some(meter)))
         }
     }
@@ -138,7 +145,9 @@ impl Engine {
         let mut st = CallStats::default();
         ctx.new_blocks.clear();
         ctx.created.clear();
-        ctx.need_fence = false;
+        ctx.touched.clear();
+        // No prefetch state crosses calls.
+        ctx.prefetched = None;
         let r1 = self.phase1(ctx, blocks, &mut out, &mut t, &mut st);
         let r0 = match ctx.spare.take() {
             Some(b) => self.alloc.unalloc(b),
@@ -166,9 +175,7 @@ impl Engine {
             Ok(()) => Ok(out),
             Err(e) => {
                 // Everything decided so far is durable; hand the references back.
-                for b in out {
-                    let _ = self.release_block(b);
-                }
+                let _ = self.release_blocks(&out);
                 ctx.prev = None;
                 Err(e)
             }
@@ -187,6 +194,9 @@ impl Engine {
         let never = self.policy.never_dedups();
         for (i, data) in blocks.iter().enumerate() {
             st.blocks += 1;
+            if let Some(next) = blocks.get(i + 1) {
+                prefetch::input(next);
+            }
             if never {
                 out.push(self.new_block(ctx, data, t)?);
                 continue;
@@ -200,7 +210,8 @@ impl Engine {
                     ctx.spare = self.alloc.alloc(&mut ctx.apool).ok();
                 }
                 if let Some(b) = ctx.spare {
-                    self.medium.prefetch(b * BLOCK_SIZE as u64, BLOCK_SIZE, prefetch::LINE);
+                    self.medium
+                        .prefetch(b * BLOCK_SIZE as u64, BLOCK_SIZE, prefetch::LINE);
                 }
             }
             let mut cur: Option<(BlockNr, Option<Prev>)> = None;
@@ -408,11 +419,12 @@ impl Engine {
         }
     }
 
-    /// Refcount + 1 of a committed entry (flushed now, fenced at the end of the call).
+    /// Refcount + 1 of a committed entry (flushed and fenced at the end of the call, one flush
+    /// per line of consecutive entries).
     fn incref(&self, ctx: &mut WriteCtx, loc: u64, old: u64, t: &mut IoTally) -> Result<()> {
-        self.meta.write_u64(t, loc + OFF_REFCOUNT, old.saturating_add(1))?;
-        self.meta.flush(loc + OFF_REFCOUNT, 8);
-        ctx.need_fence = true;
+        self.meta
+            .write_u64(t, loc + OFF_REFCOUNT, old.saturating_add(1))?;
+        ctx.touched.push(loc + OFF_REFCOUNT);
         Ok(())
     }
 
@@ -445,7 +457,11 @@ impl Engine {
         }
         let mode = self.prefetch;
         let off = e.blocknr * BLOCK_SIZE as u64;
-        prefetch::before_compare(&*self.medium, mode, off);
+        // Prefetch-next of the previous block already started loading this one.
+        if ctx.prefetched != Some(e.blocknr) {
+            prefetch::before_compare(&*self.medium, mode, off);
+        }
+        ctx.prefetched = None;
         let next_ok = match mode {
             PrefetchMode::Pn => true,
             PrefetchMode::Cbp => self.active.load(Ordering::Relaxed) < self.transition,
@@ -457,6 +473,7 @@ impl Engine {
                 let b2 = self.meta.read_u64(t, h2.target() + OFF_BLOCKNR)?;
                 if self.in_data(b2) {
                     prefetch::next_block(&*self.medium, b2 * BLOCK_SIZE as u64);
+                    ctx.prefetched = Some(b2);
                 }
             }
         }
@@ -528,11 +545,14 @@ impl Engine {
             // before the entries that name them.
             m.fence()?;
         }
-        if ctx.created.is_empty() && !ctx.need_fence {
+        if ctx.created.is_empty() && ctx.touched.is_empty() {
             return Ok(());
         }
         let mm = &**self.meta.medium();
         let mut eruns = Runs::new();
+        for &off in &ctx.touched {
+            eruns.add(mm, off, 8);
+        }
         let mut rruns = Runs::new();
         let mut res = Ok(());
         for c in &ctx.created {
@@ -554,7 +574,7 @@ impl Engine {
         eruns.finish(mm);
         rruns.finish(mm);
         res = res.and_then(|_| self.meta.fence());
-        ctx.need_fence = false;
+        ctx.touched.clear();
         for c in &ctx.created {
             let (mut sh, _) = self.index.lock(c.fp);
             sh.unpend(c.loc);
@@ -565,26 +585,57 @@ impl Engine {
         res
     }
 
-    /// Drop one reference to `b` (see [`Engine::release`]).
-    pub(super) fn release_block(&self, b: BlockNr) -> Result<()> {
-        if !self.in_data(b) || !self.alloc.is_allocated(b) {
-            return Err(Error::Invalid(format!(
-                "block {b} is not an allocated data block"
-            )));
-        }
+    /// Drop one reference to each block of `blocks` (see [`Engine::release_batch`]).
+    pub(super) fn release_blocks(&self, blocks: &[BlockNr]) -> Result<()> {
         let mut t = IoTally::default();
-        let r = self.release_inner(b, &mut t);
+        let mut to_free: Vec<BlockNr> = Vec::new();
+        let mut freed: std::collections::HashSet<BlockNr> = std::collections::HashSet::new();
+        let mut slots: Vec<u64> = Vec::new();
+        let mut res = Ok(());
+        for &b in blocks {
+            if !self.in_data(b) || !self.alloc.is_allocated(b) || freed.contains(&b) {
+                res = Err(Error::Invalid(format!(
+                    "block {b} is not an allocated data block (or was released past zero)"
+                )));
+                break;
+            }
+            match self.release_one(b, &mut t, &mut slots) {
+                Ok(true) => {
+                    freed.insert(b);
+                    to_free.push(b);
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
+            }
+        }
+        // One fence makes every decrement and every cleared entry and reverse-map slot
+        // durable; only then may the slots and blocks be reused.
+        let f = self.meta.fence();
+        if f.is_ok() {
+            for loc in slots {
+                self.layout.free_entry(loc);
+            }
+            for b in &to_free {
+                res = res.and(self.alloc.free(*b));
+            }
+            self.c
+                .physical_blocks
+                .fetch_sub(to_free.len() as u64, Ordering::Relaxed);
+        }
         self.merge_tally(&t);
-        r
+        res.and(f)
     }
 
-    fn release_inner(&self, b: BlockNr, t: &mut IoTally) -> Result<()> {
+    /// Drop one reference to `b` without fencing; returns whether the block is now free (the
+    /// caller frees it after the fence; freed entry slots are collected in `slots`).
+    fn release_one(&self, b: BlockNr, t: &mut IoTally, slots: &mut Vec<u64>) -> Result<bool> {
         let loc = self.revmap.get(&self.meta, t, b)?;
         if loc == 0 {
             // A block without an entry (non-dedup, collision, policy none): free it directly.
-            self.alloc.free(b)?;
-            self.c.physical_blocks.fetch_sub(1, Ordering::Relaxed);
-            return Ok(());
+            return Ok(true);
         }
         if !self.layout.is_entry_loc(loc) {
             return Err(Error::Corrupt(format!(
@@ -603,19 +654,15 @@ impl Engine {
         if e.refcount > 1 {
             self.meta.write_u64(t, loc + OFF_REFCOUNT, e.refcount - 1)?;
             self.meta.flush(loc + OFF_REFCOUNT, 8);
-            return self.meta.fence();
+            return Ok(false);
         }
-        // Last reference: unindex, clear the entry (its slot becomes free), clear the reverse
-        // map, make that durable, and only then let the block be reused.
+        // Last reference: unindex (under the shard lock, so no writer can find it any more),
+        // clear the entry (blocknr 0 frees the slot) and the reverse map.
         sh.table.remove(h, ent_of(loc));
         self.meta.write(t, loc + OFF_BLOCKNR, &[0u8; 16])?;
         self.meta.flush(loc + OFF_BLOCKNR, 16);
         self.revmap.set(&self.meta, t, b, 0)?;
-        self.meta.fence()?;
-        self.layout.free_entry(loc);
-        drop(sh);
-        self.alloc.free(b)?;
-        self.c.physical_blocks.fetch_sub(1, Ordering::Relaxed);
-        Ok(())
+        slots.push(loc);
+        Ok(true)
     }
 }

@@ -442,7 +442,9 @@ impl MetaLayout for RegionLayout {
             }
             let ri = &st.regions[i];
             if !ri.cur && !ri.queued && c <= ALLOCATABLE_MAX {
-                out.push(format!("region {i} has {c} entries in use but is not allocatable"));
+                out.push(format!(
+                    "region {i} has {c} entries in use but is not allocatable"
+                ));
             }
         }
         let mut seen = std::collections::HashSet::new();

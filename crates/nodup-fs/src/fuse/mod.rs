@@ -76,14 +76,19 @@ impl Adapter {
     }
 
     fn attr(&self, ino: u64, a: &Attr) -> FileAttr {
+        let sectors = if a.kind == Kind::File {
+            self.fs.sectors(ino)
+        } else {
+            0
+        };
+        self.attr_of(ino, a, sectors)
+    }
+
+    fn attr_of(&self, ino: u64, a: &Attr, sectors: u64) -> FileAttr {
         FileAttr {
             ino: INodeNo(ino),
             size: if a.kind == Kind::Dir { 4096 } else { a.size },
-            blocks: if a.kind == Kind::File {
-                self.fs.sectors(ino)
-            } else {
-                0
-            },
+            blocks: sectors,
             atime: a.atime.to_system(),
             mtime: a.mtime.to_system(),
             ctime: a.ctime.to_system(),
@@ -140,7 +145,27 @@ impl Filesystem for Adapter {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(reply, self.fs.lookup(parent.0, name.as_bytes()));
+        match self.fs.lookup(parent.0, name.as_bytes()) {
+            // A negative entry (inode 0) lets the kernel cache "does not exist" for TTL; every
+            // namespace change goes through this mount, so the kernel invalidates it itself.
+            Err(FsError::Errno(libc::ENOENT)) => {
+                let now = Ts::now();
+                let a = Attr {
+                    kind: Kind::File,
+                    perm: 0,
+                    uid: 0,
+                    gid: 0,
+                    nlink: 0,
+                    size: 0,
+                    rdev: 0,
+                    atime: now,
+                    mtime: now,
+                    ctime: now,
+                };
+                reply.entry(&TTL, &self.attr_of(0, &a, 0), Generation(0))
+            }
+            r => self.entry(reply, r),
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {

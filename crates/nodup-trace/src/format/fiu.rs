@@ -9,7 +9,7 @@
 //! spaces is accepted: the fixed fields are taken from both ends of the line.
 
 use crate::error::{Result, TraceError};
-use crate::record::{Digest, DigestUnit, Op, Record, SECTORS_PER_BLOCK};
+use crate::record::{Digest, DigestUnit, Op, Record, MAX_LBA_END, SECTORS_PER_BLOCK};
 use std::io::BufRead;
 
 /// Largest request accepted, in sectors (1 GiB): guards allocations against garbage lines.
@@ -39,9 +39,9 @@ pub fn parse_line(line: &str, sticky: &mut DigestUnit) -> Result<Record, String>
     let sectors = sectors as u32;
     if lba
         .checked_add(sectors as u64)
-        .is_none_or(|end| end > u64::MAX / 512)
+        .is_none_or(|end| end > MAX_LBA_END)
     {
-        return Err("lba + size overflows".into());
+        return Err(format!("lba + size beyond {MAX_LBA_END} sectors"));
     }
     let op = match f[n - 4] {
         "W" | "w" => Op::Write,

@@ -13,7 +13,7 @@
 
 use crate::error::{Result, TraceError};
 use crate::format::fiu::MAX_SECTORS;
-use crate::record::{Digest, DigestUnit, Op, Record};
+use crate::record::{Digest, DigestUnit, Op, Record, MAX_LBA_END};
 use std::io::{Read, Write};
 
 /// File magic of the own format.
@@ -238,6 +238,15 @@ impl<R: Read> OwnReader<R> {
         if sectors == 0 || sectors > MAX_SECTORS {
             return Err(TraceError::Format(format!(
                 "size {sectors} out of range in record {}",
+                self.count
+            )));
+        }
+        if lba
+            .checked_add(sectors as u64)
+            .is_none_or(|end| end > MAX_LBA_END)
+        {
+            return Err(TraceError::Format(format!(
+                "lba {lba} out of range in record {}",
                 self.count
             )));
         }

@@ -252,7 +252,7 @@ pub fn replay(trace: &Path, o: &ReplayOptions<'_>) -> Result<ReplayReport> {
             return Ok(());
         }
         records += 1;
-        let dev = model.device_index(r.device());
+        let dev = model.device_index(r.device())?;
         if dev as usize == files.len() {
             let name = format!("dev-{}-{}.img", r.major, r.minor);
             let path = o.dir.join(&name);

@@ -1,0 +1,308 @@
+//! Systematic crash testing at the media level (pmreorder / Chipmunk style).
+//!
+//! A seeded workload runs through the file system on a `CrashSim` medium (formatted as pmem,
+//! so every operation is durable when it returns). A crash point is captured at every fence.
+//! Each point is materialised several ways (pending stores all dropped, all kept, per-line
+//! prefixes, random subsets, 8-byte tearing); each distinct image is opened with failure
+//! recovery and checked: invariants (fsck, audit, refcounts, allocator) and the visible state
+//! against the model — every operation completed before the crash point fully visible, the
+//! one in flight either not at all or fully (or at one of its record boundaries). A sample of
+//! the images is crashed again *during* recovery and checked the same way.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use nodup_core::media::{CrashMode, CrashPoint, CrashSim, Medium};
+use nodup_core::FormatOptions;
+use nodup_fs::{Caller, FileSystem, FsOptions, MediumKind};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::model::{run_op, setup, Model, Snapshot};
+use crate::verify::{check_crash_image, Mutant};
+use crate::workload::{generate, WorkloadSpec};
+
+/// Settings of a crash campaign.
+#[derive(Debug, Clone)]
+pub struct CrashConfig {
+    /// Image size in bytes (small, so materialising is cheap).
+    pub image_bytes: u64,
+    /// Workload shape.
+    pub spec: WorkloadSpec,
+    /// Crash points checked per workload at most (a seeded sample when there are more).
+    pub max_points: usize,
+    /// Random materialisations per mode (line prefix, random subset, torn) per point.
+    pub random_per_mode: u64,
+    /// Every Nth checked state also writes after recovery and reopens cleanly (0 = never).
+    pub exercise_every: u64,
+    /// Every Nth checked state is also crashed during its recovery (0 = never).
+    pub recovery_crash_every: u64,
+    /// Broken step injected after recovery (tests of the checker itself).
+    pub mutant: Mutant,
+    /// Mutant at the medium level: flushes are dropped, so nothing ever becomes durable.
+    pub drop_flushes: bool,
+}
+
+impl Default for CrashConfig {
+    fn default() -> Self {
+        CrashConfig {
+            image_bytes: 8 << 20,
+            spec: WorkloadSpec::default(),
+            max_points: 400,
+            random_per_mode: 1,
+            exercise_every: 25,
+            recovery_crash_every: 40,
+            mutant: Mutant::None,
+            drop_flushes: false,
+        }
+    }
+}
+
+/// Counts of a campaign.
+#[derive(Debug, Clone, Default)]
+pub struct CrashStats {
+    /// Workloads run.
+    pub workloads: u64,
+    /// Distinct crash images checked.
+    pub states: u64,
+    /// Of those, images that broke an invariant or the model.
+    pub violations: u64,
+    /// Descriptions of the first violations (with seed, point and mode to replay them).
+    pub examples: Vec<String>,
+}
+
+impl CrashStats {
+    /// Add another campaign's counts.
+    pub fn merge(&mut self, o: CrashStats) {
+        self.workloads += o.workloads;
+        self.states += o.states;
+        self.violations += o.violations;
+        for e in o.examples {
+            if self.examples.len() < 20 {
+                self.examples.push(e);
+            }
+        }
+    }
+
+    fn violation(&mut self, msg: String) {
+        self.violations += 1;
+        if self.examples.len() < 20 {
+            self.examples.push(msg);
+        }
+    }
+}
+
+/// A medium that forgets flushes once armed (a mutant persistence layer for the checker's own
+/// tests): stores after arming never become durable.
+struct NoFlush(Arc<CrashSim>, std::sync::atomic::AtomicBool);
+
+impl Medium for NoFlush {
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+    fn read(&self, off: u64, buf: &mut [u8]) -> nodup_core::Result<()> {
+        self.0.read(off, buf)
+    }
+    fn write(&self, off: u64, data: &[u8]) -> nodup_core::Result<()> {
+        self.0.write(off, data)
+    }
+    fn flush(&self, off: u64, len: u64) {
+        if !self.1.load(std::sync::atomic::Ordering::Relaxed) {
+            self.0.flush(off, len)
+        }
+    }
+    fn fence(&self) -> nodup_core::Result<()> {
+        self.0.fence()
+    }
+    fn sync_all(&self) -> nodup_core::Result<()> {
+        if self.1.load(std::sync::atomic::Ordering::Relaxed) {
+            self.0.fence()
+        } else {
+            self.0.sync_all()
+        }
+    }
+    fn kind(&self) -> &'static str {
+        "crashsim"
+    }
+}
+
+/// The crash points of one workload with the model states each of them allows.
+struct Recorded {
+    points: Vec<(CrashPoint, usize, usize)>,
+    states: Vec<Snapshot>,
+}
+
+fn record(seed: u64, cfg: &CrashConfig) -> Result<Recorded, String> {
+    let sim = Arc::new(CrashSim::new(cfg.image_bytes));
+    let noflush = Arc::new(NoFlush(sim.clone(), false.into()));
+    let medium: Arc<dyn Medium> = if cfg.drop_flushes {
+        noflush.clone()
+    } else {
+        sim.clone()
+    };
+    let opts = FsOptions::default();
+    let fs = FileSystem::format(
+        medium,
+        MediumKind::Pmem,
+        &FormatOptions::default(),
+        &opts,
+        Caller::default(),
+    )
+    .map_err(|e| format!("format: {e}"))?;
+    setup(&fs).map_err(|e| format!("setup: {e}"))?;
+    noflush.1.store(true, std::sync::atomic::Ordering::Relaxed);
+    let ops = generate(seed, &cfg.spec);
+    let mut model = Model::default();
+    // states[k]: snapshots in order; each op covers a range of them.
+    let mut states = vec![model.snapshot()];
+    sim.set_capture_filter(Box::new(|_| true));
+    // (first fence, last fence, first allowed state, last allowed state) per op.
+    let mut spans = Vec::with_capacity(ops.len());
+    for (i, op) in ops.iter().enumerate() {
+        let f0 = sim.fence_count();
+        run_op(&fs, op).map_err(|e| format!("seed {seed}: op {i} {op:?} failed: {e}"))?;
+        let f1 = sim.fence_count();
+        let before = states.len() - 1;
+        states.extend(model.apply_steps(op));
+        spans.push((f0, f1, before, states.len() - 1));
+    }
+    sim.clear_capture_filter();
+    let mut points = Vec::new();
+    for p in sim.take_captures() {
+        // A capture at fence n has fence() == n - 1 and belongs to the op with f0 < n <= f1.
+        let n = p.fence() + 1;
+        if let Some(&(_, _, a, b)) = spans.iter().find(|s| s.0 < n && n <= s.1) {
+            points.push((p, a, b));
+        }
+    }
+    let last = states.len() - 1;
+    points.push((sim.crash_point(), last, last));
+    drop(fs);
+    Ok(Recorded { points, states })
+}
+
+fn modes(cfg: &CrashConfig, rng: &mut StdRng, pending: usize) -> Vec<CrashMode> {
+    let mut v = vec![CrashMode::DropAll];
+    if pending == 0 {
+        return v;
+    }
+    v.push(CrashMode::KeepAll);
+    for _ in 0..cfg.random_per_mode {
+        v.push(CrashMode::LinePrefix { seed: rng.gen() });
+        v.push(CrashMode::Random { seed: rng.gen() });
+        v.push(CrashMode::Torn { seed: rng.gen() });
+    }
+    v
+}
+
+/// Crash the recovery of `img` at a few of its fences and check those images too.
+fn crash_during_recovery(
+    img: &[u8],
+    allowed: &[&Snapshot],
+    rng: &mut StdRng,
+    st: &mut CrashStats,
+    what: &str,
+) {
+    let sim = Arc::new(CrashSim::from_bytes(img.to_vec()));
+    sim.set_capture_filter(Box::new(|_| true));
+    let fs = match FileSystem::open(sim.clone(), &FsOptions::default()) {
+        Ok(fs) => fs,
+        Err(e) => {
+            st.states += 1;
+            st.violation(format!("{what}: recovery failed: {e}"));
+            return;
+        }
+    };
+    drop(fs);
+    let caps = sim.take_captures();
+    if caps.is_empty() {
+        return;
+    }
+    for _ in 0..2 {
+        let p = &caps[rng.gen_range(0..caps.len())];
+        let mode = if rng.gen_bool(0.5) {
+            CrashMode::DropAll
+        } else {
+            CrashMode::LinePrefix { seed: rng.gen() }
+        };
+        st.states += 1;
+        if let Err(e) = check_crash_image(p.materialize(&mode), allowed, Mutant::None, false) {
+            st.violation(format!(
+                "{what}, then crash during recovery at fence {} {mode:?}: {e}",
+                p.fence() + 1
+            ));
+        }
+    }
+}
+
+/// Run one workload (`seed`) and check its crash states, stopping early at `deadline`.
+pub fn run_workload(seed: u64, cfg: &CrashConfig, deadline: Option<Instant>) -> CrashStats {
+    let mut st = CrashStats {
+        workloads: 1,
+        ..Default::default()
+    };
+    let rec = match record(seed, cfg) {
+        Ok(r) => r,
+        Err(e) => {
+            st.violation(e);
+            return st;
+        }
+    };
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xC4A5_11ED);
+    let mut idx: Vec<usize> = (0..rec.points.len()).collect();
+    if idx.len() > cfg.max_points {
+        // Keep the final point, sample the rest.
+        let last = idx.pop().unwrap();
+        for i in 0..cfg.max_points - 1 {
+            let j = rng.gen_range(i..idx.len());
+            idx.swap(i, j);
+        }
+        idx.truncate(cfg.max_points - 1);
+        idx.sort_unstable();
+        idx.push(last);
+    }
+    let mut checked = 0u64;
+    for i in idx {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        let (p, a, b) = &rec.points[i];
+        let allowed: Vec<&Snapshot> = rec.states[*a..=*b].iter().collect();
+        let mut seen = HashSet::new();
+        for mode in modes(cfg, &mut rng, p.pending().len()) {
+            let img = p.materialize(&mode);
+            if !seen.insert(xxhash_rust::xxh3::xxh3_128(&img)) {
+                continue;
+            }
+            checked += 1;
+            st.states += 1;
+            let exercise = cfg.exercise_every > 0 && checked % cfg.exercise_every == 0;
+            let what = format!(
+                "seed {seed} point {i} (fence {}, {} pending) {mode:?}",
+                p.fence() + 1,
+                p.pending().len()
+            );
+            match check_crash_image(img.clone(), &allowed, cfg.mutant, exercise) {
+                Err(e) => st.violation(format!("{what}: {e}")),
+                Ok(()) => {
+                    if cfg.recovery_crash_every > 0 && checked % cfg.recovery_crash_every == 0 {
+                        crash_during_recovery(&img, &allowed, &mut rng, &mut st, &what);
+                    }
+                }
+            }
+        }
+    }
+    st
+}
+
+/// Run workloads with seeds `seed, seed+1, ...` until `deadline` or `max_states` states.
+pub fn campaign(seed: u64, cfg: &CrashConfig, deadline: Instant, max_states: u64) -> CrashStats {
+    let mut total = CrashStats::default();
+    let mut s = seed;
+    while Instant::now() < deadline && total.states < max_states {
+        total.merge(run_workload(s, cfg, Some(deadline)));
+        s += 1;
+    }
+    total
+}

@@ -1,0 +1,367 @@
+//! Fuzz target bodies (shared by the cargo-fuzz targets in `fuzz/` and the stable driver here)
+//! and a seeded mutation driver for stable Rust.
+//!
+//! Image targets take a *patch script* rather than a whole image: a fixed, realistic base image
+//! (built once per process) is patched at offsets aimed at the structures under test, so a
+//! few bytes of fuzz input reach deep into superblocks, metadata tables, checkpoints and logs.
+//! Script format, repeated: selector (1 byte) | offset (3 bytes LE) | length (1 byte) | bytes.
+//! The selector picks a hot range of the base image; the offset wraps inside it.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use nodup_core::media::{Medium, MemMedium};
+use nodup_core::{Engine, FormatOptions, OpenOptions, OpenState, BLOCK_SIZE};
+use nodup_fs::inode::{Kind, ROOT_INO};
+use nodup_fs::{fsck, Caller, FileSystem, FsOptions, MediumKind};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::workload::pattern_block;
+
+/// Size of the base images (the smallest the file system accepts is 4 MiB).
+pub const BASE_BYTES: u64 = 4 << 20;
+const BS: u64 = BLOCK_SIZE as u64;
+
+/// A base image and the byte ranges worth patching.
+pub struct BaseImage {
+    /// Clean image (shut down).
+    pub clean: Vec<u8>,
+    /// Crashed image (not shut down: log records to replay, engine needs recovery).
+    pub dirty: Vec<u8>,
+    /// (offset, length) ranges the selector chooses from.
+    pub hot: Vec<(u64, u64)>,
+}
+
+fn build_fs_base() -> BaseImage {
+    let mem = Arc::new(MemMedium::new(BASE_BYTES));
+    let fs = FileSystem::format(
+        mem.clone(),
+        MediumKind::Pmem,
+        &FormatOptions::default(),
+        &FsOptions::default(),
+        Caller::default(),
+    )
+    .expect("format base image");
+    let who = Caller::default();
+    let (d, _) = fs
+        .mknod(ROOT_INO, b"dir", Kind::Dir, 0o755, 0, b"", who)
+        .expect("mkdir");
+    for i in 0..4u64 {
+        let parent = if i % 2 == 0 { ROOT_INO } else { d };
+        let (ino, _) = fs
+            .mknod(parent, format!("f{i}").as_bytes(), Kind::File, 0o644, 0, b"", who)
+            .expect("create");
+        let mut data = pattern_block(i % 2);
+        data.extend(pattern_block(100 + i));
+        data.extend_from_slice(&pattern_block(7)[..1000]);
+        fs.write(ino, 0, &data).expect("write");
+    }
+    fs.mknod(ROOT_INO, b"link", Kind::Symlink, 0o777, 0, b"f0", who)
+        .expect("symlink");
+    fs.checkpoint(false).expect("checkpoint");
+    // Records after the checkpoint, so the dirty image has a log to replay.
+    let (ino, _) = fs.lookup(ROOT_INO, b"f0").expect("lookup");
+    fs.write(ino, 5000, &pattern_block(1)).expect("write");
+    fs.rename(ROOT_INO, b"f2", d, b"g2", 0).expect("rename");
+    fs.link(ino, d, b"h0").expect("link");
+    fs.unlink(ROOT_INO, b"link").expect("unlink");
+    let dirty = mem.snapshot();
+    let area = fs.client_area();
+    let mut hot = vec![(0, BS), (area * BS, 2 * BS)];
+    for b in fs.meta_blocks().into_iter().take(8) {
+        hot.push((b * BS, BS));
+    }
+    let (data_start, _) = fs.engine().data_area();
+    // Engine metadata between the client area and the data area (reverse map, tables, save area).
+    hot.push(((area + 2) * BS, (data_start.saturating_sub(area + 2)).max(1) * BS));
+    let refs = fs.with_tables(|t| t.data_refs());
+    if let Some(&b) = refs.first() {
+        hot.push((b * BS, BS));
+    }
+    hot.push((0, BASE_BYTES));
+    fs.shutdown().expect("shutdown");
+    drop(fs);
+    BaseImage {
+        clean: mem.snapshot(),
+        dirty,
+        hot,
+    }
+}
+
+/// The file-system base images (built once per process).
+pub fn fs_base() -> &'static BaseImage {
+    static B: OnceLock<BaseImage> = OnceLock::new();
+    B.get_or_init(build_fs_base)
+}
+
+/// Apply a patch script to `img`. The first byte picks the clean or the dirty base.
+pub fn patch<'a>(base: &'a BaseImage, script: &[u8]) -> (Vec<u8>, bool) {
+    let dirty = script.first().is_some_and(|b| b & 1 == 1);
+    let mut img = if dirty { base.dirty.clone() } else { base.clean.clone() };
+    let mut s = script.get(1..).unwrap_or(&[]);
+    while s.len() >= 5 {
+        let (off0, len0) = base.hot[s[0] as usize % base.hot.len()];
+        let off = u32::from_le_bytes([s[1], s[2], s[3], 0]) as u64 % len0.max(1);
+        let n = (s[4] as usize).min(s.len() - 5);
+        let at = (off0 + off) as usize;
+        let end = (at + n).min(img.len());
+        img[at..end].copy_from_slice(&s[5..5 + (end - at)]);
+        s = &s[5 + n..];
+    }
+    (img, dirty)
+}
+
+/// Fuzz body: open a patched image with the engine alone (superblock, metadata tables, saved
+/// index), recover it when needed, and use it. Errors are fine; panics are bugs.
+pub fn engine_image(script: &[u8]) {
+    let (img, _) = patch(fs_base(), script);
+    let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img));
+    let Ok((e, state)) = Engine::open(m, &OpenOptions::default()) else {
+        return;
+    };
+    if state == OpenState::NeedsRecovery
+        && e
+            .recover(&mut std::iter::empty(), &mut std::iter::empty())
+            .is_err()
+    {
+        return;
+    }
+    let _ = e.audit();
+    let mut ctx = nodup_core::WriteCtx::default();
+    let a = pattern_block(1);
+    let b = pattern_block(2);
+    if let Ok(blocks) = e.write(&mut ctx, &[&a, &b, &a]) {
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        for blk in blocks {
+            let _ = e.read(blk, &mut buf);
+            let _ = e.release(blk);
+        }
+    }
+    drop(ctx);
+    let _ = e.shutdown();
+}
+
+/// Fuzz body: open a patched file-system image (superblock pair, checkpoint chain, log chain,
+/// engine), read-only or with recovery, then fsck and read every file.
+pub fn fs_image(script: &[u8]) {
+    let (img, _) = patch(fs_base(), script);
+    let read_only = script.first().is_some_and(|b| b & 2 == 2);
+    let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img));
+    let opts = FsOptions {
+        read_only,
+        ..FsOptions::default()
+    };
+    let Ok(fs) = FileSystem::open(m, &opts) else {
+        return;
+    };
+    let _ = fsck::check(&fs, false);
+    walk(&fs, ROOT_INO, 0);
+    if !read_only {
+        if let Ok((ino, _)) = fs.mknod(
+            ROOT_INO,
+            b"fuzz-new",
+            Kind::File,
+            0o644,
+            0,
+            b"",
+            Caller::default(),
+        ) {
+            let _ = fs.write(ino, 0, &pattern_block(1));
+        }
+        let _ = fsck::check(&fs, true);
+    }
+    let _ = fs.shutdown();
+}
+
+fn walk(fs: &FileSystem, dir: u64, depth: usize) {
+    if depth > 8 {
+        return;
+    }
+    let Ok(ents) = fs.readdir(dir, 0, 256) else {
+        return;
+    };
+    for (_, ino, kind, name) in ents {
+        if name == b"." || name == b".." {
+            continue;
+        }
+        match kind {
+            Kind::Dir => walk(fs, ino, depth + 1),
+            Kind::Symlink => {
+                let _ = fs.readlink(ino);
+            }
+            _ => {
+                if let Ok(a) = fs.getattr(ino) {
+                    let _ = fs.read(ino, 0, a.size.min(1 << 20) as usize);
+                }
+            }
+        }
+    }
+}
+
+/// Fuzz body: FIU text lines (one by one and streamed) and the own binary trace format.
+pub fn trace_parse(data: &[u8]) {
+    use nodup_trace::format::fiu::{parse_line, FiuReader};
+    use nodup_trace::format::own::OwnReader;
+    use nodup_trace::record::DigestUnit;
+    if data.first() == Some(&0xFF) {
+        if let Ok(r) = OwnReader::new(&data[1..]) {
+            for x in r.take(10_000) {
+                if x.is_err() {
+                    break;
+                }
+            }
+        }
+        return;
+    }
+    if let Ok(text) = std::str::from_utf8(data) {
+        let mut sticky = DigestUnit::Block;
+        for line in text.lines().take(1000) {
+            if let Ok(r) = parse_line(line, &mut sticky) {
+                let _ = nodup_trace::format::fiu::format_line(&r);
+                let _ = (r.first_block(), r.end_block(), r.bytes());
+            }
+        }
+    }
+    for x in FiuReader::new(data).take(10_000) {
+        let _ = x;
+    }
+}
+
+/// The fuzz targets by name.
+pub const TARGETS: [&str; 3] = ["engine_image", "fs_image", "trace_parse"];
+
+/// The body of target `name`.
+pub fn body(name: &str) -> Option<fn(&[u8])> {
+    match name {
+        "engine_image" => Some(engine_image),
+        "fs_image" => Some(fs_image),
+        "trace_parse" => Some(trace_parse),
+        _ => None,
+    }
+}
+
+/// Result of a stable fuzz run.
+#[derive(Debug, Clone, Default)]
+pub struct FuzzStats {
+    /// Inputs executed.
+    pub execs: u64,
+    /// Inputs that panicked.
+    pub crashes: u64,
+    /// Slowest single input.
+    pub slowest: Duration,
+    /// First crashing inputs (hex) for reproduction.
+    pub examples: Vec<String>,
+}
+
+/// One random mutation of `input` (byte flips, random bytes, insert, delete, splice of a patch).
+pub fn mutate(rng: &mut StdRng, input: &[u8], target: &str) -> Vec<u8> {
+    let mut v = input.to_vec();
+    let rounds = rng.gen_range(1..=4);
+    for _ in 0..rounds {
+        match rng.gen_range(0..6) {
+            0 if !v.is_empty() => {
+                let i = rng.gen_range(0..v.len());
+                v[i] ^= 1 << rng.gen_range(0..8);
+            }
+            1 if !v.is_empty() => {
+                let i = rng.gen_range(0..v.len());
+                v[i] = rng.gen();
+            }
+            2 => {
+                let i = rng.gen_range(0..=v.len());
+                let n = rng.gen_range(1..=8);
+                for _ in 0..n {
+                    v.insert(i, rng.gen());
+                }
+            }
+            3 if !v.is_empty() => {
+                let i = rng.gen_range(0..v.len());
+                let n = rng.gen_range(1..=8).min(v.len() - i);
+                v.drain(i..i + n);
+            }
+            4 if target != "trace_parse" => {
+                // A fresh patch: selector, offset, a few interesting bytes.
+                if v.is_empty() {
+                    v.push(rng.gen());
+                }
+                let n = rng.gen_range(1..=8u8);
+                v.extend([rng.gen(), rng.gen(), rng.gen(), rng.gen(), n]);
+                let special = [0u8, 0xFF, 0x7F, 0x80, 1];
+                for _ in 0..n {
+                    v.push(if rng.gen_bool(0.5) {
+                        special[rng.gen_range(0..special.len())]
+                    } else {
+                        rng.gen()
+                    });
+                }
+            }
+            _ => {
+                // Text-ish edits for the trace parser: a digit, a space or a newline.
+                let c = [b'0', b'9', b' ', b'\n', b'W', b'R', b'-', b'f'];
+                let i = rng.gen_range(0..=v.len());
+                v.insert(i, c[rng.gen_range(0..c.len())]);
+            }
+        }
+    }
+    v
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Run `target` over `corpus`, then over seeded random mutations until `max_execs` or
+/// `deadline`. Panics are caught and counted.
+pub fn run_stable(
+    target: &str,
+    corpus: &[Vec<u8>],
+    seed: u64,
+    max_execs: u64,
+    deadline: Instant,
+) -> FuzzStats {
+    let f = body(target).expect("known target");
+    let mut st = FuzzStats::default();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let empty = vec![Vec::new()];
+    let corpus = if corpus.is_empty() { &empty[..] } else { corpus };
+    // Panics are the signal here; keep the default hook from flooding stderr.
+    let prev = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let mut i = 0u64;
+    while st.execs < max_execs && Instant::now() < deadline {
+        let input = if (i as usize) < corpus.len() {
+            corpus[i as usize].clone()
+        } else {
+            let base = &corpus[rng.gen_range(0..corpus.len())];
+            mutate(&mut rng, base, target)
+        };
+        i += 1;
+        let t0 = Instant::now();
+        let r = catch_unwind(AssertUnwindSafe(|| f(&input)));
+        st.slowest = st.slowest.max(t0.elapsed());
+        st.execs += 1;
+        if r.is_err() {
+            st.crashes += 1;
+            if st.examples.len() < 10 {
+                st.examples.push(hex(&input));
+            }
+        }
+    }
+    std::panic::set_hook(prev);
+    st
+}
+
+/// Read a corpus directory (missing directory = empty corpus).
+pub fn load_corpus(dir: &std::path::Path) -> Vec<Vec<u8>> {
+    let mut v: Vec<(std::path::PathBuf, Vec<u8>)> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| std::fs::read(e.path()).ok().map(|b| (e.path(), b)))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v.into_iter().map(|(_, b)| b).collect()
+}

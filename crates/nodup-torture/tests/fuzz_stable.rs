@@ -1,0 +1,43 @@
+//! The fuzz targets' bodies on stable Rust: the seed corpus plus seeded random mutations.
+//! Corrupted input must give errors, never panics. `TORTURE_FUZZ_EXECS` raises the count.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nodup_torture::fuzzing::{load_corpus, run_stable};
+
+fn run(target: &str, default_execs: u64) {
+    let seed = std::env::var("TORTURE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let execs = std::env::var("TORTURE_FUZZ_EXECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default_execs);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target);
+    let corpus = load_corpus(&dir);
+    assert!(!corpus.is_empty(), "no seed corpus in {}", dir.display());
+    let st = run_stable(target, &corpus, seed, execs, Instant::now() + Duration::from_secs(90));
+    eprintln!(
+        "{target}: seed {seed}, {} execs, {} crashes, slowest {:?}",
+        st.execs, st.crashes, st.slowest
+    );
+    assert_eq!(st.crashes, 0, "{target} crashing inputs (hex): {:?}", st.examples);
+    assert!(st.slowest < Duration::from_secs(5), "{target}: an input took {:?}", st.slowest);
+}
+
+#[test]
+fn fuzz_engine_image() {
+    run("engine_image", 2000);
+}
+
+#[test]
+fn fuzz_fs_image() {
+    run("fs_image", 2000);
+}
+
+#[test]
+fn fuzz_trace_parse() {
+    run("trace_parse", 20000);
+}

@@ -1,0 +1,7 @@
+//! cargo-fuzz target `trace_parse`: the body lives in `nodup_torture::fuzzing::trace_parse` (shared with the
+//! stable mutation test), so both exercise exactly the same code.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    nodup_torture::fuzzing::trace_parse(data);
+});
