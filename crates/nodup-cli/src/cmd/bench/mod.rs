@@ -109,6 +109,40 @@ pub fn monotonic_secs() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
+/// CPU time consumed by the calling thread, in seconds (excludes time spent descheduled, so it
+/// filters out most of the noise of a shared machine for single-threaded CPU-bound work).
+pub fn thread_cpu_secs() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Wall-clock and thread-CPU stopwatch.
+pub struct Stopwatch {
+    wall: std::time::Instant,
+    cpu: f64,
+}
+
+impl Stopwatch {
+    pub fn start() -> Stopwatch {
+        Stopwatch {
+            wall: std::time::Instant::now(),
+            cpu: thread_cpu_secs(),
+        }
+    }
+    /// (wall seconds, thread CPU seconds) since start.
+    pub fn elapsed(&self) -> (f64, f64) {
+        (
+            self.wall.elapsed().as_secs_f64(),
+            thread_cpu_secs() - self.cpu,
+        )
+    }
+}
+
 /// With `NODUP_BENCH_WINDOWS=1`, print the timed window `[start, now]` of `what` on stderr, in
 /// the form `perf report --time START,END` takes (record with `perf record -k CLOCK_MONOTONIC`),
 /// so a profile can be cut to one pass of one point.
