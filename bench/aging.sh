@@ -39,6 +39,9 @@ secs=$(( $(date +%s) - start ))
   echo "(fresh writes), 244.19/774.13 B (aged reads), 137.17/394.54 B (aged writes)."
   echo
   cat "$tables"
+  # Hand-written analysis of the latest figures, kept across reruns.
+  notes=${OUT%.md}-notes.md
+  if [[ -f $notes ]]; then echo; cat "$notes"; fi
 } >"$OUT"
 
 cat "$tables"

@@ -40,6 +40,9 @@ secs=$(( $(date +%s) - start ))
   echo "Runs are interleaved across points so machine noise hits all of them alike."
   echo
   cat "$tables"
+  # Hand-written analysis of the latest figures, kept across reruns.
+  notes=${OUT%.md}-notes.md
+  if [[ -f $notes ]]; then echo; cat "$notes"; fi
 } >"$OUT"
 
 cat "$tables"

@@ -16,7 +16,12 @@ pub enum Error {
     NotNodup(String),
     /// The image was written by a newer (or unknown) on-media version.
     #[error("unsupported on-media version {found} (this build supports {supported})")]
-    Version { found: u32, supported: u32 },
+    Version {
+        /// Version found on the medium.
+        found: u32,
+        /// Newest version this build reads.
+        supported: u32,
+    },
     /// A structure on the medium failed validation (checksum, bounds, invariants).
     #[error("corrupt image: {0}")]
     Corrupt(String),

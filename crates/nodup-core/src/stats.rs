@@ -21,20 +21,24 @@ pub struct EngineStats {
     pub dedup_hits: u64,
     /// Fingerprint matches whose bytes differed (written as non-dedup blocks).
     pub fp_collisions: u64,
-    /// Bytes written to / read from the medium for data blocks.
+    /// Bytes written to the medium for data blocks.
     pub media_bytes_written: u64,
+    /// Bytes read from the medium for data blocks (reads and duplicate comparisons).
     pub media_bytes_read: u64,
-    /// Bytes written to / read from the medium for dedup metadata (entries, reverse map, regions).
+    /// Bytes written for dedup metadata (entries, reverse map, regions); metered when asked.
     pub meta_bytes_written: u64,
+    /// Bytes read for dedup metadata; metered when asked.
     pub meta_bytes_read: u64,
     /// Entries in the DRAM index.
     pub index_entries: u64,
     /// Exact heap bytes of the DRAM index.
     pub index_memory_bytes: u64,
-    /// Total and free blocks of the data area.
+    /// Blocks of the data area.
     pub total_blocks: u64,
+    /// Free blocks of the data area.
     pub free_blocks: u64,
-    /// Cross-block prefetch hint outcomes (speculation hits / misses).
+    /// Trusted hints that named the entry actually used next.
     pub hint_hits: u64,
+    /// Trusted hints that named another entry.
     pub hint_misses: u64,
 }

@@ -196,3 +196,111 @@ fn policies_behave() {
         Err(Error::Invalid(_))
     ));
 }
+
+#[test]
+fn out_of_space_fails_cleanly_and_keeps_invariants() {
+    for layout in [
+        MetaLayoutKind::Region,
+        MetaLayoutKind::Entry,
+        MetaLayoutKind::Hashtable,
+    ] {
+        let m = Arc::new(MemMedium::new(1 << 20));
+        let e = fmt(&m, PolicyKind::Light, layout);
+        let mut ctx = WriteCtx::default();
+        let mut held = Vec::new();
+        let mut i = 0u64;
+        let err = loop {
+            let data: Vec<Vec<u8>> = (0..8).map(|k| block(1000 + i * 8 + k)).collect();
+            let refs: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
+            match e.write(&mut ctx, &refs) {
+                Ok(b) => held.extend(b),
+                Err(err) => break err,
+            }
+            i += 1;
+        };
+        assert!(matches!(err, Error::NoSpace), "{layout:?}: {err}");
+        let a = e.audit().unwrap();
+        assert!(a.problems.is_empty(), "{layout:?}: {:?}", a.problems);
+        assert_eq!(
+            e.stats().physical_bytes,
+            held.len() as u64 * BLOCK_SIZE as u64
+        );
+        // Duplicates of stored data still fit, and freeing makes room again.
+        let d = block(1000);
+        let again = e.write(&mut ctx, &[&d]).unwrap();
+        assert_eq!(again[0], held[0]);
+        e.release_batch(&held).unwrap();
+        e.release(again[0]).unwrap();
+        assert_eq!(e.stats().physical_bytes, 0);
+        assert!(e.write(&mut ctx, &[&block(5)]).is_ok());
+    }
+}
+
+#[test]
+fn hints_to_freed_and_reused_entries_never_mislead() {
+    // Light-Dedup bug class: an entry being freed stayed reachable through other entries'
+    // hints. Build hints A→B→C, free B, reuse its slot for D, then write A, B again.
+    // The entry layout's LIFO free list hands B's slot to D, so A's hint names D's entry.
+    for (pf, layout) in [
+        PrefetchMode::Sp,
+        PrefetchMode::Pn,
+        PrefetchMode::Cbp,
+        PrefetchMode::Pc,
+    ]
+    .into_iter()
+    .flat_map(|p| [(p, MetaLayoutKind::Entry), (p, MetaLayoutKind::Region)])
+    {
+        let m = Arc::new(MemMedium::new(8 << 20));
+        let oo = OpenOptions {
+            prefetch: pf,
+            ..Default::default()
+        };
+        let fo = FormatOptions {
+            meta_layout: layout,
+            ..Default::default()
+        };
+        let e = Engine::format(m, &fo, &oo).unwrap();
+        let mut ctx = WriteCtx::default();
+        let (a, b, c, d) = (block(1), block(2), block(3), block(4));
+        let first = e.write(&mut ctx, &[&a, &b, &c]).unwrap();
+        let second = e.write(&mut ctx, &[&a, &b, &c]).unwrap();
+        assert_eq!(first, second);
+        e.release_batch(&[first[1], second[1]]).unwrap();
+        let dd = e.write(&mut WriteCtx::default(), &[&d]).unwrap();
+        let third = e.write(&mut ctx, &[&a, &b, &c, &d]).unwrap();
+        assert_eq!(third[0], first[0]);
+        assert_eq!(third[2], first[2]);
+        assert_eq!(third[3], dd[0]);
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        for (blk, want) in third.iter().zip([&a, &b, &c, &d]) {
+            e.read(*blk, &mut buf).unwrap();
+            assert_eq!(&buf, want, "{pf:?}");
+        }
+        let au = e.audit().unwrap();
+        assert!(au.problems.is_empty(), "{pf:?}: {:?}", au.problems);
+        assert!(
+            e.stats().hint_misses > 0 || layout == MetaLayoutKind::Region,
+            "{pf:?}"
+        );
+    }
+}
+
+#[test]
+fn normal_recovery_is_reported_and_batches_release() {
+    let m = Arc::new(MemMedium::new(8 << 20));
+    let e = fmt(&m, PolicyKind::Light, MetaLayoutKind::Region);
+    let data: Vec<Vec<u8>> = (0..40).map(|i| block(i % 10)).collect();
+    let refs: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
+    let got = e.write(&mut WriteCtx::default(), &refs).unwrap();
+    e.shutdown().unwrap();
+    let (e, st) = Engine::open(m.clone(), &OpenOptions::default()).unwrap();
+    assert_eq!(st, OpenState::Clean);
+    let rep = e.open_report().unwrap();
+    assert_eq!(rep.entries_scanned, 10);
+    assert!(rep.seconds >= 0.0);
+    // Releasing a block once too often in a batch is refused.
+    let mut over = got.clone();
+    over.push(got[0]);
+    assert!(e.release_batch(&over).is_err());
+    assert_eq!(e.stats().physical_bytes, 0);
+}

@@ -115,7 +115,7 @@ fn damaged_save_area_is_refused_not_trusted() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     #[test]
     fn random_metadata_damage_never_panics(

@@ -218,7 +218,7 @@ fn prefetch() -> impl Strategy<Value = PrefetchMode> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     #[test]
     fn light_matches_model(l in layout(), p in prefetch(), ops in proptest::collection::vec(op(), 1..40)) {

@@ -70,6 +70,10 @@ pub struct RecoveryInfo {
     pub seconds: f64,
     /// Log records replayed on top of the checkpoint.
     pub replayed_records: u64,
+    /// Seconds spent reading the checkpoint and replaying the log.
+    pub load_seconds: f64,
+    /// Seconds spent in the engine's open (normal recovery) and failure recovery.
+    pub engine_seconds: f64,
     /// What the engine's failure recovery did.
     pub engine: Option<RecoveryReport>,
 }
@@ -276,6 +280,8 @@ impl FileSystem {
             }
         }
 
+        let load_seconds = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
         let (engine, state) = Engine::open(medium.clone(), &opts.open)?;
         let (area, _) = engine.client_area();
         let (_, slot) = superblock::read_pair(m, area)?;
@@ -286,6 +292,7 @@ impl FileSystem {
         let mut info = RecoveryInfo {
             kind: if needs { "failure" } else { "clean" }.into(),
             replayed_records: records.len() as u64,
+            load_seconds,
             ..Default::default()
         };
         if needs && !opts.read_only {
@@ -298,6 +305,7 @@ impl FileSystem {
                 engine.release(b)?;
             }
         }
+        info.engine_seconds = t1.elapsed().as_secs_f64();
         let next_seq = sb.log_seq + records.len() as u64;
         let log = LogWriter::resume(
             sb.log_gen,
@@ -350,6 +358,8 @@ impl FileSystem {
             return Ok(());
         }
         self.checkpoint(true)?;
+        // The gate keeps the maintenance thread from allocating while we give blocks back.
+        let _g = self.gate.write();
         let spare: Vec<BlockNr> = {
             let mut log = self.log.lock();
             let mut meta = self.meta.lock();
@@ -444,6 +454,10 @@ impl FileSystem {
 
     /// Keep enough metadata blocks aside for the next checkpoint.
     fn top_up_reserve(&self) {
+        let _g = self.gate.read();
+        if self.is_shut_down() {
+            return;
+        }
         let mut meta = self.meta.lock();
         let want = meta.ckpt_blocks.len() + meta.ckpt_blocks.len() / 4 + 16;
         if meta.reserve.len() < want {

@@ -453,3 +453,128 @@ fn not_nodup_and_corrupt_images_are_refused_without_writes() {
     assert!(bad.snapshot() == before);
     let _ = bad.len();
 }
+
+/// Timing of a normal (clean) open with a kernel-tree-sized namespace; run with --ignored.
+#[test]
+#[ignore]
+fn clean_open_time_many_files() {
+    let path = std::path::PathBuf::from(format!(
+        "/dev/shm/nodup-open-time-{}.img",
+        std::process::id()
+    ));
+    let medium = nodup_fs::image::create(&path, 4 << 30, MediumKind::Pmem).unwrap();
+    let fs = FileSystem::format(
+        medium,
+        MediumKind::Pmem,
+        &FormatOptions::default(),
+        &FsOptions::default(),
+        Caller::default(),
+    )
+    .unwrap();
+    let t0 = std::time::Instant::now();
+    let mut dir = ROOT_INO;
+    for i in 0..160_000u64 {
+        if i % 16 == 0 {
+            dir = fs
+                .mknod(
+                    ROOT_INO,
+                    format!("d{i}").as_bytes(),
+                    Kind::Dir,
+                    0o755,
+                    0,
+                    b"",
+                    Caller::default(),
+                )
+                .unwrap()
+                .0;
+        }
+        let (ino, _) = fs
+            .mknod(
+                dir,
+                format!("f{i}").as_bytes(),
+                Kind::File,
+                0o644,
+                0,
+                b"",
+                Caller::default(),
+            )
+            .unwrap();
+        let len = 1 + (i % 5) as usize * 3000;
+        fs.write(ino, 0, &content(0, len, (i % 200) as u8, i % 2 == 0, i))
+            .unwrap();
+    }
+    eprintln!("populate: {:?}", t0.elapsed());
+    let t0 = std::time::Instant::now();
+    fs.shutdown().unwrap();
+    eprintln!("clean shutdown: {:?}", t0.elapsed());
+    drop(fs);
+    let (m, _) = nodup_fs::image::open(&path).unwrap();
+    let t0 = std::time::Instant::now();
+    let fs = FileSystem::open(m, &FsOptions::default()).unwrap();
+    eprintln!("clean open: {:?} ({:?})", t0.elapsed(), fs.recovery());
+    drop(fs);
+    let (m, _) = nodup_fs::image::open(&path).unwrap();
+    let t0 = std::time::Instant::now();
+    let fs = FileSystem::open(m, &FsOptions::default()).unwrap();
+    eprintln!("crash open: {:?} ({:?})", t0.elapsed(), fs.recovery().kind);
+    drop(fs);
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn fsck_finds_and_repairs_damage() {
+    let medium = Arc::new(MemMedium::new(32 << 20));
+    let fs = fresh(&medium);
+    let who = Caller::default();
+    let (a, _) = fs
+        .mknod(ROOT_INO, b"a", Kind::File, 0o644, 0, b"", who)
+        .unwrap();
+    fs.write(a, 0, &content(0, 10 * BLOCK_SIZE, 1, true, 1))
+        .unwrap();
+    let (d, _) = fs
+        .mknod(ROOT_INO, b"d", Kind::Dir, 0o755, 0, b"", who)
+        .unwrap();
+    fs.link(a, d, b"a2").unwrap();
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+    // Damage: a wrong link count, a block that is not a data block, a dangling entry.
+    fs.with_tables(|t| {
+        t.get(a).unwrap().write().attr.nlink = 5;
+        t.get(a).unwrap().write().map_mut().unwrap().set(3, 1);
+        t.get(d)
+            .unwrap()
+            .write()
+            .dir_mut()
+            .unwrap()
+            .insert(b"ghost", 999_999);
+    });
+    let rep = fsck::check(&fs, false).unwrap();
+    assert!(!rep.consistent());
+    assert!(
+        rep.problems.iter().any(|p| p.contains("link count")),
+        "{:?}",
+        rep.problems
+    );
+    assert!(
+        rep.problems
+            .iter()
+            .any(|p| p.contains("invalid physical block")),
+        "{:?}",
+        rep.problems
+    );
+    assert!(
+        rep.problems.iter().any(|p| p.contains("missing inode")),
+        "{:?}",
+        rep.problems
+    );
+    let rep = fsck::check(&fs, true).unwrap();
+    assert!(!rep.repaired.is_empty());
+    assert!(rep.consistent(), "after repair: {:?}", rep.problems);
+    let rep = fsck::check(&fs, false).unwrap();
+    assert!(rep.consistent(), "recheck: {:?}", rep.problems);
+    assert_eq!(fs.getattr(a).unwrap().nlink, 2);
+    // The repaired state survives a crash reopen.
+    let m2 = Arc::new(MemMedium::from_bytes(medium.snapshot()));
+    drop(fs);
+    let fs = FileSystem::open(m2, &FsOptions::default()).unwrap();
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+}

@@ -15,6 +15,8 @@ pub struct AuditReport {
     pub valid_entries: u64,
     /// Of those, entries the DRAM index finds.
     pub indexed_entries: u64,
+    /// Valid entries whose fingerprint does not match their block's content.
+    pub fp_mismatches: u64,
     /// Human-readable descriptions of every inconsistency (empty = consistent).
     pub problems: Vec<String>,
 }
@@ -61,6 +63,7 @@ impl Engine {
         let mut owner = vec![0u64; total];
         let mut valid = Vec::new();
         let mut problems = Vec::new();
+        let mut block = vec![0u8; BLOCK_SIZE];
         self.layout.for_each_slot(&mut |loc| {
             let e = self.meta.read_entry(&mut t, loc)?;
             if e.blocknr == 0 {
@@ -82,6 +85,14 @@ impl Engine {
             }
             if e.refcount == 0 {
                 problems.push(format!("entry {loc} has refcount 0"));
+            }
+            self.medium
+                .read(e.blocknr * BLOCK_SIZE as u64, &mut block)?;
+            if self.fpr.fingerprint(&block) != e.fp {
+                rep.fp_mismatches += 1;
+                problems.push(format!(
+                    "entry {loc}: block {b} does not match its fingerprint"
+                ));
             }
             let (sh, h) = self.index.lock(e.fp);
             if sh
@@ -116,7 +127,6 @@ impl Engine {
         }
         valid.sort_unstable();
         rep.problems.extend(self.layout.check(&valid));
-        let _ = BLOCK_SIZE;
         Ok(rep)
     }
 }

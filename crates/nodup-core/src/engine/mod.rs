@@ -45,8 +45,11 @@ use superblock::Superblock;
 /// xxh3 into crc32c. The function actually used is recorded and reported in the stats.
 #[derive(Debug, Clone)]
 pub struct FormatOptions {
+    /// Dedup policy.
     pub policy: PolicyKind,
+    /// Fingerprint function asked for (see above for the policy's substitutions).
     pub fingerprint: FpKind,
+    /// On-media metadata layout.
     pub meta_layout: MetaLayoutKind,
     /// Memory budget for policies that have one (`smart`); 0 = unlimited.
     pub mem_budget: u64,
@@ -69,6 +72,7 @@ impl Default for FormatOptions {
 /// Options chosen per open (mount).
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
+    /// Speculative-prefetch variant (`light` only; other policies do not prefetch).
     pub prefetch: PrefetchMode,
     /// Concurrent writers at which prefetch-next is switched off (Light-Dedup transition, default 6).
     pub transition_threshold: usize,
@@ -151,11 +155,17 @@ impl Default for WriteCtx {
 /// What a recovery did, for logs and reports.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct RecoveryReport {
+    /// Wall time of the recovery.
     pub seconds: f64,
+    /// Entry slots read (normal recovery: index entries reloaded).
     pub entries_scanned: u64,
+    /// Entries cleared (nobody references their block, or they were malformed).
     pub entries_invalidated: u64,
+    /// Entries whose reference count was rewritten.
     pub refcounts_fixed: u64,
+    /// Distinct data blocks the caller references.
     pub referenced_blocks: u64,
+    /// Blocks that had an entry but no reference, now free again.
     pub leaked_blocks_freed: u64,
     /// Entries kept for their block's reference count but left out of the index (their
     /// fingerprint did not match the block, or another entry holds it).

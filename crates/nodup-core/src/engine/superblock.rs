@@ -50,24 +50,43 @@ pub const MIN_DATA_BLOCKS: u64 = 16;
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Superblock {
+    /// On-media version.
     pub version: u32,
+    /// Block size (4096).
     pub block_size: u32,
+    /// Blocks of the whole image.
     pub total_blocks: u64,
+    /// First block of the caller's area (1).
     pub client_start: u64,
+    /// Blocks of the caller's area.
     pub client_blocks: u64,
+    /// First block of the reverse map.
     pub revmap_start: u64,
+    /// Blocks of the reverse map.
     pub revmap_blocks: u64,
+    /// First block of the layout's fixed area.
     pub layout_start: u64,
+    /// Blocks of the layout's fixed area.
     pub layout_blocks: u64,
+    /// Entry slots of the fixed area (entry / hashtable layouts).
     pub layout_slots: u64,
+    /// First block of the clean-shutdown save area.
     pub save_start: u64,
+    /// Blocks of the save area.
     pub save_blocks: u64,
+    /// First block of the data area.
     pub data_start: u64,
+    /// Blocks of the data area.
     pub data_blocks: u64,
+    /// Dedup policy.
     pub policy: PolicyKind,
+    /// Fingerprint function in use.
     pub fingerprint: FpKind,
+    /// Metadata layout.
     pub meta_layout: MetaLayoutKind,
+    /// Set by a complete clean shutdown, cleared at open.
     pub clean: bool,
+    /// Memory budget for policies that have one.
     pub mem_budget: u64,
 }
 

@@ -5,9 +5,11 @@
 //! increment (flushed) on a duplicate; a new block gets its data written and an entry slot
 //! claimed and indexed as *pending*, so a concurrent writer of the same content cannot create a
 //! second entry (it writes a non-dedup block instead). Phase 2 flushes all new data, fences,
-//! writes the new entries (blocknr last: it commits the entry) and reverse-map slots, fences
-//! once more and publishes the entries. Data is durable before its entry, and both before
-//! `write` returns.
+//! writes the new entries and reverse-map slots, fences once more and publishes the entries.
+//! Data is durable before its entry, and both before `write` returns. An entry is a single
+//! 32-byte store inside one cache line, so cache-line write-back never exposes half of it; a
+//! crash that tears it at 8 bytes leaves an entry whose block nobody references, which failure
+//! recovery drops.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -9,8 +9,9 @@
 //! | 16     | 8     | `refcount` | references the caller holds                          |
 //! | 24     | 8     | `hint`     | bits 63..3: next entry's offset (32-aligned, so bits 4..3 are 0), bits 2..0: trust degree |
 //!
-//! `blocknr` is the commit field: an entry is valid only when it holds a real block number, and
-//! the write path stores it last, after the data block and the other fields are durable.
+//! `blocknr` is the commit field: an entry is valid only when it holds a real block number. The
+//! write path stores a whole entry (one store, one cache line) only after its data block is
+//! durable; while a write call is in flight the slot holds `RESERVED`, which no recovery trusts.
 
 /// Size of one entry.
 pub const ENTRY_SIZE: u64 = 32;

@@ -456,3 +456,77 @@ impl MetaLayout for RegionLayout {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::MemMedium;
+    use std::sync::Arc;
+
+    fn setup() -> (RegionLayout, MetaIo, Allocator) {
+        let nblocks = 256;
+        let m = Arc::new(MemMedium::new(nblocks * BLOCK_SIZE as u64));
+        let io = MetaIo::new(m, false);
+        let geo = LayoutGeometry {
+            start_block: 1,
+            blocks: 1,
+            slots: 0,
+            nblocks,
+            data_start: 2,
+        };
+        let l = RegionLayout::new(geo);
+        let mut t = IoTally::default();
+        l.format(&io, &mut t).unwrap();
+        (l, io, Allocator::new(2, nblocks - 2))
+    }
+
+    fn commit(io: &MetaIo, loc: u64, b: u64) {
+        io.write_u64(&mut IoTally::default(), loc + OFF_BLOCKNR, b)
+            .unwrap();
+    }
+
+    #[test]
+    fn fills_sequentially_grows_and_requeues_at_half() {
+        let (l, io, a) = setup();
+        let mut t = IoTally::default();
+        let mut ap = 0;
+        let mut locs = Vec::new();
+        for i in 0..(REGION_ENTRIES * 2) {
+            let loc = l.alloc_entry(&io, &mut t, i, 0, &a, &mut ap).unwrap();
+            commit(&io, loc, 100 + i);
+            locs.push(loc);
+        }
+        // Entries come out one after the other: the header region, then one grown region.
+        for w in locs.windows(2).take(REGION_ENTRIES as usize - 1) {
+            assert_eq!(w[1], w[0] + ENTRY_SIZE);
+        }
+        assert_eq!(l.region_count(), 2);
+        assert!(l.is_entry_loc(locs[200]));
+        assert!(!l.is_entry_loc(locs[0] + 8));
+        // Free header entries until exactly 64 remain in use: it becomes allocatable again.
+        for &loc in &locs[..(REGION_ENTRIES as usize - 65)] {
+            commit(&io, loc, 0);
+            l.free_entry(loc);
+        }
+        assert!(l.state.lock().queue.is_empty());
+        let loc = locs[REGION_ENTRIES as usize - 65];
+        commit(&io, loc, 0);
+        l.free_entry(loc);
+        assert_eq!(l.state.lock().queue.len(), 1);
+        // The current region is full: the next allocations reuse the header's free slots
+        // (lowest first) instead of growing the table.
+        let next = l.alloc_entry(&io, &mut t, 7, 0, &a, &mut ap).unwrap();
+        assert_eq!(next, locs[0]);
+        assert_eq!(l.region_count(), 2);
+        let mut valid: Vec<u64> = locs[(REGION_ENTRIES as usize - 64)..].to_vec();
+        valid.push(next);
+        valid.sort_unstable();
+        assert!(l.check(&valid).is_empty(), "{:?}", l.check(&valid));
+        // Saved counters reload after a re-attach (normal recovery).
+        let saved = l.save_state();
+        l.attach(&io, &mut t).unwrap();
+        l.load_state(&saved).unwrap();
+        assert!(l.check(&valid).is_empty());
+        assert!(l.load_state(&saved[1..]).is_err());
+    }
+}

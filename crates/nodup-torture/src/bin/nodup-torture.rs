@@ -1,0 +1,274 @@
+//! `nodup-torture`: run the reliability campaigns within a time budget and print the summary
+//! lines of the `make torture` contract (exit status 1 when anything went wrong).
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use nodup_torture::crash::{self, CrashConfig};
+use nodup_torture::summary::Summary;
+use nodup_torture::workload::WorkloadSpec;
+use nodup_torture::{faults, fuzzing, kill9, stress};
+
+/// Reliability campaigns of nodup: crash states, media faults, kill -9, fuzzing, stress.
+#[derive(Parser)]
+#[command(name = "nodup-torture", version)]
+struct Args {
+    /// Total time budget in seconds, split across the campaigns.
+    #[arg(long, default_value_t = 7200)]
+    seconds: u64,
+    /// Reduced run for `make test`: small targets, stops as soon as each is reached.
+    #[arg(long)]
+    quick: bool,
+    /// Seed of every campaign (printed, so a failure can be replayed).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Campaigns to run (comma separated): crash,faults,kill9,fuzz,stress.
+    #[arg(long, default_value = "crash,faults,kill9,fuzz,stress")]
+    campaigns: String,
+    /// The `nodup` binary (kill -9 and mount stress).
+    #[arg(long, default_value = "target/release/nodup")]
+    nodup: PathBuf,
+    /// Scratch directory for images and mount points.
+    #[arg(long, default_value = "/dev/shm/nodup-torture")]
+    workdir: PathBuf,
+    /// Directory of built cargo-fuzz target binaries; without it the stable driver fuzzes.
+    #[arg(long)]
+    fuzz_bin_dir: Option<PathBuf>,
+    /// Seed corpus directory (one subdirectory per target).
+    #[arg(long, default_value = "fuzz/corpus")]
+    corpus: PathBuf,
+    /// Threads of the stress campaign.
+    #[arg(long, default_value_t = 8)]
+    threads: usize,
+    /// Do not count the documented findings (docs/results/torture.md) as violations.
+    #[arg(long)]
+    known_findings_ok: bool,
+}
+
+fn note(msg: &str) {
+    eprintln!("nodup-torture: {msg}");
+}
+
+/// Run one libFuzzer binary for `secs`; returns (execs, crashes).
+fn libfuzzer(bin: &std::path::Path, target: &str, corpus: &std::path::Path, secs: u64) -> Result<(u64, u64)> {
+    let run_corpus = PathBuf::from("target/fuzz-corpus").join(target);
+    let artifacts = PathBuf::from("target/fuzz-artifacts").join(target);
+    std::fs::create_dir_all(&run_corpus)?;
+    std::fs::create_dir_all(&artifacts)?;
+    let out = Command::new(bin)
+        .arg(&run_corpus)
+        .arg(corpus.join(target))
+        .arg(format!("-max_total_time={secs}"))
+        .arg("-print_final_stats=1")
+        .arg("-timeout=10")
+        .arg("-rss_limit_mb=2048")
+        .arg(format!("-artifact_prefix={}/", artifacts.display()))
+        .output()
+        .with_context(|| format!("running {}", bin.display()))?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    let execs = err
+        .lines()
+        .find_map(|l| l.strip_prefix("stat::number_of_executed_units:"))
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let crashed = !out.status.success();
+    if crashed {
+        let tail: Vec<&str> = err.lines().rev().take(30).collect();
+        note(&format!(
+            "fuzz target {target} crashed; artifacts in {}:\n{}",
+            artifacts.display(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        ));
+    }
+    Ok((execs, crashed as u64))
+}
+
+fn main() -> Result<()> {
+    let a = Args::parse();
+    let want: Vec<&str> = a.campaigns.split(',').map(str::trim).collect();
+    for c in &want {
+        if !["crash", "faults", "kill9", "fuzz", "stress"].contains(c) {
+            bail!("unknown campaign {c}");
+        }
+    }
+    let on = |c: &str| want.contains(&c);
+    let start = Instant::now();
+    let total = Duration::from_secs(a.seconds.max(10));
+    // Shares of the budget: stress and kill -9 need wall time, fuzz is split per target.
+    let shares = [
+        ("crash", 0.22),
+        ("faults", 0.03),
+        ("kill9", 0.25),
+        ("fuzz", 0.25),
+        ("stress", 0.25),
+    ];
+    let weight: f64 = shares.iter().filter(|s| on(s.0)).map(|s| s.1).sum();
+    let budget = |c: &str| -> Duration {
+        let w = shares.iter().find(|s| s.0 == c).map_or(0.0, |s| s.1);
+        total.mul_f64(w / weight.max(1e-9))
+    };
+    note(&format!(
+        "seed {}, budget {} s{}",
+        a.seed,
+        a.seconds,
+        if a.quick { " (quick)" } else { "" }
+    ));
+    if std::io::stderr().is_terminal() {
+        note("campaigns run one after the other; each prints a line when done");
+    }
+    let mut s = Summary::default();
+    let mut known = 0u64;
+
+    if on("crash") {
+        let deadline = Instant::now() + budget("crash");
+        let cfg = CrashConfig::default();
+        let max = if a.quick { 600 } else { u64::MAX };
+        let st = crash::campaign(a.seed, &cfg, deadline, max);
+        note(&format!(
+            "crash: {} workloads, {} states, {} violations",
+            st.workloads, st.states, st.violations
+        ));
+        for e in &st.examples {
+            note(&format!("  crash violation: {e}"));
+        }
+        s.crash_states += st.states;
+        s.violations += st.violations;
+    }
+    if on("faults") {
+        let deadline = Instant::now() + budget("faults");
+        let spec = WorkloadSpec {
+            ops: 25,
+            ..WorkloadSpec::default()
+        };
+        let max = if a.quick { 40 } else { u64::MAX };
+        let st = faults::campaign(a.seed + 100, &spec, deadline, max);
+        let k = st.lost_after_eio + st.live_inconsistent;
+        note(&format!(
+            "faults: {} trials, {} fired, {} swallowed, {} violations; findings: {} ops lost after an EIO in a log append (finding 1), {} live engine inconsistencies (finding 2)",
+            st.trials, st.fired, st.swallowed, st.violations, st.lost_after_eio, st.live_inconsistent
+        ));
+        for e in st.examples.iter().take(8) {
+            note(&format!("  fault: {e}"));
+        }
+        s.violations += st.violations;
+        if a.known_findings_ok {
+            known += k;
+        } else {
+            s.violations += k;
+        }
+    }
+    if on("kill9") {
+        let deadline = Instant::now() + budget("kill9");
+        if !a.nodup.exists() {
+            bail!("{}: no nodup binary (build it: cargo build --release)", a.nodup.display());
+        }
+        let cfg = kill9::Kill9Config {
+            nodup: a.nodup.canonicalize()?,
+            workdir: a.workdir.join("kill9"),
+            image_mib: 64,
+            seed: a.seed,
+            cp_source: PathBuf::from("crates").canonicalize()?,
+            max_kill_ms: if a.quick { 400 } else { 1200 },
+        };
+        let max = if a.quick { 12 } else { u64::MAX };
+        let st = kill9::campaign(&cfg, deadline, max);
+        note(&format!(
+            "kill9: {} cycles, {} fsynced files verified, {} lost, {} failures",
+            st.cycles, st.verified, st.lost_fsynced, st.failures
+        ));
+        for e in &st.examples {
+            note(&format!("  kill9: {e}"));
+        }
+        let _ = std::fs::remove_dir_all(&cfg.workdir);
+        s.kill9_cycles += st.cycles;
+        s.lost_fsynced += st.lost_fsynced;
+        s.violations += st.failures;
+    }
+    if on("fuzz") {
+        let per = budget("fuzz") / fuzzing::TARGETS.len() as u32;
+        for (i, t) in fuzzing::TARGETS.iter().enumerate() {
+            let (execs, crashes) = match &a.fuzz_bin_dir {
+                Some(dir) => libfuzzer(&dir.join(t), t, &a.corpus, per.as_secs().max(1))?,
+                None => {
+                    let corpus = fuzzing::load_corpus(&a.corpus.join(t));
+                    let max = if a.quick { 3000 } else { u64::MAX };
+                    let st = fuzzing::run_stable(
+                        t,
+                        &corpus,
+                        a.seed + i as u64,
+                        max,
+                        Instant::now() + per,
+                    );
+                    for e in &st.examples {
+                        note(&format!("  fuzz {t} crashing input (hex): {e}"));
+                    }
+                    (st.execs, st.crashes)
+                }
+            };
+            note(&format!("fuzz {t}: {execs} execs, {crashes} crashes"));
+            s.fuzz.push((t.to_string(), execs, crashes));
+        }
+    }
+    if on("stress") {
+        let b = budget("stress");
+        let lib_share = if a.nodup.exists() { b.mul_f64(0.6) } else { b };
+        let st = stress::library(a.threads, a.seed, Instant::now() + lib_share);
+        note(&format!(
+            "stress (library, {} threads, {:.0} s): {} ops, {} mismatches",
+            a.threads,
+            lib_share.as_secs_f64(),
+            st.ops,
+            st.mismatches
+        ));
+        for e in &st.examples {
+            note(&format!("  stress: {e}"));
+        }
+        s.stress_mismatches += st.mismatches;
+        let st = stress::full_device(a.seed, true);
+        note(&format!(
+            "full device: {} files written until ENOSPC (twice), {} mismatches, {} shutdowns failing with ENOSPC (finding 3)",
+            st.ops, st.mismatches, st.shutdown_enospc
+        ));
+        s.stress_mismatches += st.mismatches;
+        if a.known_findings_ok {
+            known += st.shutdown_enospc;
+        } else {
+            s.violations += st.shutdown_enospc;
+        }
+        if a.nodup.exists() {
+            let rest = b.saturating_sub(start.elapsed().min(b)).max(b.mul_f64(0.3));
+            let st = nodup_torture::stress::mount_stress(
+                &a.nodup.canonicalize()?,
+                &a.workdir.join("stress"),
+                a.threads,
+                a.seed,
+                rest.min(b.mul_f64(0.4)),
+            );
+            note(&format!(
+                "stress (real mount, {} threads): {} ops, {} mismatches",
+                a.threads, st.ops, st.mismatches
+            ));
+            for e in &st.examples {
+                note(&format!("  mount stress: {e}"));
+            }
+            s.stress_mismatches += st.mismatches;
+        }
+    }
+    note(&format!("done in {:.0} s", start.elapsed().as_secs_f64()));
+    if known > 0 {
+        note(&format!(
+            "known findings (excluded from violations by --known-findings-ok): {known}"
+        ));
+    }
+    for l in s.lines() {
+        println!("{l}");
+    }
+    if !s.passed() {
+        std::process::exit(1);
+    }
+    Ok(())
+}

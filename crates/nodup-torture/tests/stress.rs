@@ -1,0 +1,54 @@
+//! Concurrent stress with a model check, and full-device behaviour.
+
+use std::time::{Duration, Instant};
+
+use nodup_torture::stress::{full_device, library};
+
+fn seed() -> u64 {
+    std::env::var("TORTURE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(21)
+}
+
+#[test]
+fn concurrent_threads_agree_with_the_model() {
+    let seed = seed();
+    eprintln!("seed {seed}");
+    let st = library(6, seed, Instant::now() + Duration::from_secs(8));
+    eprintln!("{} ops, {} mismatches", st.ops, st.mismatches);
+    assert!(st.ops > 1000, "only {} ops", st.ops);
+    assert_eq!(st.mismatches, 0, "{:#?}", st.examples);
+}
+
+#[test]
+fn full_device_gives_enospc_then_recovers_space() {
+    let seed = seed();
+    eprintln!("seed {seed}");
+    let st = full_device(seed, true);
+    eprintln!(
+        "{} files written, {} mismatches, finding 3: {}",
+        st.ops, st.mismatches, st.shutdown_enospc
+    );
+    assert!(st.ops > 50);
+    assert_eq!(st.mismatches, 0, "{:#?}", st.examples);
+}
+
+/// Finding 3 (nodup-fs, fs.rs `top_up_reserve`/`checkpoint`): the checkpoint reserve is sized
+/// from the previous checkpoint, so after filling the device a clean shutdown fails with
+/// ENOSPC (the unmount leaves an unclean image).
+#[test]
+#[ignore = "finding 3: clean shutdown of a full device fails with ENOSPC"]
+fn finding3_full_device_shuts_down_cleanly() {
+    let st = full_device(21, true);
+    assert_eq!(st.shutdown_enospc, 0, "{:#?}", st.examples);
+}
+
+/// Finding 3b: without maintenance ticks between writes (a burst faster than the daemon's
+/// timer), a full device cannot even be reopened: failure recovery's checkpoint hits ENOSPC.
+#[test]
+#[ignore = "finding 3b: a full image written without ticks cannot be reopened (ENOSPC)"]
+fn finding3b_full_device_reopens_without_ticks() {
+    let st = full_device(21, false);
+    assert_eq!(st.mismatches, 0, "{:#?}", st.examples);
+}
