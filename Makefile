@@ -25,7 +25,7 @@ lint:
 unit:
 	$(CARGO) test --workspace --release
 
-test: deps lint unit trace-check fs-pjdfstest fs-fsx
+test: deps lint unit trace-check fs-pjdfstest fs-fsx torture-quick
 	@echo "make test: all suites passed"
 
 # Trace tools acceptance: independent dedup-ratio script, convert round trip, replay hashes (issue 4).
@@ -44,3 +44,12 @@ demo: deps release
 
 clean:
 	$(CARGO) clean
+
+# Reliability (issue 5): every campaign with the budget TORTURE_SECONDS; summary lines at the end.
+.PHONY: torture-quick
+torture: deps
+	@TORTURE_SECONDS=$${TORTURE_SECONDS:-7200} bash scripts/torture.sh
+
+# Reduced reliability run (part of make test, under 5 minutes).
+torture-quick: deps
+	@bash scripts/torture-quick.sh

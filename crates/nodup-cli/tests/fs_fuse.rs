@@ -395,7 +395,9 @@ fn fio_verify() {
                     "--numjobs=2",
                     "--end_fsync=1",
                     "--output-format=terse",
+                    "--verify_state_save=0",
                 ])
+                .current_dir(&fx.mnt)
                 .output()
                 .unwrap();
             assert!(

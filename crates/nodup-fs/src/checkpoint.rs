@@ -130,8 +130,13 @@ pub fn encode(t: &Tables) -> Vec<u8> {
     e.buf
 }
 
-/// Rebuild the inode table from a checkpoint payload (validated: magic, version, checksum).
-pub fn decode(payload: &[u8]) -> Result<Tables> {
+/// Check a checkpoint payload's header and checksum without building anything.
+pub fn validate(payload: &[u8]) -> Result<()> {
+    header(payload).map(|_| ())
+}
+
+/// Validated header fields and body: (next_ino, inode count, body).
+fn header(payload: &[u8]) -> Result<(u64, u64, &[u8])> {
     if payload.len() < HEADER || payload[..8] != CKPT_MAGIC {
         return Err(FsError::Corrupt("checkpoint header missing".into()));
     }
@@ -153,7 +158,14 @@ pub fn decode(payload: &[u8]) -> Result<Tables> {
     if crc32c::crc32c(body) != crc {
         return Err(FsError::Corrupt("checkpoint checksum mismatch".into()));
     }
+    Ok((next_ino, count, body))
+}
+
+/// Rebuild the inode table from a checkpoint payload (validated: magic, version, checksum).
+pub fn decode(payload: &[u8]) -> Result<Tables> {
+    let (next_ino, count, body) = header(payload)?;
     let mut t = Tables::default();
+    t.inodes.reserve(count.min(1 << 24) as usize);
     let mut d = Dec::new(body);
     for _ in 0..count {
         t.insert(dec_inode(&mut d)?);

@@ -254,35 +254,59 @@ impl FileSystem {
         if cblocks.is_empty() {
             return Err(FsError::Corrupt("checkpoint not found".into()));
         }
-        let mut tables = checkpoint::decode(&cpay)?;
-        if tables.get(ROOT_INO).is_none() {
-            return Err(FsError::Corrupt("root directory missing".into()));
-        }
+        // Validate everything cheap to check before the engine (which marks the image in use)
+        // is opened, so a corrupt image is refused untouched.
+        checkpoint::validate(&cpay)?;
         let (lblocks, lpay) = read_chain(m, sb.log_head, ChainKind::Log, sb.log_gen, u64::MAX)?;
         if lblocks.is_empty() {
             return Err(FsError::Corrupt("log head not found".into()));
         }
         let (records, used) = parse_all(&lpay, sb.log_seq);
-        for r in &records {
-            tables.apply(r)?;
-        }
-        // Inodes without links were open when the image was last written; nobody can reach them.
-        let orphans: Vec<u64> = tables
-            .inodes
-            .iter()
-            .filter(|(_, n)| n.read().attr.nlink == 0)
-            .map(|(&i, _)| i)
-            .collect();
-        let mut orphan_blocks = Vec::new();
-        for ino in orphans {
-            if let Some(n) = tables.inodes.remove(&ino) {
-                orphan_blocks.extend(n.read().data_blocks());
-            }
-        }
-
-        let load_seconds = t0.elapsed().as_secs_f64();
+        // The engine's normal recovery (index reload) and the metadata load are independent:
+        // run them side by side.
+        let (engine_res, load_res, load_seconds, engine_seconds) = std::thread::scope(|sc| {
+            let eng = sc.spawn(|| {
+                let t1 = Instant::now();
+                let r = Engine::open(medium.clone(), &opts.open);
+                (r, t1.elapsed().as_secs_f64())
+            });
+            let load = (|| -> Result<(Tables, Vec<BlockNr>)> {
+                let mut tables = checkpoint::decode(&cpay)?;
+                if tables.get(ROOT_INO).is_none() {
+                    return Err(FsError::Corrupt("root directory missing".into()));
+                }
+                for r in &records {
+                    tables.apply(r)?;
+                }
+                // Inodes without links were open when the image was last written; nobody can
+                // reach them any more.
+                let orphans: Vec<u64> = tables
+                    .inodes
+                    .iter()
+                    .filter(|(_, n)| n.read().attr.nlink == 0)
+                    .map(|(&i, _)| i)
+                    .collect();
+                let mut orphan_blocks = Vec::new();
+                for ino in orphans {
+                    if let Some(n) = tables.inodes.remove(&ino) {
+                        orphan_blocks.extend(n.read().data_blocks());
+                    }
+                }
+                Ok((tables, orphan_blocks))
+            })();
+            let load_seconds = t0.elapsed().as_secs_f64();
+            let (r, secs) = match eng.join() {
+                Ok(x) => x,
+                Err(_) => (
+                    Err(nodup_core::Error::Corrupt("engine open panicked".into())),
+                    0.0,
+                ),
+            };
+            (r, load, load_seconds, secs)
+        });
         let t1 = Instant::now();
-        let (engine, state) = Engine::open(medium.clone(), &opts.open)?;
+        let (engine, state) = engine_res?;
+        let (tables, orphan_blocks) = load_res?;
         let (area, _) = engine.client_area();
         let (_, slot) = superblock::read_pair(m, area)?;
         let needs = !sb.is_clean()
@@ -305,7 +329,7 @@ impl FileSystem {
                 engine.release(b)?;
             }
         }
-        info.engine_seconds = t1.elapsed().as_secs_f64();
+        info.engine_seconds = engine_seconds + t1.elapsed().as_secs_f64();
         let next_seq = sb.log_seq + records.len() as u64;
         let log = LogWriter::resume(
             sb.log_gen,

@@ -277,7 +277,7 @@ pub fn run_workload(seed: u64, cfg: &CrashConfig, deadline: Option<Instant>) -> 
             }
             checked += 1;
             st.states += 1;
-            let exercise = cfg.exercise_every > 0 && checked % cfg.exercise_every == 0;
+            let exercise = cfg.exercise_every > 0 && checked.is_multiple_of(cfg.exercise_every);
             let what = format!(
                 "seed {seed} point {i} (fence {}, {} pending) {mode:?}",
                 p.fence() + 1,
@@ -286,7 +286,9 @@ pub fn run_workload(seed: u64, cfg: &CrashConfig, deadline: Option<Instant>) -> 
             match check_crash_image(img.clone(), &allowed, cfg.mutant, exercise) {
                 Err(e) => st.violation(format!("{what}: {e}")),
                 Ok(()) => {
-                    if cfg.recovery_crash_every > 0 && checked % cfg.recovery_crash_every == 0 {
+                    if cfg.recovery_crash_every > 0
+                        && checked.is_multiple_of(cfg.recovery_crash_every)
+                    {
                         crash_during_recovery(&img, &allowed, &mut rng, &mut st, &what);
                     }
                 }

@@ -125,9 +125,10 @@ pub fn trial(seed: u64, spec: &WorkloadSpec, k: usize, nth: u64, short: bool) ->
         st.fired += 1;
         match &r {
             Ok(()) => st.swallowed += 1,
-            Err(e) if e.errno() != libc::EIO => {
-                st.violation(format!("{what}: error {e} reaches the caller as errno {}", e.errno()))
-            }
+            Err(e) if e.errno() != libc::EIO => st.violation(format!(
+                "{what}: error {e} reaches the caller as errno {}",
+                e.errno()
+            )),
             Err(_) => {}
         }
     } else if let Err(e) = &r {
@@ -142,13 +143,14 @@ pub fn trial(seed: u64, spec: &WorkloadSpec, k: usize, nth: u64, short: bool) ->
     }
     if let Err(e) = check_invariants(&s.fs) {
         st.live_inconsistent += 1;
-        st.note(format!("{what}: [finding 2] live invariants after the fault: {e}"));
+        st.note(format!(
+            "{what}: [finding 2] live invariants after the fault: {e}"
+        ));
     }
     // ... and keeps working.
     let probe = pattern_block(seed);
-    let ok = s
-        .fs
-        .mknod(
+    let ok =
+        s.fs.mknod(
             nodup_fs::inode::ROOT_INO,
             b"probe",
             nodup_fs::inode::Kind::File,

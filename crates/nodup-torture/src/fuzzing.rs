@@ -51,7 +51,15 @@ fn build_fs_base() -> BaseImage {
     for i in 0..4u64 {
         let parent = if i % 2 == 0 { ROOT_INO } else { d };
         let (ino, _) = fs
-            .mknod(parent, format!("f{i}").as_bytes(), Kind::File, 0o644, 0, b"", who)
+            .mknod(
+                parent,
+                format!("f{i}").as_bytes(),
+                Kind::File,
+                0o644,
+                0,
+                b"",
+                who,
+            )
             .expect("create");
         let mut data = pattern_block(i % 2);
         data.extend(pattern_block(100 + i));
@@ -75,7 +83,10 @@ fn build_fs_base() -> BaseImage {
     }
     let (data_start, _) = fs.engine().data_area();
     // Engine metadata between the client area and the data area (reverse map, tables, save area).
-    hot.push(((area + 2) * BS, (data_start.saturating_sub(area + 2)).max(1) * BS));
+    hot.push((
+        (area + 2) * BS,
+        (data_start.saturating_sub(area + 2)).max(1) * BS,
+    ));
     let refs = fs.with_tables(|t| t.data_refs());
     if let Some(&b) = refs.first() {
         hot.push((b * BS, BS));
@@ -97,9 +108,13 @@ pub fn fs_base() -> &'static BaseImage {
 }
 
 /// Apply a patch script to `img`. The first byte picks the clean or the dirty base.
-pub fn patch<'a>(base: &'a BaseImage, script: &[u8]) -> (Vec<u8>, bool) {
+pub fn patch(base: &BaseImage, script: &[u8]) -> (Vec<u8>, bool) {
     let dirty = script.first().is_some_and(|b| b & 1 == 1);
-    let mut img = if dirty { base.dirty.clone() } else { base.clean.clone() };
+    let mut img = if dirty {
+        base.dirty.clone()
+    } else {
+        base.clean.clone()
+    };
     let mut s = script.get(1..).unwrap_or(&[]);
     while s.len() >= 5 {
         let (off0, len0) = base.hot[s[0] as usize % base.hot.len()];
@@ -122,8 +137,7 @@ pub fn engine_image(script: &[u8]) {
         return;
     };
     if state == OpenState::NeedsRecovery
-        && e
-            .recover(&mut std::iter::empty(), &mut std::iter::empty())
+        && e.recover(&mut std::iter::empty(), &mut std::iter::empty())
             .is_err()
     {
         return;
@@ -324,8 +338,12 @@ pub fn run_stable(
     let f = body(target).expect("known target");
     let mut st = FuzzStats::default();
     let mut rng = StdRng::seed_from_u64(seed);
-    let empty = vec![Vec::new()];
-    let corpus = if corpus.is_empty() { &empty[..] } else { corpus };
+    let empty = [Vec::new()];
+    let corpus = if corpus.is_empty() {
+        &empty[..]
+    } else {
+        corpus
+    };
     // Panics are the signal here; keep the default hook from flooding stderr.
     let prev = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));

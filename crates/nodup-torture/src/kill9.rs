@@ -153,13 +153,7 @@ fn driver(
     }
 }
 
-fn start_load(
-    cfg: &Kill9Config,
-    kind: u32,
-    mp: &Path,
-    cycle: u64,
-    trace: &Path,
-) -> Option<Child> {
+fn start_load(cfg: &Kill9Config, kind: u32, mp: &Path, cycle: u64, trace: &Path) -> Option<Child> {
     let quiet = |c: &mut Command| {
         c.stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -231,7 +225,10 @@ fn verify(mp: &Path, done: &Mutex<BTreeMap<String, (u64, u64)>>, st: &mut Kill9S
         st.verified += 1;
         match std::fs::read(mp.join("sync").join(name)) {
             Ok(x) if x.len() as u64 == len && hash(&x) == h => {}
-            Ok(x) => lost.push(format!("{name}: {} bytes, want {len} (content differs)", x.len())),
+            Ok(x) => lost.push(format!(
+                "{name}: {} bytes, want {len} (content differs)",
+                x.len()
+            )),
             Err(e) => lost.push(format!("{name}: {e}")),
         }
     }
@@ -278,7 +275,16 @@ pub fn campaign(cfg: &Kill9Config, deadline: Instant, max_cycles: u64) -> Kill9S
     }
     let trace = cfg.workdir.join("k9.trace");
     if let Err(e) = run(Command::new(&cfg.nodup)
-        .args(["trace", "gen", "--size", "16M", "--dup-ratio", "0.5", "--read-ratio", "0.3"])
+        .args([
+            "trace",
+            "gen",
+            "--size",
+            "16M",
+            "--dup-ratio",
+            "0.5",
+            "--read-ratio",
+            "0.3",
+        ])
         .arg("-o")
         .arg(&trace))
     {
@@ -320,7 +326,7 @@ pub fn campaign(cfg: &Kill9Config, deadline: Instant, max_cycles: u64) -> Kill9S
         };
         let _ = std::fs::create_dir_all(mp.join("sync"));
         verify(mp, done, &mut st);
-        if cycle % 10 == 0 {
+        if cycle.is_multiple_of(10) {
             if let Err(e) = verify_load(mp, cycle) {
                 st.fail(format!("{what}: fio verify without kill: {e}"));
             }
@@ -340,8 +346,7 @@ pub fn campaign(cfg: &Kill9Config, deadline: Instant, max_cycles: u64) -> Kill9S
         let _ = drv.join();
         if let Some(mut c) = load {
             let t0 = Instant::now();
-            while c.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(10)
-            {
+            while c.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(10) {
                 std::thread::sleep(Duration::from_millis(20));
             }
             let _ = c.kill();

@@ -132,9 +132,7 @@ impl Model {
 
     /// Size of the file at `p`.
     pub fn size(&self, p: &FPath) -> Option<u64> {
-        self.names
-            .get(p)
-            .map(|i| self.files[i].data.len() as u64)
+        self.names.get(p).map(|i| self.files[i].data.len() as u64)
     }
 
     /// Content of the file at `p`.

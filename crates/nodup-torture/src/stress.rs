@@ -201,7 +201,6 @@ fn worker(
     let mut st = StressStats::default();
     let name = |k: usize| format!("t{id}-{k}");
     while Instant::now() < deadline {
-        st.ops += 1;
         let k = rng.gen_range(0..6);
         let n = name(k);
         let exists = model.contains_key(&n);
@@ -257,8 +256,9 @@ fn worker(
                     Err(e) => st.bad(format!("rename {n} {to}: {e}")),
                 }
             }
-            _ => {}
+            _ => continue,
         }
+        st.ops += 1;
     }
     (model, st)
 }
@@ -324,11 +324,15 @@ pub fn run_workers(
 /// reopen (failure recovery), each compared with the model.
 pub fn library(threads: usize, seed: u64, deadline: Instant) -> StressStats {
     let mem = Arc::new(MemMedium::new(64 << 20));
+    let opts = FsOptions {
+        checkpoint_log_bytes: 1 << 20,
+        ..FsOptions::default()
+    };
     let fs = match FileSystem::format(
         mem.clone(),
         MediumKind::Pmem,
         &FormatOptions::default(),
-        &FsOptions::default(),
+        &opts,
         Caller::default(),
     ) {
         Ok(f) => Arc::new(f),
@@ -338,13 +342,25 @@ pub fn library(threads: usize, seed: u64, deadline: Instant) -> StressStats {
             return st;
         }
     };
-    let (mut st, model) = run_workers(
-        Arc::new(LibTarget(fs.clone())),
-        threads,
-        seed,
-        deadline,
-        24,
-    );
+    // The daemon's maintenance timer: checkpoints (small threshold, so they race with the
+    // workers) and deferred releases.
+    let ticker = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let mut errors = Vec::new();
+            while Instant::now() < deadline {
+                if let Err(e) = fs.tick() {
+                    errors.push(format!("tick: {e}"));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            errors
+        })
+    };
+    let (mut st, model) = run_workers(Arc::new(LibTarget(fs.clone())), threads, seed, deadline, 24);
+    for e in ticker.join().unwrap_or_default() {
+        st.bad(e);
+    }
     if let Err(e) = check_invariants(&fs) {
         st.bad(format!("invariants after stress: {e}"));
     }

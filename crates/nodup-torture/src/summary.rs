@@ -29,7 +29,10 @@ impl Summary {
         for (t, n, _) in &self.fuzz {
             v.push(format!("fuzz execs: {n} (target {t})"));
         }
-        v.push(format!("stress model mismatches: {}", self.stress_mismatches));
+        v.push(format!(
+            "stress model mismatches: {}",
+            self.stress_mismatches
+        ));
         v
     }
 

@@ -17,7 +17,10 @@ fn small() -> CrashConfig {
 
 #[test]
 fn crash_states_are_consistent() {
-    let seed = std::env::var("TORTURE_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let seed = std::env::var("TORTURE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
     eprintln!("seed {seed}");
     let st = run_workload(seed, &small(), None);
     eprintln!("{} states, {} violations", st.states, st.violations);
@@ -28,7 +31,10 @@ fn crash_states_are_consistent() {
 fn mutant_caught(cfg: CrashConfig, what: &str) {
     let st = run_workload(3, &cfg, None);
     eprintln!("{what}: {} states, {} violations", st.states, st.violations);
-    assert!(st.violations > 0, "{what}: the checker missed a broken system");
+    assert!(
+        st.violations > 0,
+        "{what}: the checker missed a broken system"
+    );
 }
 
 #[test]

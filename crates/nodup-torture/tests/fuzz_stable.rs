@@ -15,16 +15,32 @@ fn run(target: &str, default_execs: u64) {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(default_execs);
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target);
     let corpus = load_corpus(&dir);
     assert!(!corpus.is_empty(), "no seed corpus in {}", dir.display());
-    let st = run_stable(target, &corpus, seed, execs, Instant::now() + Duration::from_secs(90));
+    let st = run_stable(
+        target,
+        &corpus,
+        seed,
+        execs,
+        Instant::now() + Duration::from_secs(90),
+    );
     eprintln!(
         "{target}: seed {seed}, {} execs, {} crashes, slowest {:?}",
         st.execs, st.crashes, st.slowest
     );
-    assert_eq!(st.crashes, 0, "{target} crashing inputs (hex): {:?}", st.examples);
-    assert!(st.slowest < Duration::from_secs(5), "{target}: an input took {:?}", st.slowest);
+    assert_eq!(
+        st.crashes, 0,
+        "{target} crashing inputs (hex): {:?}",
+        st.examples
+    );
+    assert!(
+        st.slowest < Duration::from_secs(5),
+        "{target}: an input took {:?}",
+        st.slowest
+    );
 }
 
 #[test]

@@ -155,3 +155,43 @@ fn batch_mode_merges_consecutive_blocks() {
     assert_eq!(k.bytes, 2 * 600 * 4096);
     assert!(k.latency_us.max >= k.latency_us.p50);
 }
+
+#[test]
+fn own_format_and_no_reads_replay_the_same_writes() {
+    let text = random_trace(11, 300);
+    let expected = expected_files(&text);
+    let tmp = tempfile::tempdir().unwrap();
+    let fiu = tmp.path().join("t.fiu");
+    let own = tmp.path().join("t.own");
+    std::fs::write(&fiu, &text).unwrap();
+    let policy = BadLinePolicy {
+        strict: true,
+        report: None,
+    };
+    nodup_trace::format::convert(&fiu, &own, None, &policy).unwrap();
+    let reads = text
+        .lines()
+        .filter(|l| l.split_whitespace().nth(5) == Some("R"))
+        .count() as u64;
+    assert!(reads > 0);
+    let o = ReplayOptions {
+        dir: tmp.path().join("own"),
+        mode: Mode::Batch,
+        threads: 2,
+        no_reads: true,
+        format: None,
+        policy,
+        progress: None,
+    };
+    let rep = replay(&own, &o).unwrap();
+    assert_eq!(
+        (rep.read_ops, rep.skipped_reads, rep.records),
+        (0, reads, 300 - reads)
+    );
+    for (name, want) in &expected {
+        assert!(
+            std::fs::read(tmp.path().join("own").join(name)).unwrap() == *want,
+            "{name} differs"
+        );
+    }
+}

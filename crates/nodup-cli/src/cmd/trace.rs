@@ -129,6 +129,9 @@ fn print_bad_line(e: &TraceError) {
     eprintln!("nodup: skipping bad trace {e}");
 }
 
+/// Reporter of skipped lines; with --strict the first bad line is the command's error instead.
+const PRINT_BAD: &(dyn Fn(&TraceError) + Sync) = &print_bad_line;
+
 fn parse_format(f: &Option<String>) -> Result<Option<Format>> {
     f.as_deref().map(str::parse).transpose().map_err(Into::into)
 }
@@ -168,7 +171,7 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
         format: parse_format(&a.format)?,
         policy: BadLinePolicy {
             strict: a.strict,
-            report: Some(&print_bad_line),
+            report: (!a.strict).then_some(PRINT_BAD),
         },
         progress: Some(&report_progress),
     };
@@ -255,7 +258,7 @@ pub fn trace(c: TraceCommand) -> Result<()> {
         TraceCommand::Convert(a) => {
             let policy = BadLinePolicy {
                 strict: a.strict,
-                report: Some(&print_bad_line),
+                report: (!a.strict).then_some(PRINT_BAD),
             };
             let (n, bad) = convert(&a.trace, &a.output, parse_format(&a.to)?, &policy)
                 .with_context(|| format!("converting {}", a.trace.display()))?;
@@ -272,7 +275,7 @@ fn stats(a: StatsArgs) -> Result<()> {
     let mut reader = TraceReader::open(&a.trace, parse_format(&a.format)?)?;
     let policy = BadLinePolicy {
         strict: a.strict,
-        report: Some(&print_bad_line),
+        report: (!a.strict).then_some(PRINT_BAD),
     };
     let pb = progress_bar(&a.trace);
     let s = trace_stats(&mut reader, &policy, |b| {

@@ -127,6 +127,8 @@ pub struct WriteCtx {
     /// A block allocated ahead while the stream writes new data, so its lines can be
     /// prefetched while the input is fingerprinted; given back at the end of the call.
     spare: Option<BlockNr>,
+    /// The block after `spare`, prefetched one block ahead.
+    spare2: Option<BlockNr>,
     /// The previous block of the stream was new (not a duplicate).
     last_new: bool,
     /// Block already prefetched by prefetch-next for the next input of this call.
@@ -146,6 +148,7 @@ impl Default for WriteCtx {
             touched: Vec::new(),
             scratch: Vec::new(),
             spare: None,
+            spare2: None,
             last_new: true,
             prefetched: None,
         }

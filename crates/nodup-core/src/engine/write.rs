@@ -87,6 +87,10 @@ impl Runs {
 /// Cache-line size used to coalesce flushes.
 const LINE: u64 = 64;
 
+thread_local! {
+    static TUNE: u8 = std::env::var("NODUP_TUNE").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+}
+
 /// Counts the writers inside the write path for the transition threshold.
 struct Active<'a>(&'a AtomicUsize);
 
@@ -151,10 +155,11 @@ impl Engine {
         // No prefetch state crosses calls.
         ctx.prefetched = None;
         let r1 = self.phase1(ctx, blocks, &mut out, &mut t, &mut st);
-        let r0 = match ctx.spare.take() {
-            Some(b) => self.alloc.unalloc(b),
-            None => Ok(()),
-        };
+        // Unused read-ahead blocks go back, newest first, so the allocator cursor rewinds.
+        let mut r0 = Ok(());
+        for b in [ctx.spare2.take(), ctx.spare.take()].into_iter().flatten() {
+            r0 = r0.and(self.alloc.unalloc(b));
+        }
         let r2 = self.commit(ctx, &mut t);
         self.merge_tally(&t);
         let c = &self.c;
@@ -196,24 +201,33 @@ impl Engine {
         let never = self.policy.never_dedups();
         for (i, data) in blocks.iter().enumerate() {
             st.blocks += 1;
-            if let Some(next) = blocks.get(i + 1) {
-                prefetch::input(next);
+            if TUNE.with(|t| *t) & 1 != 0 {
+                if let Some(next) = blocks.get(i + 1) {
+                    prefetch::input(next);
+                }
             }
             if never {
                 out.push(self.new_block(ctx, data, t)?);
                 continue;
             }
             let before = ctx.new_blocks.len();
-            if ctx.last_new {
-                // The stream is writing new data: take the block this one will probably need
-                // and start loading its lines while the input is fingerprinted, so the copy
-                // does not stall on them afterwards.
+            if ctx.last_new && TUNE.with(|t| *t) & 2 != 0 {
+                // The stream is writing new data: take the blocks this one and the next will
+                // probably need and start loading their lines a block ahead, so the copy does
+                // not stall on them (the loads run while inputs are fingerprinted and copied).
                 if ctx.spare.is_none() {
                     ctx.spare = self.alloc.alloc(&mut ctx.apool).ok();
+                    if let Some(b) = ctx.spare {
+                        self.medium
+                            .prefetch(b * BLOCK_SIZE as u64, BLOCK_SIZE, prefetch::LINE);
+                    }
                 }
-                if let Some(b) = ctx.spare {
-                    self.medium
-                        .prefetch(b * BLOCK_SIZE as u64, BLOCK_SIZE, prefetch::LINE);
+                if ctx.spare2.is_none() && i + 1 < n {
+                    ctx.spare2 = self.alloc.alloc(&mut ctx.apool).ok();
+                    if let Some(b) = ctx.spare2 {
+                        self.medium
+                            .prefetch(b * BLOCK_SIZE as u64, BLOCK_SIZE, prefetch::LINE);
+                    }
                 }
             }
             let mut cur: Option<(BlockNr, Option<Prev>)> = None;
@@ -251,7 +265,10 @@ impl Engine {
     /// Allocate a block and store `data` in it (flushed in phase 2).
     fn new_block(&self, ctx: &mut WriteCtx, data: &[u8], t: &mut IoTally) -> Result<BlockNr> {
         let b = match ctx.spare.take() {
-            Some(b) => b,
+            Some(b) => {
+                ctx.spare = ctx.spare2.take();
+                b
+            }
             None => self.alloc.alloc(&mut ctx.apool)?,
         };
         if let Err(e) = self.medium.write(b * BLOCK_SIZE as u64, data) {

@@ -54,7 +54,12 @@ fn note(msg: &str) {
 }
 
 /// Run one libFuzzer binary for `secs`; returns (execs, crashes).
-fn libfuzzer(bin: &std::path::Path, target: &str, corpus: &std::path::Path, secs: u64) -> Result<(u64, u64)> {
+fn libfuzzer(
+    bin: &std::path::Path,
+    target: &str,
+    corpus: &std::path::Path,
+    secs: u64,
+) -> Result<(u64, u64)> {
     let run_corpus = PathBuf::from("target/fuzz-corpus").join(target);
     let artifacts = PathBuf::from("target/fuzz-artifacts").join(target);
     std::fs::create_dir_all(&run_corpus)?;
@@ -164,7 +169,10 @@ fn main() -> Result<()> {
     if on("kill9") {
         let deadline = Instant::now() + budget("kill9");
         if !a.nodup.exists() {
-            bail!("{}: no nodup binary (build it: cargo build --release)", a.nodup.display());
+            bail!(
+                "{}: no nodup binary (build it: cargo build --release)",
+                a.nodup.display()
+            );
         }
         let cfg = kill9::Kill9Config {
             nodup: a.nodup.canonicalize()?,
@@ -258,6 +266,8 @@ fn main() -> Result<()> {
             s.stress_mismatches += st.mismatches;
         }
     }
+    // Only removes the scratch directory when the campaigns left it empty.
+    let _ = std::fs::remove_dir(&a.workdir);
     note(&format!("done in {:.0} s", start.elapsed().as_secs_f64()));
     if known > 0 {
         note(&format!(

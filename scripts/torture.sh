@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# make torture: every reliability campaign with the budget TORTURE_SECONDS (default 7200 s),
+# fuzzing with libFuzzer (cargo +nightly fuzz) when available, else the stable driver.
+# Ends with the contract's summary lines; exits non-zero on any violation, loss, crash or mismatch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_BUDGET="${TORTURE_SECONDS:-7200}"
+SEED="${TORTURE_SEED:-$(date +%s)}"
+cargo build --release -p nodup-cli -p nodup-torture >&2
+FUZZ_ARGS=()
+if [[ "${TORTURE_FUZZ:-libfuzzer}" == libfuzzer ]] && rustup toolchain list 2>/dev/null | grep -q nightly; then
+  export PATH="$PWD/target/tools/bin:$PATH"
+  if ! command -v cargo-fuzz >/dev/null; then
+    cargo install cargo-fuzz --root target/tools >&2 || true
+  fi
+  if command -v cargo-fuzz >/dev/null &&
+     (cd fuzz && cargo +nightly fuzz build -O -a --target-dir ../target/fuzz >&2); then
+    FUZZ_ARGS=(--fuzz-bin-dir target/fuzz/x86_64-unknown-linux-gnu/release)
+  else
+    echo "torture: libFuzzer build unavailable, fuzzing with the stable driver" >&2
+  fi
+fi
+mkdir -p target
+set +e
+./target/release/nodup-torture --seconds "$SECONDS_BUDGET" --seed "$SEED" "${FUZZ_ARGS[@]}" "$@" \
+  2> >(tee target/torture.log >&2)
+rc=$?
+set -e
+exit $rc
