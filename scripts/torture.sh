@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_BUDGET="${TORTURE_SECONDS:-7200}"
+JOBS="${TORTURE_JOBS:-2}"
 SEED="${TORTURE_SEED:-$(date +%s)}"
 cargo build --release -p nodup-cli -p nodup-torture >&2
 FUZZ_ARGS=()
@@ -22,7 +23,7 @@ if [[ "${TORTURE_FUZZ:-libfuzzer}" == libfuzzer ]] && rustup toolchain list 2>/d
 fi
 mkdir -p target
 set +e
-./target/release/nodup-torture --seconds "$SECONDS_BUDGET" --seed "$SEED" "${FUZZ_ARGS[@]}" "$@" \
+./target/release/nodup-torture --seconds "$SECONDS_BUDGET" --seed "$SEED" --jobs "$JOBS" "${FUZZ_ARGS[@]}" "$@" \
   2> >(tee target/torture.log >&2)
 rc=$?
 set -e

@@ -26,7 +26,15 @@ fn two_files() -> (FileSystem, Vec<u8>) {
     data.extend(pattern_block(2));
     for name in ["a", "b"] {
         let (ino, _) = fs
-            .mknod(ROOT_INO, name.as_bytes(), Kind::File, 0o644, 0, b"", Caller::default())
+            .mknod(
+                ROOT_INO,
+                name.as_bytes(),
+                Kind::File,
+                0o644,
+                0,
+                b"",
+                Caller::default(),
+            )
             .unwrap();
         fs.write(ino, 0, &data).unwrap();
     }
@@ -52,7 +60,10 @@ fn library_repair_fixes_refcounts_and_is_idempotent() {
     let r1 = fsck::check(&fs, true).unwrap();
     eprintln!("repair 1: {:?}", r1.repaired);
     assert!(r1.consistent(), "{:?}", r1.problems);
-    assert!(!r1.repaired.is_empty(), "repair changed things but reported nothing");
+    assert!(
+        !r1.repaired.is_empty(),
+        "repair changed things but reported nothing"
+    );
     let r2 = fsck::check(&fs, true).unwrap();
     assert!(r2.consistent(), "{:?}", r2.problems);
     assert!(r2.repaired.is_empty(), "second repair: {:?}", r2.repaired);
@@ -97,7 +108,10 @@ fn cli_repair_after_kill9_reports_then_finds_nothing() {
     let img = dir.path().join("r.img");
     let mp = dir.path().join("mnt");
     std::fs::create_dir(&mp).unwrap();
-    let (ok, o) = out(Command::new(&nodup).arg("mkfs").arg(&img).args(["--size", "32M"]));
+    let (ok, o) = out(Command::new(&nodup)
+        .arg("mkfs")
+        .arg(&img)
+        .args(["--size", "32M"]));
     assert!(ok, "{o}");
     let (ok, o) = out(Command::new(&nodup).arg("mount").arg(&img).arg(&mp));
     assert!(ok, "{o}");
@@ -126,7 +140,10 @@ fn cli_repair_after_kill9_reports_then_finds_nothing() {
     let (ok, o2) = out(Command::new(&nodup).args(["fsck", "--repair"]).arg(&img));
     eprintln!("repair 2:\n{o2}");
     assert!(ok, "{o2}");
-    assert!(!o2.contains("repaired:"), "second repair changed something: {o2}");
+    assert!(
+        !o2.contains("repaired:"),
+        "second repair changed something: {o2}"
+    );
     let (ok, o3) = out(Command::new(&nodup).arg("fsck").arg(&img));
     assert!(ok, "fsck after repair: {o3}");
     assert!(o3.contains("19 files") || o3.contains("consistent"), "{o3}");
@@ -146,7 +163,13 @@ fn finding4_repair_reports_recovery_changes() {
     let img = dir.path().join("r.img");
     let mp = dir.path().join("mnt");
     std::fs::create_dir(&mp).unwrap();
-    assert!(out(Command::new(&nodup).arg("mkfs").arg(&img).args(["--size", "32M"])).0);
+    assert!(
+        out(Command::new(&nodup)
+            .arg("mkfs")
+            .arg(&img)
+            .args(["--size", "32M"]))
+        .0
+    );
     let (_, o) = out(Command::new(&nodup).arg("mount").arg(&img).arg(&mp));
     let pid: i32 = o
         .split("daemon pid ")
