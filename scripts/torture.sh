@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make torture: every reliability campaign with the budget TORTURE_SECONDS (default 7200 s),
-# fuzzing with libFuzzer (cargo +nightly fuzz) when available, else the stable driver.
+# fuzzing with libFuzzer (cargo +nightly fuzz; overflow checks on, sanitizer TORTURE_FUZZ_SANITIZER,
+# default none: safe Rust bounds-checks every access) when available, else the stable driver.
 # Ends with the contract's summary lines; exits non-zero on any violation, loss, crash or mismatch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,16 +16,19 @@ if [[ "${TORTURE_FUZZ:-libfuzzer}" == libfuzzer ]] && rustup toolchain list 2>/d
     cargo install cargo-fuzz --root target/tools >&2 || true
   fi
   if command -v cargo-fuzz >/dev/null &&
-     (cd fuzz && cargo +nightly fuzz build -O -a --target-dir ../target/fuzz >&2); then
-    FUZZ_ARGS=(--fuzz-bin-dir target/fuzz/x86_64-unknown-linux-gnu/release)
+     (cd fuzz && cargo +nightly fuzz build -O -a -s "${TORTURE_FUZZ_SANITIZER:-none}" --target-dir ../target/fuzz >&2); then
+    FUZZ_ARGS=(--fuzz-bin-dir target/fuzz/x86_64-unknown-linux-gnu/release --fuzz-parallel)
   else
     echo "torture: libFuzzer build unavailable, fuzzing with the stable driver" >&2
   fi
 fi
+SHARES_ARGS=()
+if [[ -n "${TORTURE_SHARES:-}" ]]; then SHARES_ARGS=(--shares "$TORTURE_SHARES"); fi
 mkdir -p target
+# One stream, so the summary lines stay last; a copy goes to target/torture.log.
 set +e
-./target/release/nodup-torture --seconds "$SECONDS_BUDGET" --seed "$SEED" --jobs "$JOBS" "${FUZZ_ARGS[@]}" "$@" \
-  2> >(tee target/torture.log >&2)
-rc=$?
+./target/release/nodup-torture --seconds "$SECONDS_BUDGET" --seed "$SEED" --jobs "$JOBS" \
+  "${FUZZ_ARGS[@]}" "${SHARES_ARGS[@]}" "$@" 2>&1 | tee target/torture.log
+rc=${PIPESTATUS[0]}
 set -e
-exit $rc
+exit "$rc"

@@ -87,10 +87,6 @@ impl Runs {
 /// Cache-line size used to coalesce flushes.
 const LINE: u64 = 64;
 
-thread_local! {
-    static TUNE: u8 = std::env::var("NODUP_TUNE").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
-}
-
 /// Counts the writers inside the write path for the transition threshold.
 struct Active<'a>(&'a AtomicUsize);
 
@@ -201,17 +197,15 @@ impl Engine {
         let never = self.policy.never_dedups();
         for (i, data) in blocks.iter().enumerate() {
             st.blocks += 1;
-            if TUNE.with(|t| *t) & 1 != 0 {
-                if let Some(next) = blocks.get(i + 1) {
-                    prefetch::input(next);
-                }
+            if let Some(next) = blocks.get(i + 1) {
+                prefetch::input(next);
             }
             if never {
                 out.push(self.new_block(ctx, data, t)?);
                 continue;
             }
             let before = ctx.new_blocks.len();
-            if ctx.last_new && TUNE.with(|t| *t) & 2 != 0 {
+            if ctx.last_new {
                 // The stream is writing new data: take the blocks this one and the next will
                 // probably need and start loading their lines a block ahead, so the copy does
                 // not stall on them (the loads run while inputs are fingerprinted and copied).
