@@ -61,7 +61,8 @@ nodup_up() {
 }
 nodup_down() { "$NODUP" umount "$MNT"; }
 nodup_pid() { pgrep -f "nodup mount $IMG" | head -1; }
-rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+# Anonymous resident memory: VmRSS would also count the pages of the mapped image on /dev/shm.
+rss_kib() { awk '/RssAnon/ {print $2}' "/proc/$1/status"; }
 
 declare -A BW
 echo "fio runs: RUNS=$RUNS SIZE=$SIZE" >&2
@@ -163,14 +164,14 @@ nodup_down
   for bs in 4k 1m; do
     for dup in 0 75; do
       l=$(med "light,$bs,$dup"); n=$(med "none,$bs,$dup"); b=$(med "bindfs,$bs,$dup")
-      if [[ $dup == 75 && $ZFS_OK == 1 ]]; then z=$(med "zfs,$bs,75"); zr=$(ratio "$l" "$z"); else z=-; zr=-; fi
+      if [[ $dup == 75 && $ZFS_OK == 1 ]]; then z=$(printf %.1f "$(med "zfs,$bs,75")"); zr=$(ratio "$l" "$z"); else z=-; zr=-; fi
       printf '| %s | %s | %.1f | %.1f | %s | %.1f | %s | %s | %s |\n' $bs $dup "$l" "$n" "$(ratio "$l" "$n")" "$b" "$(ratio "$n" "$b")" "$z" "$zr"
     done
   done
   echo
   wb=$(med "light-wb,4k,0"); nwb=$(med "light,4k,0")
   printf 'Writeback cache, light, bs=4k, 0 %% dups: %.1f MiB/s with vs %.1f without = **%sx** (target >= 5x)\n\n' "$wb" "$nwb" "$(ratio "$wb" "$nwb")"
-  echo "Daemon resident memory after the 75 % dup, bs=1m job (unique data = $unique_gib GiB):"
+  echo "Daemon anonymous resident memory (RssAnon) after the 75 % dup, bs=1m job (unique data = $unique_gib GiB):"
   echo "nodup $((RSS_NODUP / 1024)) MiB = $(awk -v r="$RSS_NODUP" -v u="$unique_gib" 'BEGIN{printf "%.0f", r/1024/u}') MiB per GiB unique;"
   if [[ $ZFS_OK == 1 ]]; then
     echo "zfs-fuse $((RSS_ZFS / 1024)) MiB = $(awk -v r="$RSS_ZFS" -v u="$unique_gib" 'BEGIN{printf "%.0f", r/1024/u}') MiB per GiB unique."

@@ -116,6 +116,36 @@ impl Allocator {
         Err(Error::NoSpace)
     }
 
+    /// Allocate up to `n` blocks into `out` under as few pool locks as possible (read-ahead of
+    /// a writer); fewer than `n` only when the data area is full.
+    pub fn alloc_batch(
+        &self,
+        pool: &mut usize,
+        n: usize,
+        out: &mut std::collections::VecDeque<BlockNr>,
+    ) {
+        let np = self.pools.len();
+        let mut want = n;
+        for k in 0..np {
+            if want == 0 {
+                return;
+            }
+            let pi = (*pool + k) % np;
+            let mut p = self.pools[pi].lock();
+            while want > 0 && p.free > 0 {
+                let Some(i) = p.map.find_clear_from(p.cursor) else {
+                    break;
+                };
+                p.map.set(i);
+                p.cursor = i + 1;
+                p.free -= 1;
+                out.push_back(p.base + i as u64);
+                want -= 1;
+                *pool = pi;
+            }
+        }
+    }
+
     /// Free one allocated block; freeing a free block is an error (it would hide a double free).
     pub fn free(&self, b: BlockNr) -> Result<()> {
         let pi = self.pool_of(b)?;

@@ -124,11 +124,13 @@ pub struct WriteCtx {
     touched: Vec<u64>,
     /// Compare buffer for media without a direct view.
     scratch: Vec<u8>,
-    /// A block allocated ahead while the stream writes new data, so its lines can be
-    /// prefetched while the input is fingerprinted; given back at the end of the call.
-    spare: Option<BlockNr>,
-    /// The block after `spare`, prefetched one block ahead.
-    spare2: Option<BlockNr>,
+    /// Blocks allocated ahead (in allocation order) while the stream writes new data, so their
+    /// lines can be prefetched a block or two before the copy; given back at the end of a call.
+    ahead: std::collections::VecDeque<BlockNr>,
+    /// How many leading blocks of `ahead` were prefetched already.
+    ahead_prefetched: usize,
+    /// (shard, entry) pairs to publish at the end of a call (kept to reuse its memory).
+    publish: Vec<(usize, u64)>,
     /// The previous block of the stream was new (not a duplicate).
     last_new: bool,
     /// Block already prefetched by prefetch-next for the next input of this call.
@@ -147,8 +149,9 @@ impl Default for WriteCtx {
             created: Vec::new(),
             touched: Vec::new(),
             scratch: Vec::new(),
-            spare: None,
-            spare2: None,
+            ahead: std::collections::VecDeque::new(),
+            ahead_prefetched: 0,
+            publish: Vec::new(),
             last_new: true,
             prefetched: None,
         }

@@ -96,6 +96,18 @@ impl FpIndex {
         (self.shards[(h as usize) & (SHARDS - 1)].lock(), h)
     }
 
+    /// Shard number of `fp`.
+    #[inline]
+    pub fn shard_of(&self, fp: u64) -> usize {
+        (mix(fp) as usize) & (SHARDS - 1)
+    }
+
+    /// Lock shard `i` (see [`FpIndex::shard_of`]).
+    #[inline]
+    pub fn lock_shard(&self, i: usize) -> MutexGuard<'_, Shard> {
+        self.shards[i].lock()
+    }
+
     /// Entries stored.
     pub fn len(&self) -> u64 {
         self.shards

@@ -41,6 +41,9 @@ struct Args {
     /// Seed corpus directory (one subdirectory per target).
     #[arg(long, default_value = "fuzz/corpus")]
     corpus: PathBuf,
+    /// Size of the kill -9 images in MiB.
+    #[arg(long, default_value_t = 64)]
+    kill9_image_mib: u64,
     /// Threads of the stress campaign.
     #[arg(long, default_value_t = 8)]
     threads: usize,
@@ -73,32 +76,45 @@ fn libfuzzer(
     let artifacts = PathBuf::from("target/fuzz-artifacts").join(target);
     std::fs::create_dir_all(&run_corpus)?;
     std::fs::create_dir_all(&artifacts)?;
-    let out = Command::new(bin)
-        .arg(&run_corpus)
-        .arg(corpus.join(target))
-        .arg(format!("-max_total_time={secs}"))
-        .arg("-print_final_stats=1")
-        .arg("-timeout=10")
-        .arg("-rss_limit_mb=2048")
-        .arg(format!("-artifact_prefix={}/", artifacts.display()))
-        .output()
-        .with_context(|| format!("running {}", bin.display()))?;
-    let err = String::from_utf8_lossy(&out.stderr);
-    let execs = err
-        .lines()
-        .find_map(|l| l.strip_prefix("stat::number_of_executed_units:"))
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0);
-    let crashed = !out.status.success();
-    if crashed {
-        let tail: Vec<&str> = err.lines().rev().take(30).collect();
+    // libFuzzer stops at the first crash; restart it (a few times) so one known crash does not
+    // eat the target's whole budget. Every crash is counted and keeps its artifact.
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let (mut execs, mut crashes) = (0u64, 0u64);
+    while crashes < 8 {
+        let left = deadline.saturating_duration_since(Instant::now()).as_secs();
+        if left < 2 {
+            break;
+        }
+        let out = Command::new(bin)
+            .arg(&run_corpus)
+            .arg(corpus.join(target))
+            .arg(format!("-max_total_time={left}"))
+            .arg("-print_final_stats=1")
+            .arg("-timeout=10")
+            .arg("-rss_limit_mb=2048")
+            .arg(format!("-artifact_prefix={}/", artifacts.display()))
+            .output()
+            .with_context(|| format!("running {}", bin.display()))?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        execs += err
+            .lines()
+            .find_map(|l| l.strip_prefix("stat::number_of_executed_units:"))
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        if out.status.success() {
+            break;
+        }
+        crashes += 1;
+        let tail: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains("panicked at") || l.starts_with("artifact_prefix"))
+            .collect();
         note(&format!(
-            "fuzz target {target} crashed; artifacts in {}:\n{}",
-            artifacts.display(),
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            "fuzz target {target} crashed (run {crashes}): {}",
+            tail.join(" | ")
         ));
     }
-    Ok((execs, crashed as u64))
+    Ok((execs, crashes))
 }
 
 /// What the fuzz campaign needs (owned, so it can run on its own thread).
@@ -267,7 +283,7 @@ fn main() -> Result<()> {
         let cfg = kill9::Kill9Config {
             nodup: a.nodup.canonicalize()?,
             workdir: a.workdir.join("kill9"),
-            image_mib: 64,
+            image_mib: a.kill9_image_mib,
             seed: a.seed,
             cp_source: PathBuf::from("crates").canonicalize()?,
             max_kill_ms: if a.quick { 400 } else { 800 },
@@ -278,7 +294,7 @@ fn main() -> Result<()> {
             "kill9: {} cycles, {} fsynced files verified, {} lost, {} failures",
             st.cycles, st.verified, st.lost_fsynced, st.failures
         ));
-        for e in &st.examples {
+        for e in st.examples.iter().chain(&st.lost_examples) {
             note(&format!("  kill9: {e}"));
         }
         let _ = std::fs::remove_dir_all(&cfg.workdir);
