@@ -63,8 +63,9 @@ fn fuzz_trace_parse() {
 /// entry-aligned is accepted at open; the next write that dedups against it trips
 /// `debug_assert!(loc.is_multiple_of(ENTRY_SIZE))` (a panic in debug and test builds; release
 /// builds go on with a misaligned entry location). Found by libFuzzer (`engine_image`).
+/// Fixed: `policy::prefetch::update_hint` treats a misaligned hint target read from the medium
+/// as no hint.
 #[test]
-#[ignore = "finding 6: unvalidated entry location from a corrupted saved index panics"]
 fn finding6_misaligned_saved_index_entry_is_an_error() {
     let input = [
         0x20u8, 0x04, 0x76, 0x00, 0x21, 0xf8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0xd8,

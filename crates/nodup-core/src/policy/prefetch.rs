@@ -3,7 +3,7 @@
 
 use super::PrefetchMode;
 use crate::media::Medium;
-use crate::meta::record::Hint;
+use crate::meta::record::{Hint, ENTRY_SIZE};
 use crate::BLOCK_SIZE;
 
 /// Trust degree a new hint starts with, and the degree from which a hint is followed.
@@ -46,7 +46,8 @@ pub enum HintOutcome {
 /// New hint of an entry whose successor turned out to be `next`: +1 when right, −2 when wrong,
 /// and when a wrong guess drops the degree below the threshold the hint is redirected to `next`.
 pub fn update_hint(h: Hint, next: u64) -> (Hint, HintOutcome) {
-    if h.target() == 0 {
+    // A hint comes from the medium: a target that is not entry-aligned is damage, not a guess.
+    if h.target() == 0 || !h.target().is_multiple_of(ENTRY_SIZE) {
         return (Hint::new(next, TRUST_THRESHOLD), HintOutcome::Created);
     }
     if h.target() == next {
@@ -112,6 +113,16 @@ pub fn next_block(m: &dyn Medium, off: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn damaged_hint_from_the_medium_is_replaced() {
+        // 8-aligned but not entry-aligned, trusted: only a corrupted medium produces this.
+        let (h, o) = update_hint(Hint(32 * 10 + 8 + 7), 32 * 3);
+        assert_eq!(
+            (h.target(), h.trust(), o),
+            (32 * 3, 4, HintOutcome::Created)
+        );
+    }
 
     #[test]
     fn trust_rules_follow_the_paper() {
