@@ -32,6 +32,8 @@ pub const LINK_MAX: u32 = 65_000;
 pub const CHECKPOINT_LOG_BYTES: u64 = 256 << 20;
 /// Pending (not yet durable) released blocks at which a BlockFile write forces a sync.
 const PENDING_LIMIT: usize = 1 << 20;
+/// Free blocks data writes leave for log appends (unlink, truncate on a full device).
+const LOG_HEADROOM: u64 = 8;
 
 /// How the file system is opened.
 #[derive(Debug, Clone)]
@@ -356,8 +358,15 @@ impl FileSystem {
         );
         if !opts.read_only {
             if needs {
-                // A fresh checkpoint folds the replayed log in and starts an empty log.
-                fs.checkpoint(false)?;
+                // A fresh checkpoint folds the replayed log in and starts an empty log. On a
+                // full device it is deferred: the replayed log stays the valid one (appends
+                // continue on it) so the user can mount and delete files; the next tick or
+                // the shutdown writes the checkpoint.
+                match fs.checkpoint(false) {
+                    Ok(()) => {}
+                    Err(e) if e.errno() == libc::ENOSPC => fs.write_sb(0)?,
+                    Err(e) => return Err(e),
+                }
             } else {
                 fs.write_sb(0)?;
             }
@@ -430,18 +439,30 @@ impl FileSystem {
         let mut log = self.log.lock();
         let m = &*self.medium;
         let nblocks = bytes.len().div_ceil(PAYLOAD).max(1);
-        let from_reserve = nblocks.min(meta.reserve.len());
+        // The checkpoint chain plus one block for the new log head (unless a spare is at hand).
+        let need = nblocks + usize::from(log.spare.is_empty());
+        let from_reserve = need.min(meta.reserve.len());
         let mut blocks: Vec<BlockNr> = meta.reserve.drain(..from_reserve).collect();
-        if blocks.len() < nblocks {
-            blocks.extend(self.engine.alloc_meta(nblocks - blocks.len())?);
+        if blocks.len() < need {
+            match self.engine.alloc_meta(need - blocks.len()) {
+                Ok(more) => blocks.extend(more),
+                Err(e) => {
+                    // Keep the reserve intact for a later attempt (after space was freed).
+                    meta.reserve.append(&mut blocks);
+                    return Err(e.into());
+                }
+            }
         }
+        let lb = match log.spare.pop() {
+            Some(b) => b,
+            None => match blocks.pop() {
+                Some(b) => b,
+                None => return Err(FsError::Corrupt("no block for the log head".into())),
+            },
+        };
         let gen = meta.sb.next_gen;
         let mut w = ChainWriter::start(m, ChainKind::Checkpoint, gen, blocks[0])?;
         w.append(m, &bytes, &blocks[1..])?;
-        let lb = match log.spare.pop() {
-            Some(b) => b,
-            None => self.engine.alloc_meta(1)?[0],
-        };
         let mut new_log = LogWriter::start(m, gen + 1, lb, log.next_seq)?;
         new_log.spare = std::mem::take(&mut log.spare);
         // Everything before the switch (data, checkpoint, new log head) must be durable first.
@@ -476,19 +497,56 @@ impl FileSystem {
         Ok(())
     }
 
-    /// Keep enough metadata blocks aside for the next checkpoint.
-    fn top_up_reserve(&self) {
+    /// Blocks a checkpoint of the current tables (plus a new log head) may need: a cheap upper
+    /// estimate from the inode count and the mapped file blocks, with a margin, and never less
+    /// than the last checkpoint's size with a margin.
+    fn reserve_want(&self, ckpt_blocks: usize) -> usize {
+        let inodes = self.tables.read().inodes.len() as u64;
+        let mapped = self.mapped.load(Ordering::Relaxed);
+        // Per inode: attributes, xattr count, body header and its directory entry.
+        let est = 4096u64
+            .saturating_add(inodes.saturating_mul(384))
+            .saturating_add(mapped.saturating_mul(16));
+        let est_blocks = est.div_ceil(PAYLOAD as u64) as usize;
+        let from_est = est_blocks + est_blocks / 4 + 16;
+        let from_last = ckpt_blocks + ckpt_blocks / 4 + 16;
+        from_est.max(from_last)
+    }
+
+    /// Keep enough metadata blocks aside for the next checkpoint. Returns whether the reserve
+    /// is as large as wanted. The caller must not hold the gate.
+    fn top_up_reserve(&self) -> bool {
         let _g = self.gate.read();
         if self.is_shut_down() {
-            return;
+            return true;
         }
+        let ckpt_len = self.meta.lock().ckpt_blocks.len();
+        let want = self.reserve_want(ckpt_len);
         let mut meta = self.meta.lock();
-        let want = meta.ckpt_blocks.len() + meta.ckpt_blocks.len() / 4 + 16;
         if meta.reserve.len() < want {
             if let Ok(more) = self.engine.alloc_meta(want - meta.reserve.len()) {
                 meta.reserve.extend(more);
             }
         }
+        meta.reserve.len() >= want
+    }
+
+    /// Before an operation that grows the metadata (new inode) or takes `data_blocks` new data
+    /// blocks: make sure the checkpoint reserve covers the current tables and that some blocks
+    /// stay free for log appends; otherwise refuse with ENOSPC while a clean checkpoint (and so
+    /// a clean shutdown) is still possible. The caller must not hold the gate.
+    fn ensure_space(&self, data_blocks: u64) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        if !self.top_up_reserve() {
+            return errno(libc::ENOSPC);
+        }
+        let free = self.engine.allocator().free_blocks();
+        if free < data_blocks.saturating_add(LOG_HEADROOM) {
+            return errno(libc::ENOSPC);
+        }
+        Ok(())
     }
 
     /// Periodic work: make BlockFile state durable and hand back deferred releases, checkpoint
@@ -742,6 +800,7 @@ impl FileSystem {
         if end > MAX_FILE_SIZE {
             return errno(libc::EFBIG);
         }
+        self.ensure_space(end.div_ceil(BS) - off / BS)?;
         let _g = self.gate.read();
         let node = self.node(ino)?;
         let mut n = node.write();
@@ -1115,6 +1174,7 @@ impl FileSystem {
                 libc::ENAMETOOLONG
             });
         }
+        self.ensure_space(0)?;
         self.meta_op(|t| {
             Self::check_new_name(t, parent, name)?;
             let mut attr = Self::new_attr(t, parent, kind, perm, rdev, who)?;

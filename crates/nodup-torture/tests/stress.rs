@@ -38,7 +38,6 @@ fn full_device_gives_enospc_then_recovers_space() {
 /// from the previous checkpoint, so after filling the device a clean shutdown fails with
 /// ENOSPC (the unmount leaves an unclean image).
 #[test]
-#[ignore = "finding 3: clean shutdown of a full device fails with ENOSPC"]
 fn finding3_full_device_shuts_down_cleanly() {
     let st = full_device(21, true);
     assert_eq!(st.shutdown_enospc, 0, "{:#?}", st.examples);
@@ -47,7 +46,6 @@ fn finding3_full_device_shuts_down_cleanly() {
 /// Finding 3b: without maintenance ticks between writes (a burst faster than the daemon's
 /// timer), a full device cannot even be reopened: failure recovery's checkpoint hits ENOSPC.
 #[test]
-#[ignore = "finding 3b: a full image written without ticks cannot be reopened (ENOSPC)"]
 fn finding3b_full_device_reopens_without_ticks() {
     let st = full_device(21, false);
     assert_eq!(st.mismatches, 0, "{:#?}", st.examples);
