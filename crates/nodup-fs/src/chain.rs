@@ -57,6 +57,7 @@ fn boff(b: BlockNr) -> u64 {
 }
 
 /// Appends a byte stream to a chain; the caller fences after the writes it wants durable.
+#[derive(Clone)]
 pub struct ChainWriter {
     kind: ChainKind,
     gen: u64,

@@ -33,7 +33,6 @@ fn injected_faults_surface_as_eio_and_keep_the_image_consistent() {
 /// position advanced (or the record written with its sequence number not consumed), so the
 /// next record is unreadable at replay and every operation completed after the EIO is lost.
 #[test]
-#[ignore = "finding 1: nodup-fs loses operations completed after an EIO in a log append"]
 fn finding1_ops_after_failed_log_append_survive_recovery() {
     let mut lost = 0;
     for (seed, k, nth) in [(12, 2, 2), (13, 11, 2), (14, 0, 2)] {

@@ -153,7 +153,6 @@ fn cli_repair_after_kill9_reports_then_finds_nothing() {
 /// failure recovery inside `FileSystem::open`, whose report is not printed, so
 /// `fsck --repair` says nothing about what it changed.
 #[test]
-#[ignore = "finding 4: fsck --repair does not report what failure recovery changed"]
 fn finding4_repair_reports_recovery_changes() {
     let Some(nodup) = nodup() else { return };
     let dir = tempfile::Builder::new()

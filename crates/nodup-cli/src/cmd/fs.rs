@@ -512,6 +512,20 @@ pub fn stats(a: StatsArgs) -> Result<()> {
 pub fn fsck(a: FsckArgs) -> Result<()> {
     let (_lock, fs) = open_unmounted(&a.image, a.repair)?;
     let mut rep = nodup_fs::fsck::check(&fs, a.repair)?;
+    if a.repair && fs.recovery().kind == "failure" {
+        let ri = fs.recovery();
+        let mut what = format!(
+            "failure recovery: replayed {} log records",
+            ri.replayed_records
+        );
+        if let Some(e) = &ri.engine {
+            what.push_str(&format!(
+                ", {} reference counts fixed, {} entries invalidated, {} leaked blocks freed",
+                e.refcounts_fixed, e.entries_invalidated, e.leaked_blocks_freed
+            ));
+        }
+        rep.repaired.insert(0, what);
+    }
     if !a.repair && fs.recovery().kind == "failure" {
         rep.problems.insert(
             0,

@@ -75,9 +75,23 @@ impl LogWriter {
             self.spare.extend(more);
         }
         let fresh: Vec<BlockNr> = self.spare.drain(..need).collect();
-        self.chain.append(m, &frame, &fresh)?;
+        let saved = self.chain.clone();
+        if let Err(e) = self.chain.append(m, &frame, &fresh) {
+            // A partial frame fails its checksum: roll the position back so the next record
+            // (same sequence number) overwrites it, and keep the blocks for later.
+            self.chain = saved;
+            self.spare.splice(0..0, fresh);
+            return Err(e);
+        }
         if fence {
-            m.fence()?;
+            if let Err(e) = m.fence() {
+                // Not committed: the DRAM state does not include it. Roll back so the next
+                // record (same sequence number) overwrites this frame; a crash before that can
+                // at most show the failed operation as done.
+                self.chain = saved;
+                self.spare.splice(0..0, fresh);
+                return Err(e.into());
+            }
         }
         self.next_seq += 1;
         self.records += 1;
