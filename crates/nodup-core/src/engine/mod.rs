@@ -551,18 +551,10 @@ impl Engine {
 
     fn merge_tally(&self, t: &IoTally) {
         let c = &self.c;
-        if t.meta_read != 0 {
-            c.meta_read.fetch_add(t.meta_read, Ordering::Relaxed);
-        }
-        if t.meta_written != 0 {
-            c.meta_written.fetch_add(t.meta_written, Ordering::Relaxed);
-        }
-        if t.data_read != 0 {
-            c.media_read.fetch_add(t.data_read, Ordering::Relaxed);
-        }
-        if t.data_written != 0 {
-            c.media_written.fetch_add(t.data_written, Ordering::Relaxed);
-        }
+        add_nonzero(&c.meta_read, t.meta_read);
+        add_nonzero(&c.meta_written, t.meta_written);
+        add_nonzero(&c.media_read, t.data_read);
+        add_nonzero(&c.media_written, t.data_written);
     }
 
     /// Give a fresh writer context its id and pools.
@@ -582,5 +574,13 @@ fn state_words(kind: MetaLayoutKind, total: u64, slots: u64) -> u64 {
         MetaLayoutKind::Region => total + 1,
         MetaLayoutKind::Entry => slots + 1,
         MetaLayoutKind::Hashtable => 0,
+    }
+}
+
+/// Add `n` to a shared counter, skipping the atomic when there is nothing to add (most calls
+/// leave most counters unchanged, and an untouched cache line stays shared between writers).
+pub(super) fn add_nonzero(counter: &std::sync::atomic::AtomicU64, n: u64) {
+    if n != 0 {
+        counter.fetch_add(n, Ordering::Relaxed);
     }
 }

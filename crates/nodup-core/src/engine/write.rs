@@ -14,7 +14,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::{Engine, WriteCtx};
+use super::{add_nonzero, Engine, WriteCtx};
 use crate::index::{ent_of, loc_of, Pending};
 use crate::media::{AccessMeter, Medium, MeterConfig};
 use crate::meta::io::IoTally;
@@ -164,18 +164,10 @@ impl Engine {
         self.merge_tally(&t);
         let c = &self.c;
         c.blocks_written.fetch_add(st.blocks, Ordering::Relaxed);
-        if st.hits != 0 {
-            c.dedup_hits.fetch_add(st.hits, Ordering::Relaxed);
-        }
-        if st.collisions != 0 {
-            c.fp_collisions.fetch_add(st.collisions, Ordering::Relaxed);
-        }
-        if st.hint_hits != 0 {
-            c.hint_hits.fetch_add(st.hint_hits, Ordering::Relaxed);
-        }
-        if st.hint_misses != 0 {
-            c.hint_misses.fetch_add(st.hint_misses, Ordering::Relaxed);
-        }
+        add_nonzero(&c.dedup_hits, st.hits);
+        add_nonzero(&c.fp_collisions, st.collisions);
+        add_nonzero(&c.hint_hits, st.hint_hits);
+        add_nonzero(&c.hint_misses, st.hint_misses);
         c.physical_blocks
             .fetch_add(ctx.new_blocks.len() as u64, Ordering::Relaxed);
         match r1.and(r0).and(r2) {
