@@ -419,9 +419,26 @@ impl FileSystem {
         sb.seq += 1;
         sb.flags = flags;
         let slot = 1 - meta.slot;
-        superblock::write_slot(&*self.medium, self.area, slot, &sb)?;
+        self.switch_sb(&meta.sb, slot, &sb)?;
         meta.sb = sb;
         meta.slot = slot;
+        Ok(())
+    }
+
+    /// Write `sb` into superblock `slot`. When that fails, the slot is rewritten with `cur`
+    /// (the superblock in force), so the medium never announces a switch the live file system
+    /// did not make; only a second failure in a row can leave the slot ambiguous.
+    fn switch_sb(
+        &self,
+        cur: &superblock::Superblock,
+        slot: usize,
+        sb: &superblock::Superblock,
+    ) -> Result<()> {
+        let m = &*self.medium;
+        if let Err(e) = superblock::write_slot(m, self.area, slot, sb) {
+            let _ = superblock::write_slot(m, self.area, slot, cur);
+            return Err(e);
+        }
         Ok(())
     }
 
@@ -461,12 +478,6 @@ impl FileSystem {
             },
         };
         let gen = meta.sb.next_gen;
-        let mut w = ChainWriter::start(m, ChainKind::Checkpoint, gen, blocks[0])?;
-        w.append(m, &bytes, &blocks[1..])?;
-        let mut new_log = LogWriter::start(m, gen + 1, lb, log.next_seq)?;
-        new_log.spare = std::mem::take(&mut log.spare);
-        // Everything before the switch (data, checkpoint, new log head) must be durable first.
-        m.fence()?;
         let mut sb = meta.sb.clone();
         sb.seq += 1;
         sb.ckpt_head = blocks[0];
@@ -477,7 +488,25 @@ impl FileSystem {
         sb.next_gen = gen + 2;
         sb.flags = if clean { FLAG_CLEAN } else { 0 };
         let slot = 1 - meta.slot;
-        superblock::write_slot(m, self.area, slot, &sb)?;
+        let written = (|| -> Result<LogWriter> {
+            let mut w = ChainWriter::start(m, ChainKind::Checkpoint, gen, blocks[0])?;
+            w.append(m, &bytes, &blocks[1..])?;
+            let new_log = LogWriter::start(m, gen + 1, lb, log.next_seq)?;
+            // Everything before the switch (data, checkpoint, new log head) must be durable first.
+            m.fence()?;
+            self.switch_sb(&meta.sb, slot, &sb)?;
+            Ok(new_log)
+        })();
+        let mut new_log = match written {
+            Ok(l) => l,
+            Err(e) => {
+                // The old checkpoint and log stay in force: their blocks go back for a later try.
+                meta.reserve.append(&mut blocks);
+                log.spare.push(lb);
+                return Err(e);
+            }
+        };
+        new_log.spare = std::mem::take(&mut log.spare);
         let mut old: Vec<BlockNr> = std::mem::take(&mut meta.ckpt_blocks);
         old.extend_from_slice(log.blocks());
         meta.sb = sb;
@@ -491,9 +520,7 @@ impl FileSystem {
         }
         // Releases waiting for durability are covered by the checkpoint now.
         let pending = std::mem::take(&mut *self.pending.lock());
-        for b in pending {
-            self.engine.release(b)?;
-        }
+        self.engine.release_batch(&pending)?;
         Ok(())
     }
 
@@ -573,9 +600,7 @@ impl FileSystem {
             self.medium.fence()?;
             std::mem::take(&mut *self.pending.lock())
         };
-        for b in pending {
-            self.engine.release(b)?;
-        }
+        self.engine.release_batch(&pending)?;
         Ok(())
     }
 
@@ -605,9 +630,7 @@ impl FileSystem {
             return Ok(());
         }
         if self.durable {
-            for b in eff.released {
-                self.engine.release(b)?;
-            }
+            self.engine.release_batch(&eff.released)?;
         } else {
             let n = {
                 let mut p = self.pending.lock();
@@ -942,68 +965,74 @@ impl FileSystem {
         }
         let now = Ts::now();
         let mut eff = Effects::default();
-        if mode & (PUNCH_HOLE | ZERO_RANGE) != 0 {
-            let zend = end.min(n.attr.size);
-            if off < zend {
-                let first_full = off.div_ceil(BS);
-                let last_full = zend / BS; // exclusive
-                                           // Partial edge blocks are rewritten with zeros in the punched part.
-                let mut edges: Vec<(u64, usize, usize)> = Vec::new();
-                if !off.is_multiple_of(BS) {
-                    let fb = off / BS;
-                    let to = if fb == zend / BS {
-                        (zend % BS) as usize
-                    } else {
-                        BLOCK_SIZE
-                    };
-                    edges.push((fb, (off % BS) as usize, to));
-                }
-                if !zend.is_multiple_of(BS)
-                    && zend / BS >= first_full
-                    && (off.is_multiple_of(BS) || zend / BS != off / BS)
-                {
-                    edges.push((zend / BS, 0, (zend % BS) as usize));
-                }
-                for (fb, from, to) in edges {
-                    let phys = n.map().map_or(0, |m| m.get(fb));
-                    if let Some(nb) = self.zero_part(phys, from, to)? {
-                        let rec = Record::Write {
-                            ino,
-                            first: fb,
-                            blocks: vec![nb],
-                            size: n.attr.size,
-                            mtime: now,
+        // Records appended before a failure stay applied: their released references must
+        // still be handed back, or they leak.
+        let r = (|| -> Result<()> {
+            if mode & (PUNCH_HOLE | ZERO_RANGE) != 0 {
+                let zend = end.min(n.attr.size);
+                if off < zend {
+                    let first_full = off.div_ceil(BS);
+                    let last_full = zend / BS; // exclusive
+                                               // Partial edge blocks are rewritten with zeros in the punched part.
+                    let mut edges: Vec<(u64, usize, usize)> = Vec::new();
+                    if !off.is_multiple_of(BS) {
+                        let fb = off / BS;
+                        let to = if fb == zend / BS {
+                            (zend % BS) as usize
+                        } else {
+                            BLOCK_SIZE
                         };
-                        if let Err(e) = self.append(&rec) {
-                            let _ = self.engine.release(nb);
-                            return Err(e);
+                        edges.push((fb, (off % BS) as usize, to));
+                    }
+                    if !zend.is_multiple_of(BS)
+                        && zend / BS >= first_full
+                        && (off.is_multiple_of(BS) || zend / BS != off / BS)
+                    {
+                        edges.push((zend / BS, 0, (zend % BS) as usize));
+                    }
+                    for (fb, from, to) in edges {
+                        let phys = n.map().map_or(0, |m| m.get(fb));
+                        if let Some(nb) = self.zero_part(phys, from, to)? {
+                            let rec = Record::Write {
+                                ino,
+                                first: fb,
+                                blocks: vec![nb],
+                                size: n.attr.size,
+                                mtime: now,
+                            };
+                            if let Err(e) = self.append(&rec) {
+                                let _ = self.engine.release(nb);
+                                return Err(e);
+                            }
+                            let e = apply_inode(&mut n, &rec)?;
+                            eff.released.extend(e.released);
+                            eff.mapped_delta += e.mapped_delta;
                         }
+                    }
+                    if first_full < last_full {
+                        let rec = Record::Punch {
+                            ino,
+                            start: first_full,
+                            end: last_full,
+                            now,
+                        };
+                        self.append(&rec)?;
                         let e = apply_inode(&mut n, &rec)?;
                         eff.released.extend(e.released);
                         eff.mapped_delta += e.mapped_delta;
                     }
                 }
-                if first_full < last_full {
-                    let rec = Record::Punch {
-                        ino,
-                        start: first_full,
-                        end: last_full,
-                        now,
-                    };
-                    self.append(&rec)?;
-                    let e = apply_inode(&mut n, &rec)?;
-                    eff.released.extend(e.released);
-                    eff.mapped_delta += e.mapped_delta;
-                }
             }
-        }
-        if mode & KEEP_SIZE == 0 && end > n.attr.size {
-            let e = self.truncate_locked(ino, &mut n, end, now)?;
-            eff.released.extend(e.released);
-            eff.mapped_delta += e.mapped_delta;
-        }
+            if mode & KEEP_SIZE == 0 && end > n.attr.size {
+                let e = self.truncate_locked(ino, &mut n, end, now)?;
+                eff.released.extend(e.released);
+                eff.mapped_delta += e.mapped_delta;
+            }
+            Ok(())
+        })();
         drop(n);
-        self.finish(eff)
+        let f = self.finish(eff);
+        r.and(f)
     }
 
     // ---------------------------------------------------------------- attributes

@@ -160,7 +160,20 @@ impl Engine {
             r0 = r0.and(self.alloc.unalloc(b));
         }
         ctx.ahead_prefetched = 0;
-        let r2 = self.commit(ctx, &mut t);
+        let res = r1.and(r0).and_then(|_| self.persist(ctx, &mut t));
+        if let Err(e) = res {
+            // Nothing of this call is published yet: undo all of it, so the live engine is
+            // exactly as before the call (no leaked block, entry or reference).
+            if self.rollback(ctx, &mut t).is_err() {
+                // The live state can no longer be trusted; the caller's references on the
+                // medium still are, so failure recovery (next open) rebuilds everything.
+                self.set_state(super::STATE_NEEDS_RECOVERY);
+            }
+            self.merge_tally(&t);
+            ctx.prev = None;
+            return Err(e);
+        }
+        self.publish(ctx);
         self.merge_tally(&t);
         let c = &self.c;
         c.blocks_written.fetch_add(st.blocks, Ordering::Relaxed);
@@ -170,15 +183,7 @@ impl Engine {
         add_nonzero(&c.hint_misses, st.hint_misses);
         c.physical_blocks
             .fetch_add(ctx.new_blocks.len() as u64, Ordering::Relaxed);
-        match r1.and(r0).and(r2) {
-            Ok(()) => Ok(out),
-            Err(e) => {
-                // Everything decided so far is durable; hand the references back.
-                let _ = self.release_blocks(&out);
-                ctx.prev = None;
-                Err(e)
-            }
-        }
+        Ok(out)
     }
 
     fn phase1(
@@ -253,6 +258,14 @@ impl Engine {
 
     /// Allocate a block and store `data` in it (flushed in phase 2).
     fn new_block(&self, ctx: &mut WriteCtx, data: &[u8], t: &mut IoTally) -> Result<BlockNr> {
+        let b = self.claim_block(ctx)?;
+        self.store(b, data, t)?;
+        Ok(b)
+    }
+
+    /// Take the next block for new data (read-ahead first) and record it as this call's, so a
+    /// failed call gives it back.
+    fn claim_block(&self, ctx: &mut WriteCtx) -> Result<BlockNr> {
         let b = match ctx.ahead.pop_front() {
             Some(b) => {
                 ctx.ahead_prefetched = ctx.ahead_prefetched.saturating_sub(1);
@@ -260,13 +273,15 @@ impl Engine {
             }
             None => self.alloc.alloc(&mut ctx.apool)?,
         };
-        if let Err(e) = self.medium.write(b * BLOCK_SIZE as u64, data) {
-            let _ = self.alloc.free(b);
-            return Err(e);
-        }
-        t.data_written += BLOCK_SIZE as u64;
         ctx.new_blocks.push(b);
         Ok(b)
+    }
+
+    /// Copy `data` into block `b` (flushed in phase 2).
+    fn store(&self, b: BlockNr, data: &[u8], t: &mut IoTally) -> Result<()> {
+        self.medium.write(b * BLOCK_SIZE as u64, data)?;
+        t.data_written += BLOCK_SIZE as u64;
+        Ok(())
     }
 
     /// Compare `data` with stored block `b`, prefetching as `mode` says.
@@ -378,7 +393,11 @@ impl Engine {
                 ))
             }
             None => {
-                let b = self.new_block(ctx, data, t)?;
+                // A new block. Its number, entry slot and index record are claimed before the
+                // data is copied and the shard lock is dropped first: the locked instructions
+                // of the claim then do not wait for the copy's stores to drain, and the copy's
+                // write-back overlaps the next block's fingerprint and lookup.
+                let b = self.claim_block(ctx)?;
                 let loc = match self.layout.alloc_entry(
                     &self.meta,
                     t,
@@ -389,12 +408,12 @@ impl Engine {
                 ) {
                     Ok(l) => l,
                     // No room for metadata: the block is still stored, just not deduplicated.
-                    Err(Error::NoSpace) => return Ok((b, None)),
-                    Err(e) => {
-                        ctx.new_blocks.pop();
-                        let _ = self.alloc.free(b);
-                        return Err(e);
+                    Err(Error::NoSpace) => {
+                        drop(sh);
+                        self.store(b, data, t)?;
+                        return Ok((b, None));
                     }
+                    Err(e) => return Err(e),
                 };
                 let k = ctx.created.len();
                 ctx.created.push(Created {
@@ -411,7 +430,9 @@ impl Engine {
                     slot: k,
                     fp,
                 });
+                drop(sh);
                 self.policy.on_insert(fp);
+                self.store(b, data, t)?;
                 Ok((
                     b,
                     Some(Prev {
@@ -426,10 +447,18 @@ impl Engine {
 
     /// Refcount + 1 of a committed entry (flushed and fenced at the end of the call, one flush
     /// per line of consecutive entries).
+    /// The caller holds the entry's shard lock.
     fn incref(&self, ctx: &mut WriteCtx, loc: u64, old: u64, t: &mut IoTally) -> Result<()> {
-        self.meta
-            .write_u64(t, loc + OFF_REFCOUNT, old.saturating_add(1))?;
-        ctx.touched.push(loc + OFF_REFCOUNT);
+        let off = loc + OFF_REFCOUNT;
+        if let Err(e) = self.meta.write_u64(t, off, old.saturating_add(1)) {
+            // A failed (possibly partial) store: put the old count back, or give up on the
+            // live state if even that fails.
+            if self.meta.write_u64(t, off, old).is_err() {
+                self.set_state(super::STATE_NEEDS_RECOVERY);
+            }
+            return Err(e);
+        }
+        ctx.touched.push(off);
         Ok(())
     }
 
@@ -542,8 +571,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Phase 2: data durable, then entries and reverse map durable, then publish.
-    fn commit(&self, ctx: &mut WriteCtx, t: &mut IoTally) -> Result<()> {
+    /// Phase 2: data durable, then entries and reverse map durable (published by [`Self::publish`]).
+    fn persist(&self, ctx: &mut WriteCtx, t: &mut IoTally) -> Result<()> {
         let m = &*self.medium;
         if !ctx.new_blocks.is_empty() {
             // Flush every new block of the call together, then one fence orders them all before
@@ -565,7 +594,6 @@ impl Engine {
             eruns.add(mm, off, 8);
         }
         let mut rruns = Runs::new();
-        let mut res = Ok(());
         for c in &ctx.created {
             let e = DedupEntry {
                 fp: c.fp,
@@ -573,20 +601,20 @@ impl Engine {
                 refcount: c.refs,
                 hint: c.hint.0,
             };
-            res = res
-                .and_then(|_| self.meta.write_entry(t, c.loc, &e))
-                .and_then(|_| {
-                    self.meta
-                        .write_u64(t, self.revmap.slot_off(c.blocknr), c.loc)
-                });
+            self.meta.write_entry(t, c.loc, &e)?;
+            self.meta
+                .write_u64(t, self.revmap.slot_off(c.blocknr), c.loc)?;
             eruns.add(mm, c.loc, 32);
             rruns.add(mm, self.revmap.slot_off(c.blocknr), 8);
         }
         eruns.finish(mm);
         rruns.finish(mm);
-        res = res.and_then(|_| self.meta.fence());
+        self.meta.fence()
+    }
+
+    /// Make the call's new entries visible to other writers (one lock per shard).
+    fn publish(&self, ctx: &mut WriteCtx) {
         ctx.touched.clear();
-        // Publish: one lock per shard rather than one per entry.
         ctx.publish.clear();
         ctx.publish.extend(
             ctx.created
@@ -603,15 +631,77 @@ impl Engine {
         if let Some(p) = ctx.prev.as_mut() {
             p.created = None;
         }
+    }
+
+    /// Undo a failed call before anything of it was published: unindex and clear its new
+    /// entries (and their reverse-map slots), take back its reference-count increments, and
+    /// free its new blocks once all that is durable. Every step is attempted even after an
+    /// error; the first error is returned.
+    fn rollback(&self, ctx: &mut WriteCtx, t: &mut IoTally) -> Result<()> {
+        let mut res = Ok(());
+        let mm = &**self.meta.medium();
+        for c in &ctx.created {
+            let (mut sh, h) = self.index.lock(c.fp);
+            sh.unpend(c.loc);
+            sh.table.remove(h, ent_of(c.loc));
+            drop(sh);
+            // blocknr and refcount to zero: the slot is free again (it may hold a complete
+            // entry if the call failed after writing it).
+            res = res.and(self.meta.write(t, c.loc + OFF_BLOCKNR, &[0u8; 16]));
+            mm.flush(c.loc + OFF_BLOCKNR, 16);
+            let slot = self.revmap.slot_off(c.blocknr);
+            res = res.and(self.meta.write_u64(t, slot, 0));
+            mm.flush(slot, 8);
+        }
+        for &off in &ctx.touched {
+            res = res.and(self.decref_touched(off - OFF_REFCOUNT, t));
+        }
+        res = res.and(self.meta.fence());
+        if res.is_ok() {
+            // Only once nothing durable names them may the slots and blocks be reused.
+            for c in &ctx.created {
+                self.layout.free_entry(c.loc);
+            }
+            for &b in &ctx.new_blocks {
+                res = res.and(self.alloc.free(b));
+            }
+        }
+        ctx.created.clear();
+        ctx.new_blocks.clear();
+        ctx.touched.clear();
         res
     }
 
+    /// Take back one reference-count increment of the committed entry at `loc` (under its
+    /// shard lock, as other writers may have changed the count since).
+    fn decref_touched(&self, loc: u64, t: &mut IoTally) -> Result<()> {
+        let fp = self.meta.read_u64(t, loc + OFF_FP)?;
+        let _sh = self.index.lock(fp);
+        let rc = self.meta.read_u64(t, loc + OFF_REFCOUNT)?;
+        if rc < 2 {
+            return Err(Error::Corrupt(format!(
+                "entry at {loc}: reference count {rc} below the increment being undone"
+            )));
+        }
+        self.meta.write_u64(t, loc + OFF_REFCOUNT, rc - 1)?;
+        self.meta.flush(loc + OFF_REFCOUNT, 8);
+        Ok(())
+    }
+
     /// Drop one reference to each block of `blocks` (see [`Engine::release_batch`]).
+    ///
+    /// The caller has already dropped these references durably, so a release that fails
+    /// half-way would leave the live counts above the caller's: a failed step is undone and
+    /// tried once more, and when that fails too the engine asks for failure recovery (which
+    /// rebuilds the counts from the caller's references) instead of running on wrong counts.
+    /// A step that failed once is reported as an error even when its second try worked; the
+    /// remaining blocks are still released.
     pub(super) fn release_blocks(&self, blocks: &[BlockNr]) -> Result<()> {
         let mut t = IoTally::default();
         let mut to_free: Vec<BlockNr> = Vec::new();
         let mut freed: std::collections::HashSet<BlockNr> = std::collections::HashSet::new();
         let mut slots: Vec<u64> = Vec::new();
+        let mut soft: Option<Error> = None;
         let mut res = Ok(());
         for &b in blocks {
             if !self.in_data(b) || !self.alloc.is_allocated(b) || freed.contains(&b) {
@@ -620,13 +710,24 @@ impl Engine {
                 )));
                 break;
             }
-            match self.release_one(b, &mut t, &mut slots) {
+            let r = match self.release_one(b, &mut t, &mut slots) {
+                Err(e @ Error::Io(_)) => {
+                    // Reported even when the second try works: the caller saw an I/O error.
+                    soft.get_or_insert(e);
+                    self.release_one(b, &mut t, &mut slots)
+                }
+                r => r,
+            };
+            match r {
                 Ok(true) => {
                     freed.insert(b);
                     to_free.push(b);
                 }
                 Ok(false) => {}
                 Err(e) => {
+                    if matches!(e, Error::Io(_)) {
+                        self.set_state(super::STATE_NEEDS_RECOVERY);
+                    }
                     res = Err(e);
                     break;
                 }
@@ -634,7 +735,10 @@ impl Engine {
         }
         // One fence makes every decrement and every cleared entry and reverse-map slot
         // durable; only then may the slots and blocks be reused.
-        let f = self.meta.fence();
+        let f = self.meta.fence().or_else(|e| {
+            soft.get_or_insert(e);
+            self.meta.fence()
+        });
         if f.is_ok() {
             for loc in slots {
                 self.layout.free_entry(loc);
@@ -645,13 +749,18 @@ impl Engine {
             self.c
                 .physical_blocks
                 .fetch_sub(to_free.len() as u64, Ordering::Relaxed);
+        } else {
+            // The blocks stay allocated (leaked until recovery) rather than reused while an
+            // entry naming them may still be on the medium.
+            self.set_state(super::STATE_NEEDS_RECOVERY);
         }
         self.merge_tally(&t);
-        res.and(f)
+        res.and(f).and(soft.map_or(Ok(()), Err))
     }
 
     /// Drop one reference to `b` without fencing; returns whether the block is now free (the
-    /// caller frees it after the fence; freed entry slots are collected in `slots`).
+    /// caller frees it after the fence; freed entry slots are collected in `slots`). On an
+    /// error nothing is changed (a failed store is undone), unless undoing failed too.
     fn release_one(&self, b: BlockNr, t: &mut IoTally, slots: &mut Vec<u64>) -> Result<bool> {
         let loc = self.revmap.get(&self.meta, t, b)?;
         if loc == 0 {
@@ -672,17 +781,32 @@ impl Engine {
                 e.blocknr
             )));
         }
+        let undo = |t: &mut IoTally, err: Error| -> Error {
+            let mut r = self.meta.write_entry(t, loc, &e);
+            r = r.and_then(|_| self.revmap.set(&self.meta, t, b, loc));
+            if r.is_err() {
+                self.set_state(super::STATE_NEEDS_RECOVERY);
+            }
+            err
+        };
         if e.refcount > 1 {
-            self.meta.write_u64(t, loc + OFF_REFCOUNT, e.refcount - 1)?;
+            if let Err(err) = self.meta.write_u64(t, loc + OFF_REFCOUNT, e.refcount - 1) {
+                return Err(undo(t, err));
+            }
             self.meta.flush(loc + OFF_REFCOUNT, 8);
             return Ok(false);
         }
-        // Last reference: unindex (under the shard lock, so no writer can find it any more),
-        // clear the entry (blocknr 0 frees the slot) and the reverse map.
-        sh.table.remove(h, ent_of(loc));
-        self.meta.write(t, loc + OFF_BLOCKNR, &[0u8; 16])?;
+        // Last reference: clear the entry (blocknr 0 frees the slot) and the reverse map, then
+        // unindex (under the shard lock, so no writer can find it any more).
+        let cleared = self
+            .meta
+            .write(t, loc + OFF_BLOCKNR, &[0u8; 16])
+            .and_then(|_| self.revmap.set(&self.meta, t, b, 0));
+        if let Err(err) = cleared {
+            return Err(undo(t, err));
+        }
         self.meta.flush(loc + OFF_BLOCKNR, 16);
-        self.revmap.set(&self.meta, t, b, 0)?;
+        sh.table.remove(h, ent_of(loc));
         slots.push(loc);
         Ok(true)
     }

@@ -204,6 +204,12 @@ impl FaultMedium {
             }
             r.fired += 1;
             st.injected += 1;
+            if std::env::var_os("NODUP_FAULT_BACKTRACE").is_some() {
+                eprintln!(
+                    "fault {op:?} at {off}+{len}:\n{}",
+                    std::backtrace::Backtrace::force_capture()
+                );
+            }
             return Some(r.effect);
         }
         None

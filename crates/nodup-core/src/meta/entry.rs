@@ -9,7 +9,7 @@
 use parking_lot::Mutex;
 
 use super::io::{IoTally, MetaIo};
-use super::record::{ENTRY_SIZE, OFF_BLOCKNR, RESERVED};
+use super::record::ENTRY_SIZE;
 use super::{LayoutGeometry, MetaLayout, MetaLayoutKind};
 use crate::alloc::Allocator;
 use crate::{BlockNr, Error, Result, BLOCK_SIZE};
@@ -73,7 +73,10 @@ impl MetaLayout for EntryLayout {
     ) -> Result<u64> {
         let slot = self.free.lock().pop().ok_or(Error::NoSpace)?;
         let loc = self.loc(slot as u64);
-        io.write_u64(t, loc + OFF_BLOCKNR, RESERVED)?;
+        if let Err(e) = super::reserve_slot(io, t, loc) {
+            self.free.lock().push(slot);
+            return Err(e);
+        }
         Ok(loc)
     }
 

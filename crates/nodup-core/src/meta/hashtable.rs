@@ -8,7 +8,7 @@
 use parking_lot::Mutex;
 
 use super::io::{IoTally, MetaIo};
-use super::record::{ENTRY_SIZE, OFF_BLOCKNR, RESERVED};
+use super::record::{ENTRY_SIZE, OFF_BLOCKNR};
 use super::{LayoutGeometry, MetaLayout, MetaLayoutKind};
 use crate::alloc::Allocator;
 use crate::{BlockNr, Error, Result, BLOCK_SIZE};
@@ -70,7 +70,7 @@ impl MetaLayout for HashLayout {
         for k in 0..n {
             let loc = self.base() + ((home + k) % n) * ENTRY_SIZE;
             if io.read_u64(t, loc + OFF_BLOCKNR)? == 0 {
-                io.write_u64(t, loc + OFF_BLOCKNR, RESERVED)?;
+                super::reserve_slot(io, t, loc)?;
                 return Ok(loc);
             }
         }

@@ -141,3 +141,13 @@ pub fn make_layout(kind: MetaLayoutKind, geo: LayoutGeometry) -> Box<dyn MetaLay
         MetaLayoutKind::Hashtable => Box::new(hashtable::HashLayout::new(geo)),
     }
 }
+
+/// Mark the slot at `loc` as being created. On a failed store the slot is set back to free, so
+/// a fault leaves no half-written marker that would make the slot look taken.
+pub(crate) fn reserve_slot(io: &MetaIo, t: &mut IoTally, loc: u64) -> Result<()> {
+    let r = io.write_u64(t, loc + record::OFF_BLOCKNR, record::RESERVED);
+    if r.is_err() {
+        let _ = io.write_u64(t, loc + record::OFF_BLOCKNR, 0);
+    }
+    r
+}

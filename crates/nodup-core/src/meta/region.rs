@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use super::io::{IoTally, MetaIo};
-use super::record::{ENTRY_SIZE, OFF_BLOCKNR, RESERVED};
+use super::record::{ENTRY_SIZE, OFF_BLOCKNR};
 use super::{LayoutGeometry, MetaLayout, MetaLayoutKind};
 use crate::alloc::Allocator;
 use crate::{BlockNr, Error, Result, BLOCK_SIZE};
@@ -275,7 +275,7 @@ impl MetaLayout for RegionLayout {
                     let loc = c.block * BLOCK_SIZE as u64 + c.next * ENTRY_SIZE;
                     c.next += 1;
                     if c.fresh || io.read_u64(t, loc + OFF_BLOCKNR)? == 0 {
-                        io.write_u64(t, loc + OFF_BLOCKNR, RESERVED)?;
+                        super::reserve_slot(io, t, loc)?;
                         c.local += 1;
                         return Ok(loc);
                     }
