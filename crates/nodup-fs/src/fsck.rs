@@ -1,6 +1,7 @@
 //! Consistency check of a file system: directory tree and link counts, block maps against the
-//! image geometry and the metadata chains, and (through the engine) reference counts and the
-//! allocator. `repair` fixes what failure recovery would, and reports what it changed.
+//! image geometry and the metadata chains, and (through the engine) each referenced block's
+//! reference count and the allocator. `repair` fixes what failure recovery would, and reports
+//! what it changed.
 
 use crate::error::Result;
 use crate::fs::FileSystem;
@@ -78,11 +79,17 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
             es.free_blocks, es.total_blocks
         ));
     }
+    // Per block: a count below the references lets an unlink free a block another file still
+    // maps, so the distinct-block total above is not enough.
+    rep.problems.extend(refcount_problems(fs));
     if repair && !rep.problems.is_empty() {
         let report = fs.recover_engine()?;
         rep.repaired.push(format!(
-            "rebuilt reference counts: {} fixed, {} entries invalidated, {} leaked blocks freed",
-            report.refcounts_fixed, report.entries_invalidated, report.leaked_blocks_freed
+            "rebuilt reference counts: {} fixed, {} entries recreated, {} entries invalidated, {} leaked blocks freed",
+            report.refcounts_fixed,
+            report.entries_recreated,
+            report.entries_invalidated,
+            report.leaked_blocks_freed
         ));
         rep.problems.clear();
         let es = fs.engine().stats();
@@ -93,8 +100,51 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
                 rep.distinct_blocks
             ));
         }
+        rep.problems.extend(refcount_problems(fs));
     }
     Ok(rep)
+}
+
+/// Detailed messages kept per kind of refcount problem (the rest are only counted).
+const MAX_REFCOUNT_MESSAGES: usize = 16;
+
+/// Compare each referenced block's engine reference count with its references in the block
+/// maps (a block without an entry counts as one reference); one message per mismatch, capped.
+fn refcount_problems(fs: &FileSystem) -> Vec<String> {
+    let (start, len) = fs.engine().data_area();
+    let mut count: HashMap<u64, u64> = HashMap::new();
+    fs.with_tables(|t| {
+        for b in t.data_refs() {
+            // Blocks outside the data area are reported by the block-map check already.
+            if b >= start && b < start + len {
+                *count.entry(b).or_default() += 1;
+            }
+        }
+    });
+    let mut blocks: Vec<(u64, u64)> = count.into_iter().collect();
+    blocks.sort_unstable();
+    let mut out = Vec::new();
+    let mut bad = 0usize;
+    for (b, n) in blocks {
+        let msg = match fs.engine().block_refcount(b) {
+            Ok(Some(rc)) if rc == n => continue,
+            Ok(None) if n == 1 => continue,
+            Ok(Some(rc)) => format!("block {b}: reference count {rc}, {n} references"),
+            Ok(None) => format!("block {b}: no dedup entry (count 1), {n} references"),
+            Err(e) => format!("block {b}: reference count unreadable: {e}"),
+        };
+        bad += 1;
+        if out.len() < MAX_REFCOUNT_MESSAGES {
+            out.push(msg);
+        }
+    }
+    if bad > out.len() {
+        out.push(format!(
+            "{} more blocks with a wrong reference count",
+            bad - out.len()
+        ));
+    }
+    out
 }
 
 fn check_tables(

@@ -520,8 +520,8 @@ pub fn fsck(a: FsckArgs) -> Result<()> {
         );
         if let Some(e) = &ri.engine {
             what.push_str(&format!(
-                ", {} reference counts fixed, {} entries invalidated, {} leaked blocks freed",
-                e.refcounts_fixed, e.entries_invalidated, e.leaked_blocks_freed
+                ", {} reference counts fixed, {} entries recreated, {} entries invalidated, {} leaked blocks freed",
+                e.refcounts_fixed, e.entries_recreated, e.entries_invalidated, e.leaked_blocks_freed
             ));
         }
         rep.repaired.insert(0, what);

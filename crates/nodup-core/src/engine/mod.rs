@@ -173,6 +173,9 @@ pub struct RecoveryReport {
     pub referenced_blocks: u64,
     /// Blocks that had an entry but no reference, now free again.
     pub leaked_blocks_freed: u64,
+    /// Entries recreated for blocks referenced more than once that had no valid entry (a shared
+    /// block without an entry would be freed by its first release).
+    pub entries_recreated: u64,
     /// Entries kept for their block's reference count but left out of the index (their
     /// fingerprint did not match the block, or another entry holds it).
     pub entries_unindexed: u64,
@@ -493,7 +496,9 @@ impl Engine {
     /// Failure recovery: `data_refs` yields every data block the caller references (once per
     /// reference), `meta_blocks` every block the caller holds from `alloc_meta`. Rebuilds
     /// reference counts, invalidates entries nobody references, rebuilds index, region queue
-    /// and allocator.
+    /// and allocator, and gives every block referenced more than once an entry holding its
+    /// count (recreating missing ones; when no slot is left, entries of singly referenced blocks
+    /// are given up first; `Error::NoSpace` when none can be made).
     pub fn recover(
         &self,
         data_refs: &mut dyn Iterator<Item = BlockNr>,

@@ -24,7 +24,7 @@ use crate::alloc::bitmap::Bitmap;
 use crate::alloc::Allocator;
 use crate::index::{ent_of, loc_of};
 use crate::meta::io::IoTally;
-use crate::meta::record::{OFF_BLOCKNR, OFF_REFCOUNT};
+use crate::meta::record::{DedupEntry, OFF_BLOCKNR, OFF_REFCOUNT, RESERVED};
 use crate::{BlockNr, Error, Result, BLOCK_SIZE};
 
 /// Save-area magic.
@@ -185,6 +185,8 @@ impl Engine {
         //    fingerprint matches the block, set their refcount, invalidate the rest.
         let mut ent_at = vec![0u64; total];
         let mut valid = Vec::new();
+        // Kept entries of blocks referenced once: the only ones step 5 may give up for room.
+        let mut single: Vec<(u64, BlockNr)> = Vec::new();
         let mut block = vec![0u8; BLOCK_SIZE];
         let mm = &**self.meta.medium();
         self.layout.for_each_slot(&mut |loc| {
@@ -212,25 +214,8 @@ impl Engine {
             // entry already holds that fingerprint: lookups must never find a wrong block.
             self.medium.read(b * BLOCK_SIZE as u64, &mut block)?;
             t.data_read += BLOCK_SIZE as u64;
-            let mut index_it = self.fpr.fingerprint(&block) == e.fp;
-            if index_it {
-                let (sh, h) = self.index.lock(e.fp);
-                let mut err = None;
-                let dup = sh
-                    .table
-                    .find(h, |ent| match self.meta.read_entry(&mut t, loc_of(ent)) {
-                        Ok(o) => (o.fp == e.fp).then_some(()),
-                        Err(x) => {
-                            err = Some(x);
-                            Some(())
-                        }
-                    })
-                    .is_some();
-                if let Some(x) = err {
-                    return Err(x);
-                }
-                index_it = !dup;
-            }
+            let index_it =
+                self.fpr.fingerprint(&block) == e.fp && !self.fp_indexed(&mut t, e.fp)?;
             if !index_it {
                 rep.entries_unindexed += 1;
             }
@@ -242,6 +227,9 @@ impl Engine {
             }
             ent_at[b as usize] = loc;
             valid.push(loc);
+            if want == 1 {
+                single.push((loc, b));
+            }
             if index_it {
                 let (mut sh, h) = self.index.lock(e.fp);
                 sh.table.insert(h, ent_of(loc));
@@ -290,9 +278,121 @@ impl Engine {
         self.layout.rebuild(&valid)?;
         self.c.physical_blocks.store(phys, Ordering::Relaxed);
         rep.referenced_blocks = phys;
+
+        // 5. A block referenced more than once must carry an entry with its count: a block
+        //    without one counts as a single reference, and the next release would free it
+        //    while other references remain. Its entry can be missing after a crash (torn or
+        //    never persisted) or dropped above as malformed, so it is recreated here, once
+        //    allocator and layout are rebuilt (a region layout may need a new region block).
+        //    Entries of blocks referenced once are given up, in slot order, when no slot is
+        //    left: such a block needs no entry, it only stops being a dedup target.
+        single.sort_unstable();
+        let mut victims = single.into_iter();
+        let mut apool = 0usize;
+        for b in self.geo.data_start..self.geo.total_blocks {
+            let want = refs[b as usize];
+            if want < 2 || ent_at[b as usize] != 0 {
+                continue;
+            }
+            self.medium.read(b * BLOCK_SIZE as u64, &mut block)?;
+            t.data_read += BLOCK_SIZE as u64;
+            let fp = self.fpr.fingerprint(&block);
+            let loc = loop {
+                match self
+                    .layout
+                    .alloc_entry(&self.meta, &mut t, fp, 0, &self.alloc, &mut apool)
+                {
+                    Ok(l) => break l,
+                    Err(Error::NoSpace) => {
+                        let Some((vloc, vb)) = victims.next() else {
+                            // Carrying on would leave the latent double free; the caller can
+                            // free space (or grow the image) and recover again.
+                            return Err(Error::NoSpace);
+                        };
+                        self.drop_entry(&mut t, vloc, vb)?;
+                        ent_at[vb as usize] = 0;
+                        rep.entries_invalidated += 1;
+                    }
+                    Err(x) => return Err(x),
+                }
+            };
+            self.recreate_entry(&mut t, loc, b, fp, want as u64)?;
+            ent_at[b as usize] = loc;
+            rep.entries_recreated += 1;
+            if self.fp_indexed(&mut t, fp)? {
+                rep.entries_unindexed += 1;
+            } else {
+                let (mut sh, h) = self.index.lock(fp);
+                sh.table.insert(h, ent_of(loc));
+            }
+        }
         self.merge_tally(&t);
         self.set_state(STATE_READY);
         rep.seconds = t0.elapsed().as_secs_f64();
         Ok(rep)
+    }
+
+    /// True when the index already holds an entry with fingerprint `fp` (lookups must find
+    /// one block per fingerprint, never a second one).
+    fn fp_indexed(&self, t: &mut IoTally, fp: u64) -> Result<bool> {
+        let (sh, h) = self.index.lock(fp);
+        let mut err = None;
+        let found = sh
+            .table
+            .find(h, |ent| match self.meta.read_entry(t, loc_of(ent)) {
+                Ok(o) => (o.fp == fp).then_some(()),
+                Err(x) => {
+                    err = Some(x);
+                    Some(())
+                }
+            })
+            .is_some();
+        match err {
+            Some(x) => Err(x),
+            None => Ok(found),
+        }
+    }
+
+    /// Write a new entry for block `b` into the claimed slot `loc`, crash-safely: the body goes
+    /// first under `RESERVED` (which no recovery trusts), and only once it is durable the
+    /// commit field names the block, together with the reverse-map slot. A crash in between
+    /// leaves a reserved slot, which the next recovery clears and recreates.
+    fn recreate_entry(
+        &self,
+        t: &mut IoTally,
+        loc: u64,
+        b: BlockNr,
+        fp: u64,
+        refcount: u64,
+    ) -> Result<()> {
+        let e = DedupEntry {
+            fp,
+            blocknr: RESERVED,
+            refcount,
+            hint: 0,
+        };
+        self.meta.write_entry(t, loc, &e)?;
+        self.meta.flush(loc, 32);
+        self.meta.fence()?;
+        self.meta.write_u64(t, loc + OFF_BLOCKNR, b)?;
+        self.meta.flush(loc + OFF_BLOCKNR, 8);
+        self.revmap.set(&self.meta, t, b, loc)?;
+        self.meta.fence()
+    }
+
+    /// Give up the entry at `loc` of block `b` (referenced once, so it needs none): unindex
+    /// it, clear it and its reverse-map slot durably, then hand the slot back to the layout.
+    fn drop_entry(&self, t: &mut IoTally, loc: u64, b: BlockNr) -> Result<()> {
+        let e = self.meta.read_entry(t, loc)?;
+        {
+            let (mut sh, h) = self.index.lock(e.fp);
+            sh.table.remove(h, ent_of(loc));
+        }
+        self.meta.write(t, loc + OFF_BLOCKNR, &[0u8; 16])?;
+        self.meta.flush(loc + OFF_BLOCKNR, 16);
+        self.revmap.set(&self.meta, t, b, 0)?;
+        self.meta.fence()?;
+        self.layout.free_entry(loc);
+        Ok(())
     }
 }
