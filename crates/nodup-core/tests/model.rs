@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use nodup_core::engine::{FormatOptions, OpenOptions, OpenState};
 use nodup_core::fingerprint::FpKind;
-use nodup_core::media::MemMedium;
+use nodup_core::media::pmem::{Pmem, PmemOptions};
+use nodup_core::media::{Medium, MemMedium};
 use nodup_core::meta::MetaLayoutKind;
 use nodup_core::policy::{PolicyKind, PrefetchMode};
 use nodup_core::{BlockNr, Engine, WriteCtx, BLOCK_SIZE};
@@ -49,7 +50,9 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 struct Harness {
-    medium: Arc<MemMedium>,
+    medium: Arc<dyn Medium>,
+    /// Keeps a `Pmem` image file alive.
+    _dir: Option<tempfile::TempDir>,
     engine: Engine,
     ctx: WriteCtx,
     open: OpenOptions,
@@ -65,7 +68,26 @@ impl Harness {
         prefetch: PrefetchMode,
         collide: bool,
     ) -> Harness {
-        let medium = Arc::new(MemMedium::new(2 << 20));
+        Harness::on(policy, layout, prefetch, collide, false)
+    }
+
+    /// As [`Harness::new`]; with `pmem`, on a memory-mapped image (the engine then takes the
+    /// streaming path that fingerprints new blocks while copying them).
+    fn on(
+        policy: PolicyKind,
+        layout: MetaLayoutKind,
+        prefetch: PrefetchMode,
+        collide: bool,
+        pmem: bool,
+    ) -> Harness {
+        let (medium, dir): (Arc<dyn Medium>, _) = if pmem {
+            let dir = tempfile::tempdir().unwrap();
+            let p =
+                Pmem::create_with(dir.path().join("img"), 2 << 20, PmemOptions::default()).unwrap();
+            (Arc::new(p), Some(dir))
+        } else {
+            (Arc::new(MemMedium::new(2 << 20)), None)
+        };
         let fopts = FormatOptions {
             policy,
             meta_layout: layout,
@@ -85,6 +107,7 @@ impl Harness {
         let engine = Engine::format(medium.clone(), &fopts, &open).unwrap();
         Harness {
             medium,
+            _dir: dir,
             engine,
             ctx: WriteCtx::default(),
             open,
@@ -186,9 +209,10 @@ fn run(
     layout: MetaLayoutKind,
     prefetch: PrefetchMode,
     collide: bool,
+    pmem: bool,
     ops: &[Op],
 ) -> Result<(), TestCaseError> {
-    let mut h = Harness::new(policy, layout, prefetch, collide);
+    let mut h = Harness::on(policy, layout, prefetch, collide, pmem);
     for op in ops {
         h.apply(op)?;
     }
@@ -221,17 +245,23 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     #[test]
-    fn light_matches_model(l in layout(), p in prefetch(), ops in proptest::collection::vec(op(), 1..40)) {
-        run(PolicyKind::Light, l, p, false, &ops)?;
+    fn light_matches_model(
+        l in layout(),
+        p in prefetch(),
+        pmem in any::<bool>(),
+        ops in proptest::collection::vec(op(), 1..40),
+    ) {
+        run(PolicyKind::Light, l, p, false, pmem, &ops)?;
     }
 
     #[test]
     fn baselines_match_model(
         l in layout(),
         pol in prop_oneof![Just(PolicyKind::None), Just(PolicyKind::Strong), Just(PolicyKind::WeakVerify)],
+        pmem in any::<bool>(),
         ops in proptest::collection::vec(op(), 1..40),
     ) {
-        run(pol, l, PrefetchMode::Cbp, false, &ops)?;
+        run(pol, l, PrefetchMode::Cbp, false, pmem, &ops)?;
     }
 
     #[test]
@@ -239,9 +269,10 @@ proptest! {
         l in layout(),
         pol in prop_oneof![Just(PolicyKind::Light), Just(PolicyKind::WeakVerify)],
         p in prefetch(),
+        pmem in any::<bool>(),
         ops in proptest::collection::vec(op(), 1..40),
     ) {
-        run(pol, l, p, true, &ops)?;
+        run(pol, l, p, true, pmem, &ops)?;
     }
 }
 

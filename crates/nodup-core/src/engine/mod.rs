@@ -118,17 +118,19 @@ pub struct WriteCtx {
     prev: Option<write::Prev>,
     /// Data blocks written by the current call (flushed together).
     new_blocks: Vec<BlockNr>,
+    /// New blocks of the current call still to be copied, with their input position.
+    copies: Vec<(BlockNr, usize)>,
     /// Entries created by the current call (persisted together after the data).
     created: Vec<write::Created>,
     /// Refcount fields changed by the current call (flushed together before the final fence).
     touched: Vec<u64>,
     /// Compare buffer for media without a direct view.
     scratch: Vec<u8>,
-    /// Blocks allocated ahead (in allocation order) while the stream writes new data, so their
-    /// lines can be prefetched a block or two before the copy; given back at the end of a call.
+    /// Blocks allocated ahead (in allocation order) while the stream writes new data, taken
+    /// from the allocator in batches; given back at the end of a call.
     ahead: std::collections::VecDeque<BlockNr>,
-    /// How many leading blocks of `ahead` were prefetched already.
-    ahead_prefetched: usize,
+    /// Blocks of the current call not decided yet (bounds allocation batches).
+    blocks_left: usize,
     /// (shard, entry) pairs to publish at the end of a call (kept to reuse its memory).
     publish: Vec<(usize, u64)>,
     /// The previous block of the stream was new (not a duplicate).
@@ -146,11 +148,12 @@ impl Default for WriteCtx {
             stream_trust: STREAM_TRUST_INIT,
             prev: None,
             new_blocks: Vec::new(),
+            copies: Vec::new(),
             created: Vec::new(),
             touched: Vec::new(),
             scratch: Vec::new(),
             ahead: std::collections::VecDeque::new(),
-            ahead_prefetched: 0,
+            blocks_left: 0,
             publish: Vec::new(),
             last_new: true,
             prefetched: None,
@@ -217,6 +220,9 @@ pub struct Engine {
     fpr: Box<dyn Fingerprinter>,
     prefetch: PrefetchMode,
     transition: usize,
+    /// The medium takes streaming stores ([`Medium::stream_with`]): new blocks are
+    /// fingerprinted while they are copied.
+    fused: bool,
     alloc: Allocator,
     index: FpIndex,
     layout: Box<dyn MetaLayout>,
@@ -249,6 +255,7 @@ impl Engine {
             meter,
             prefetch: policy.prefetch(open.prefetch),
             transition: open.transition_threshold.max(1),
+            fused: medium.stream_with(0, 0, &mut |_| {}).unwrap_or(false),
             alloc: Allocator::new(sb.data_start, sb.data_blocks),
             index: FpIndex::new(medium.len()),
             layout: make_layout(sb.meta_layout, geo),

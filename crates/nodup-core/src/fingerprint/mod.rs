@@ -70,6 +70,18 @@ pub trait Fingerprinter: Send + Sync {
     fn kind(&self) -> FpKind;
     /// Fingerprint of one 4 KiB block.
     fn fingerprint(&self, block: &[u8]) -> u64;
+    /// Fingerprint of `block` while copying it to `dst` with non-temporal stores (functions
+    /// that can do both in one pass over the data override this; the default copies, then
+    /// fingerprints).
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `block.len()` bytes, not overlap `block`, and be
+    /// 64-byte aligned; `block.len()` must be a multiple of 64.
+    unsafe fn fingerprint_stream(&self, block: &[u8], dst: *mut u8) -> u64 {
+        // SAFETY: forwarded from the caller.
+        unsafe { stream_or_copy(block, dst) };
+        self.fingerprint(block)
+    }
 }
 
 /// xxh3-64 with seed 0, the default fingerprint (AVX2 inner loop chosen at run time, see
@@ -83,6 +95,27 @@ impl Fingerprinter for Xxh3 {
     fn fingerprint(&self, block: &[u8]) -> u64 {
         xxh3_avx2::xxh3_64(block)
     }
+    unsafe fn fingerprint_stream(&self, block: &[u8], dst: *mut u8) -> u64 {
+        // SAFETY: forwarded from the caller.
+        unsafe { xxh3_avx2::xxh3_64_stream(block, dst) }
+    }
+}
+
+/// Non-temporal copy where the architecture has it, plain copy elsewhere.
+///
+/// # Safety
+/// As [`Fingerprinter::fingerprint_stream`].
+pub(crate) unsafe fn stream_or_copy(block: &[u8], dst: *mut u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: forwarded from the caller (64-byte alignment implies the 16 the copy needs).
+    unsafe {
+        crate::media::stream_copy(block, dst)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        std::ptr::copy_nonoverlapping(block.as_ptr(), dst, block.len())
+    };
 }
 
 pub mod crc32c;

@@ -53,6 +53,25 @@ pub fn xxh3_64(input: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(input)
 }
 
+/// XXH3-64 of `input` while copying it to `dst` with non-temporal stores in the same pass
+/// (each stripe is loaded once, hashed and streamed out), so a new block is read from memory
+/// once instead of once for the hash and once more for the copy.
+///
+/// # Safety
+/// `dst` must be valid for writes of `input.len()` bytes, not overlap `input`, and be 64-byte
+/// aligned; `input.len()` must be a multiple of 64.
+#[inline]
+pub unsafe fn xxh3_64_stream(input: &[u8], dst: *mut u8) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if input.len() > MID_SIZE_MAX && std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is available; the caller vouches for `dst`.
+        return unsafe { long_avx2_impl::<true>(input, dst) };
+    }
+    // SAFETY: the caller vouches for `dst`.
+    unsafe { super::stream_or_copy(input, dst) };
+    xxhash_rust::xxh3::xxh3_64(input)
+}
+
 #[inline(always)]
 fn read64(b: &[u8], off: usize) -> u64 {
     u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
@@ -134,6 +153,21 @@ fn long_scalar(input: &[u8]) -> u64 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn long_avx2(input: &[u8]) -> u64 {
+    long_avx2_impl::<false>(input, std::ptr::null_mut())
+}
+
+/// The long-input loop; with `COPY`, every stripe is also streamed to `dst` at its offset (the
+/// stripes cover the whole input; the last one, at `len - 64`, rewrites bytes of its
+/// predecessors unless `len` is a multiple of 64).
+///
+/// # Safety
+/// The CPU must support AVX2; `input.len() > 240`; with `COPY`, `dst` is valid for writes of
+/// `input.len()` bytes, does not overlap `input`, is 64-byte aligned, and `input.len()` is a
+/// multiple of 64.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn long_avx2_impl<const COPY: bool>(input: &[u8], dst: *mut u8) -> u64 {
     use core::arch::x86_64::*;
 
     debug_assert!(input.len() > MID_SIZE_MAX);
@@ -147,9 +181,17 @@ unsafe fn long_avx2(input: &[u8]) -> u64 {
     // One 64-byte stripe at `stripe` with the secret at `secret`.
     #[target_feature(enable = "avx2")]
     #[inline]
-    unsafe fn accumulate(acc: &mut [__m256i; 2], stripe: *const u8, secret: *const u8) {
+    unsafe fn accumulate<const COPY: bool>(
+        acc: &mut [__m256i; 2],
+        stripe: *const u8,
+        secret: *const u8,
+        out: *mut u8,
+    ) {
         for (j, a) in acc.iter_mut().enumerate() {
             let data = _mm256_loadu_si256(stripe.add(32 * j).cast());
+            if COPY {
+                _mm256_stream_si256(out.add(32 * j).cast(), data);
+            }
             let key = _mm256_loadu_si256(secret.add(32 * j).cast());
             let dk = _mm256_xor_si256(data, key);
             // (dk & 0xffffffff) * (dk >> 32) per 64-bit lane.
@@ -178,26 +220,32 @@ unsafe fn long_avx2(input: &[u8]) -> u64 {
     let nb_blocks = (input.len() - 1) / BLOCK_LEN;
     for b in 0..nb_blocks {
         for s in 0..STRIPES_PER_BLOCK {
-            accumulate(
+            let o = b * BLOCK_LEN + s * STRIPE_LEN;
+            accumulate::<COPY>(
                 &mut acc,
-                ip.add(b * BLOCK_LEN + s * STRIPE_LEN),
+                ip.add(o),
                 sp.add(s * SECRET_CONSUME_RATE),
+                dst.wrapping_add(o),
             );
         }
         scramble(&mut acc, sp.add(SECRET.len() - STRIPE_LEN));
     }
     let nb_stripes = ((input.len() - 1) - BLOCK_LEN * nb_blocks) / STRIPE_LEN;
     for s in 0..nb_stripes {
-        accumulate(
+        let o = nb_blocks * BLOCK_LEN + s * STRIPE_LEN;
+        accumulate::<COPY>(
             &mut acc,
-            ip.add(nb_blocks * BLOCK_LEN + s * STRIPE_LEN),
+            ip.add(o),
             sp.add(s * SECRET_CONSUME_RATE),
+            dst.wrapping_add(o),
         );
     }
-    accumulate(
+    let o = input.len() - STRIPE_LEN;
+    accumulate::<COPY>(
         &mut acc,
-        ip.add(input.len() - STRIPE_LEN),
+        ip.add(o),
         sp.add(SECRET.len() - STRIPE_LEN - SECRET_LASTACC_START),
+        dst.wrapping_add(o),
     );
     let mut out = [0u64; 8];
     _mm256_storeu_si256(out.as_mut_ptr().cast(), acc[0]);
@@ -235,6 +283,30 @@ mod tests {
         // a block of zeros and a block of 0xFF must agree too.
         for b in [[0u8; 4096], [0xFF; 4096]] {
             assert_eq!(xxh3_64(&b), xxhash_rust::xxh3::xxh3_64(&b));
+        }
+    }
+
+    #[test]
+    fn streaming_variant_hashes_alike_and_copies_every_byte() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x3A4);
+        let mut buf = vec![0u8; 9000];
+        rng.fill(&mut buf[..]);
+        // 64-byte aligned destination inside a larger buffer.
+        let mut backing = vec![0u8; 9000 + 256];
+        let pad = backing.as_ptr().align_offset(64);
+        for len in [64, 192, 256, 320, 1024, 1088, 4032, 4096, 8192] {
+            let input = &buf[..len];
+            let dst = &mut backing[pad..pad + len + 64];
+            dst.fill(0xA5);
+            // SAFETY: `dst` holds `len` + 64 bytes, is 64-byte aligned and separate from
+            // `input`; `len` is a multiple of 64.
+            let h = unsafe { xxh3_64_stream(input, dst.as_mut_ptr()) };
+            assert_eq!(h, xxhash_rust::xxh3::xxh3_64(input), "len {len}");
+            assert_eq!(&dst[..len], input, "copy of len {len}");
+            assert!(
+                dst[len..].iter().all(|&x| x == 0xA5),
+                "wrote past len {len}"
+            );
         }
     }
 }

@@ -10,8 +10,10 @@
 
 pub mod table;
 
+use std::sync::Arc;
+
 use parking_lot::{Mutex, MutexGuard};
-use table::Table;
+use table::{Table, View};
 
 /// Number of shards (a power of two).
 pub const SHARDS: usize = 64;
@@ -64,6 +66,8 @@ pub fn mix(fp: u64) -> u64 {
 #[derive(Debug)]
 pub struct FpIndex {
     shards: Box<[Mutex<Shard>]>,
+    /// Each shard's slot-array view, for lock-free prefetching.
+    views: Box<[Arc<View>]>,
     loc_bits: u32,
 }
 
@@ -72,16 +76,30 @@ impl FpIndex {
     pub fn new(medium_len: u64) -> FpIndex {
         let max_ent = (medium_len / 32).max(2);
         let loc_bits = (64 - max_ent.leading_zeros()).clamp(8, 56);
-        let shards = (0..SHARDS)
-            .map(|_| {
+        let views: Box<[Arc<View>]> = (0..SHARDS).map(|_| Arc::new(View::default())).collect();
+        let shards = views
+            .iter()
+            .map(|v| {
                 Mutex::new(Shard {
-                    table: Table::new(loc_bits, table::MIN_SLOTS),
+                    table: Table::with_view(loc_bits, table::MIN_SLOTS, v.clone()),
                     pending: Vec::new(),
                 })
             })
             .collect::<Vec<_>>()
             .into_boxed_slice();
-        FpIndex { shards, loc_bits }
+        FpIndex {
+            shards,
+            views,
+            loc_bits,
+        }
+    }
+
+    /// Start loading the slot a lookup of `fp` will read first, without taking its lock (a
+    /// writer calls this a block ahead, so the lookup does not wait for DRAM).
+    #[inline]
+    pub fn prefetch(&self, fp: u64) {
+        let h = mix(fp);
+        self.views[(h as usize) & (SHARDS - 1)].prefetch(h & !((1u64 << self.loc_bits) - 1));
     }
 
     /// Bits of an entry number.
@@ -123,7 +141,10 @@ impl FpIndex {
 
     /// Exact heap bytes: the shard array plus every slot array and pending list.
     pub fn memory_bytes(&self) -> u64 {
-        let mut b = std::mem::size_of_val(&*self.shards);
+        // Views: the pointer array plus each Arc's allocation (two counters and the view).
+        let mut b = std::mem::size_of_val(&*self.shards)
+            + self.views.len()
+                * (std::mem::size_of::<Arc<View>>() + 16 + std::mem::size_of::<View>());
         for s in self.shards.iter() {
             let s = s.lock();
             b += s.table.heap_bytes() + s.pending.capacity() * std::mem::size_of::<Pending>();

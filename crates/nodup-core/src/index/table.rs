@@ -6,8 +6,46 @@
 //! home bucket is computed from the tag alone, so the table can be resized without reading the
 //! medium. Tags are filters only: the caller confirms a candidate against the on-media entry.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 /// Smallest table, in slots.
 pub const MIN_SLOTS: usize = 16;
+
+/// Where a table's slot array is, readable without the table's lock: writers use it to
+/// prefetch the home slot of a fingerprint they will look up next (a stale view only makes the
+/// prefetch useless; a prefetch never faults).
+#[derive(Debug, Default)]
+pub struct View {
+    ptr: AtomicUsize,
+    len: AtomicUsize,
+}
+
+impl View {
+    /// Start loading the home slot of `tagbits` (the tag part of a mixed fingerprint).
+    #[inline]
+    pub fn prefetch(&self, tagbits: u64) {
+        let len = self.len.load(Ordering::Relaxed);
+        if len == 0 {
+            return;
+        }
+        let addr = self.ptr.load(Ordering::Relaxed) + home_of(tagbits, len) * 8;
+        #[cfg(target_arch = "x86_64")]
+        {
+            use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // SAFETY: prefetch is a hint that never faults, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(addr as *const i8) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = addr;
+    }
+}
+
+/// Home slot of `tagbits` in a table of `len` slots.
+#[inline]
+fn home_of(tagbits: u64, len: usize) -> usize {
+    ((tagbits as u128 * len as u128) >> 64) as usize
+}
 
 /// One open-addressing table.
 #[derive(Debug)]
@@ -15,16 +53,35 @@ pub struct Table {
     slots: Vec<u64>,
     len: usize,
     loc_bits: u32,
+    view: Arc<View>,
 }
 
 impl Table {
     /// An empty table whose entry numbers need at most `loc_bits` bits.
     pub fn new(loc_bits: u32, cap: usize) -> Table {
-        Table {
-            slots: vec![0; cap.max(MIN_SLOTS)],
+        Table::with_view(loc_bits, cap, Arc::new(View::default()))
+    }
+
+    /// An empty table that keeps `view` up to date with its slot array.
+    pub fn with_view(loc_bits: u32, cap: usize, view: Arc<View>) -> Table {
+        let mut t = Table {
+            slots: Vec::new(),
             len: 0,
             loc_bits,
-        }
+            view,
+        };
+        t.set_slots(vec![0; cap.max(MIN_SLOTS)]);
+        t
+    }
+
+    /// Replace the slot array, publishing its place to the view; returns the old array.
+    fn set_slots(&mut self, slots: Vec<u64>) -> Vec<u64> {
+        let old = std::mem::replace(&mut self.slots, slots);
+        self.view
+            .ptr
+            .store(self.slots.as_ptr() as usize, Ordering::Relaxed);
+        self.view.len.store(self.slots.len(), Ordering::Relaxed);
+        old
     }
 
     /// Entries stored.
@@ -48,7 +105,7 @@ impl Table {
 
     #[inline]
     fn home(&self, tagbits: u64) -> usize {
-        ((tagbits as u128 * self.slots.len() as u128) >> 64) as usize
+        home_of(tagbits, self.slots.len())
     }
 
     /// Visit every stored entry number whose tag matches `h`, in probe order, until `f` says stop
@@ -101,7 +158,7 @@ impl Table {
     }
 
     fn resize(&mut self, newcap: usize) {
-        let old = std::mem::replace(&mut self.slots, vec![0; newcap.max(MIN_SLOTS)]);
+        let old = self.set_slots(vec![0; newcap.max(MIN_SLOTS)]);
         for s in old {
             if s != 0 {
                 self.put(s);
@@ -160,7 +217,7 @@ impl Table {
 
     /// Drop everything and shrink to the minimum.
     pub fn clear(&mut self) {
-        self.slots = vec![0; MIN_SLOTS];
+        self.set_slots(vec![0; MIN_SLOTS]);
         self.len = 0;
     }
 }

@@ -31,6 +31,21 @@ pub trait Medium: Send + Sync {
     }
     /// Hint that `[off, off+len)` will be read soon (prefetch instructions on mapped media).
     fn prefetch(&self, _off: u64, _len: usize, _stride: usize) {}
+    /// Write `data` at `off` so that it is durable after the next `fence` with no `flush`:
+    /// non-temporal (streaming) stores that bypass the cache on mapped media, as PMDK's
+    /// `pmem_memcpy` and NOVA's data path do for whole blocks; elsewhere write + flush.
+    fn write_stream(&self, off: u64, data: &[u8]) -> Result<()> {
+        self.write(off, data)?;
+        self.flush(off, data.len() as u64);
+        Ok(())
+    }
+    /// On a memory-mapped medium, let `fill` store `len` bytes at `off` through a pointer into
+    /// the mapping *with non-temporal stores only* (so, as with [`Medium::write_stream`], the
+    /// bytes are durable after the next fence) and return true. Media that must see every
+    /// store, or cannot take streaming stores at `off`, return false and call nothing.
+    fn stream_with(&self, _off: u64, _len: usize, _fill: &mut dyn FnMut(*mut u8)) -> Result<bool> {
+        Ok(false)
+    }
     /// Short name for stats and errors (`pmem`, `blockfile`, `crashsim`, ...).
     fn kind(&self) -> &'static str;
 }
@@ -62,3 +77,21 @@ pub use fault::{FaultEffect, FaultMedium, FaultOp, FaultRule};
 pub use mem::MemMedium;
 pub use meter::{AccessMeter, BufferModel, MeterConfig, MeterCounters};
 pub use pmem::{FlushInstr, Pmem, PmemOptions};
+
+/// Copy `src` to `dst` with non-temporal stores (cache bypassing; ordered by the next sfence).
+///
+/// # Safety
+/// `dst` must be valid for writes of `src.len()` bytes, not overlap `src`, and be 16-byte
+/// aligned; `src.len()` must be a multiple of 16.
+#[cfg(target_arch = "x86_64")]
+pub(crate) unsafe fn stream_copy(src: &[u8], dst: *mut u8) {
+    use core::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+    debug_assert!((dst as usize).is_multiple_of(16) && src.len().is_multiple_of(16));
+    let n = src.len() / 16;
+    let s = src.as_ptr() as *const __m128i;
+    let d = dst as *mut __m128i;
+    for k in 0..n {
+        // SAFETY: `k < n` chunks of 16 bytes lie inside both buffers (caller's contract).
+        unsafe { _mm_stream_si128(d.add(k), _mm_loadu_si128(s.add(k))) };
+    }
+}

@@ -51,6 +51,9 @@ pub struct PmemOptions {
     /// Pre-fault the whole mapping at open (`MAP_POPULATE`), so that page-fault costs of a fresh
     /// tmpfs file do not land in measurements (real pmem has none).
     pub populate: bool,
+    /// Write whole blocks ([`Medium::write_stream`]) with ordinary stores + cache-line flush
+    /// instead of the default non-temporal stores (for comparisons of the two data paths).
+    pub flush_data: bool,
 }
 
 /// The cache-line write-back instruction `flush` uses.
@@ -216,6 +219,16 @@ impl Pmem {
         &self.path
     }
 
+    /// Streaming stores can replace store + flush at `[off, off+len)`: x86_64, a mapping whose
+    /// durability comes from the CPU (not msync), whole cache lines.
+    fn streams(&self, off: u64, len: usize) -> bool {
+        cfg!(target_arch = "x86_64")
+            && !self.opts.flush_data
+            && !self.needs_msync()
+            && off.is_multiple_of(CACHE_LINE)
+            && (len as u64).is_multiple_of(CACHE_LINE)
+    }
+
     fn needs_msync(&self) -> bool {
         self.opts.sync_on_fence || self.instr == FlushInstr::Msync
     }
@@ -336,6 +349,32 @@ impl Medium for Pmem {
         Ok(())
     }
 
+    fn write_stream(&self, off: u64, data: &[u8]) -> Result<()> {
+        let r = check_range(off, data.len(), self.len)?;
+        #[cfg(target_arch = "x86_64")]
+        if self.streams(off, data.len()) {
+            // SAFETY: bounds checked; 16-byte aligned destination and length (`streams`);
+            // raw-pointer stores as in `write` (module doc).
+            unsafe { super::stream_copy(data, self.map.as_mut_ptr().add(r.start)) };
+            return Ok(());
+        }
+        let _ = r;
+        self.write(off, data)?;
+        self.flush(off, data.len() as u64);
+        Ok(())
+    }
+
+    fn stream_with(&self, off: u64, len: usize, fill: &mut dyn FnMut(*mut u8)) -> Result<bool> {
+        let r = check_range(off, len, self.len)?;
+        if !self.streams(off, len) {
+            return Ok(false);
+        }
+        // The pointer stays inside the mapping for `len` bytes (checked just above); `fill`
+        // writes through it under the same rules as `write` (module doc).
+        fill(self.map.as_mut_ptr().wrapping_add(r.start));
+        Ok(true)
+    }
+
     fn direct(&self, off: u64, len: usize) -> Option<&[u8]> {
         let r = check_range(off, len, self.len).ok()?;
         // SAFETY: inside the mapping, which lives as long as `&self`; see the module doc for the
@@ -426,6 +465,7 @@ mod tests {
             PmemOptions {
                 sync_on_fence: true,
                 populate: true,
+                flush_data: false,
             },
             PmemOptions::default(),
         ] {
