@@ -129,6 +129,8 @@ pub struct WriteCtx {
     /// Blocks allocated ahead (in allocation order) while the stream writes new data, taken
     /// from the allocator in batches; given back at the end of a call.
     ahead: std::collections::VecDeque<BlockNr>,
+    /// Entry slots claimed ahead for this call's new blocks (returned at the end of the call).
+    slots: std::collections::VecDeque<u64>,
     /// Blocks of the current call not decided yet (bounds allocation batches).
     blocks_left: usize,
     /// (shard, entry) pairs to publish at the end of a call (kept to reuse its memory).
@@ -153,6 +155,7 @@ impl Default for WriteCtx {
             touched: Vec::new(),
             scratch: Vec::new(),
             ahead: std::collections::VecDeque::new(),
+            slots: std::collections::VecDeque::new(),
             blocks_left: 0,
             publish: Vec::new(),
             last_new: true,

@@ -177,6 +177,7 @@ impl Engine {
         while let Some(b) = ctx.ahead.pop_back() {
             r0 = r0.and(self.alloc.unalloc(b));
         }
+        r0 = r0.and(self.return_slots(ctx, &mut t));
         let res = r1
             .and(r0)
             .and_then(|_| self.copy_new(ctx, blocks, &mut t))
@@ -310,6 +311,50 @@ impl Engine {
             fp,
             block: Some(b),
         })
+    }
+
+    /// An entry slot for a new block: from the writer's batch of claimed slots, refilled with
+    /// one layout call (one lock) for the blocks still to come, else claimed alone.
+    fn claim_entry(&self, ctx: &mut WriteCtx, fp: u64, t: &mut IoTally) -> Result<u64> {
+        if ctx.slots.is_empty() && ctx.blocks_left > 1 {
+            let n = ctx.blocks_left.min(STAGE_GROUP);
+            // An error here (e.g. no room for a new region) leaves the single claim below to
+            // report it.
+            let _ = self.layout.alloc_entries(
+                &self.meta,
+                t,
+                ctx.pool,
+                &self.alloc,
+                &mut ctx.apool,
+                n,
+                &mut ctx.slots,
+            );
+        }
+        match ctx.slots.pop_front() {
+            Some(loc) => Ok(loc),
+            None => self.layout.alloc_entry(
+                &self.meta,
+                t,
+                fp,
+                ctx.pool,
+                &self.alloc,
+                &mut ctx.apool,
+            ),
+        }
+    }
+
+    /// Give back the claimed slots the call did not use (they hold the reserved marker, which
+    /// nothing trusts; clearing it makes them free again).
+    fn return_slots(&self, ctx: &mut WriteCtx, t: &mut IoTally) -> Result<()> {
+        let mut res = Ok(());
+        while let Some(loc) = ctx.slots.pop_front() {
+            match self.meta.write_u64(t, loc + OFF_BLOCKNR, 0) {
+                Ok(()) => self.layout.free_entry(loc),
+                // Left reserved: lost to writers until the next recovery, which clears it.
+                Err(e) => res = Err(e),
+            }
+        }
+        res
     }
 
     /// A staged block that turned out a duplicate: back to the front of the read-ahead blocks.
@@ -496,14 +541,7 @@ impl Engine {
                     Some(b) => b,
                     None => self.claim_block(ctx)?,
                 };
-                let loc = match self.layout.alloc_entry(
-                    &self.meta,
-                    t,
-                    fp,
-                    ctx.pool,
-                    &self.alloc,
-                    &mut ctx.apool,
-                ) {
+                let loc = match self.claim_entry(ctx, fp, t) {
                     Ok(l) => l,
                     // No room for metadata: the block is still stored, just not deduplicated.
                     Err(Error::NoSpace) => {

@@ -80,6 +80,31 @@ impl MetaLayout for EntryLayout {
         Ok(loc)
     }
 
+    fn alloc_entries(
+        &self,
+        io: &MetaIo,
+        t: &mut IoTally,
+        _pool: usize,
+        _alloc: &Allocator,
+        _apool: &mut usize,
+        n: usize,
+        out: &mut std::collections::VecDeque<u64>,
+    ) -> Result<usize> {
+        let mut free = self.free.lock();
+        for k in 0..n {
+            let Some(slot) = free.pop() else {
+                return Ok(k);
+            };
+            let loc = self.loc(slot as u64);
+            if let Err(e) = super::reserve_slot(io, t, loc) {
+                free.push(slot);
+                return if k > 0 { Ok(k) } else { Err(e) };
+            }
+            out.push_back(loc);
+        }
+        Ok(n)
+    }
+
     fn free_entry(&self, loc: u64) {
         if self.is_entry_loc(loc) {
             self.free

@@ -78,6 +78,22 @@ pub trait MetaLayout: Send + Sync {
         alloc: &Allocator,
         apool: &mut usize,
     ) -> Result<u64>;
+    /// Claim up to `n` slots at once for a writer (appended to `out`, each marked like
+    /// [`MetaLayout::alloc_entry`]'s); returns how many. Layouts whose slot depends on the
+    /// fingerprint claim none (the default), and the engine claims one at a time.
+    #[allow(clippy::too_many_arguments)]
+    fn alloc_entries(
+        &self,
+        _io: &MetaIo,
+        _t: &mut IoTally,
+        _pool: usize,
+        _alloc: &Allocator,
+        _apool: &mut usize,
+        _n: usize,
+        _out: &mut std::collections::VecDeque<u64>,
+    ) -> Result<usize> {
+        Ok(0)
+    }
     /// Take back the slot at `loc`, whose `blocknr` the engine has cleared (made durable).
     fn free_entry(&self, loc: u64);
     /// True when `loc` is the first byte of a slot of this layout (validates hints and saves).

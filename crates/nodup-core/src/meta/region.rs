@@ -189,6 +189,59 @@ impl RegionLayout {
     }
 }
 
+impl RegionLayout {
+    /// Claim the next free slot of the writer's current region (`cur`, whose lock the caller
+    /// holds), moving to a queued region or a new one when it is full.
+    fn claim(
+        &self,
+        cur: &mut Option<Cur>,
+        io: &MetaIo,
+        t: &mut IoTally,
+        alloc: &Allocator,
+        apool: &mut usize,
+    ) -> Result<u64> {
+        loop {
+            if let Some(c) = cur.as_mut() {
+                // Check the entries of the current region one by one for a free one.
+                while c.next < REGION_ENTRIES {
+                    let loc = c.block * BLOCK_SIZE as u64 + c.next * ENTRY_SIZE;
+                    c.next += 1;
+                    if c.fresh || io.read_u64(t, loc + OFF_BLOCKNR)? == 0 {
+                        super::reserve_slot(io, t, loc)?;
+                        c.local += 1;
+                        return Ok(loc);
+                    }
+                }
+                let done = *c;
+                *cur = None;
+                self.evict(&mut self.state.lock(), done);
+            }
+            let next = {
+                let mut st = self.state.lock();
+                match st.queue.pop_front() {
+                    Some(r) => {
+                        let ri = &mut st.regions[r as usize];
+                        ri.queued = false;
+                        ri.cur = true;
+                        Some(Cur {
+                            ridx: r,
+                            block: ri.block,
+                            next: 0,
+                            local: 0,
+                            fresh: false,
+                        })
+                    }
+                    None => None,
+                }
+            };
+            *cur = Some(match next {
+                Some(c) => c,
+                None => self.grow(io, t, alloc, apool)?,
+            });
+        }
+    }
+}
+
 impl MetaLayout for RegionLayout {
     fn kind(&self) -> MetaLayoutKind {
         MetaLayoutKind::Region
@@ -268,45 +321,28 @@ impl MetaLayout for RegionLayout {
         apool: &mut usize,
     ) -> Result<u64> {
         let mut cur = self.curs[pool % CUR_SLOTS].lock();
-        loop {
-            if let Some(c) = cur.as_mut() {
-                // Check the entries of the current region one by one for a free one.
-                while c.next < REGION_ENTRIES {
-                    let loc = c.block * BLOCK_SIZE as u64 + c.next * ENTRY_SIZE;
-                    c.next += 1;
-                    if c.fresh || io.read_u64(t, loc + OFF_BLOCKNR)? == 0 {
-                        super::reserve_slot(io, t, loc)?;
-                        c.local += 1;
-                        return Ok(loc);
-                    }
-                }
-                let done = *c;
-                *cur = None;
-                self.evict(&mut self.state.lock(), done);
+        self.claim(&mut cur, io, t, alloc, apool)
+    }
+
+    fn alloc_entries(
+        &self,
+        io: &MetaIo,
+        t: &mut IoTally,
+        pool: usize,
+        alloc: &Allocator,
+        apool: &mut usize,
+        n: usize,
+        out: &mut std::collections::VecDeque<u64>,
+    ) -> Result<usize> {
+        let mut cur = self.curs[pool % CUR_SLOTS].lock();
+        for k in 0..n {
+            match self.claim(&mut cur, io, t, alloc, apool) {
+                Ok(loc) => out.push_back(loc),
+                Err(_) if k > 0 => return Ok(k),
+                Err(e) => return Err(e),
             }
-            let next = {
-                let mut st = self.state.lock();
-                match st.queue.pop_front() {
-                    Some(r) => {
-                        let ri = &mut st.regions[r as usize];
-                        ri.queued = false;
-                        ri.cur = true;
-                        Some(Cur {
-                            ridx: r,
-                            block: ri.block,
-                            next: 0,
-                            local: 0,
-                            fresh: false,
-                        })
-                    }
-                    None => None,
-                }
-            };
-            *cur = Some(match next {
-                Some(c) => c,
-                None => self.grow(io, t, alloc, apool)?,
-            });
         }
+        Ok(n)
     }
 
     fn free_entry(&self, loc: u64) {
