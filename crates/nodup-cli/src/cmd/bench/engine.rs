@@ -161,9 +161,14 @@ fn measure(
     let mut prev_hits = engine.stats().dedup_hits;
     for pass in 0..2 {
         let mut ctx = WriteCtx::default();
-        let mut out: Vec<BlockNr> = Vec::with_capacity(stream.len());
-        // Touch the result vector's pages now, so their page faults stay out of the timing.
-        out.resize(stream.len(), 0);
+        // Touch the result vector's pages now, so their page faults stay out of the timing
+        // (`vec![0; n]` would map zero pages lazily, which is what is to be avoided here).
+        #[allow(clippy::slow_vector_initialization)]
+        let mut out: Vec<BlockNr> = {
+            let mut v = Vec::with_capacity(stream.len());
+            v.resize(stream.len(), 0);
+            v
+        };
         out.clear();
         let t0 = super::monotonic_secs();
         let sw = Stopwatch::start();
