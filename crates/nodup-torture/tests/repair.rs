@@ -78,6 +78,19 @@ fn nodup() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
+/// Detach the dead daemon's mount (fusermount3, else a lazy umount); never panics, so a
+/// missing tool cannot leave the mount behind through an early test abort.
+fn unmount(mp: &Path) {
+    let ok = Command::new("fusermount3")
+        .arg("-u")
+        .arg(mp)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        let _ = Command::new("umount").arg("-l").arg(mp).status();
+    }
+}
+
 fn out(c: &mut Command) -> (bool, String) {
     let o = c.output().unwrap();
     (
@@ -131,7 +144,7 @@ fn cli_repair_after_kill9_reports_then_finds_nothing() {
     while Path::new(&format!("/proc/{pid}")).exists() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let _ = out(Command::new("fusermount3").arg("-u").arg(&mp));
+    unmount(&mp);
     let (ok, o0) = out(Command::new(&nodup).arg("fsck").arg(&img));
     assert!(!ok, "fsck of a crashed image must ask for recovery: {o0}");
     let (ok, o1) = out(Command::new(&nodup).args(["fsck", "--repair"]).arg(&img));
@@ -181,7 +194,7 @@ fn finding4_repair_reports_recovery_changes() {
     while Path::new(&format!("/proc/{pid}")).exists() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let _ = out(Command::new("fusermount3").arg("-u").arg(&mp));
+    unmount(&mp);
     let (_, o1) = out(Command::new(&nodup).args(["fsck", "--repair"]).arg(&img));
     assert!(o1.contains("repaired:"), "nothing reported: {o1}");
 }
