@@ -7,15 +7,20 @@
 # Speeds are medians of RUNS runs. Output: a markdown report on stdout and in docs/results/fs.md.
 #
 # Usage: bench/fs-accept.sh            (RUNS=3 SIZE=1g by default; QUICK=1 for a short smoke run)
+#   NODUP=<binary> skips the build; otherwise the binary is built into CARGO_TARGET_DIR (or target/).
+#   WORK=<dir on /dev/shm> and MNT=<mount point> move the scratch image and the mount point.
+#   The FUSE write-path figures alone (writeback cache, light vs none at 1m): bench/fuse-writeback.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
 SIZE=${SIZE:-1g}
 [[ "${QUICK:-0}" == 1 ]] && { RUNS=1; SIZE=128m; }
 OUT=${OUT:-docs/results/fs.md}
-NODUP=$PWD/target/release/nodup
-WORK=/dev/shm/nodup-fsbench
-MNT=/tmp/nodup-fsbench-mnt
+NODUP_BUILD=0
+[[ -z ${NODUP:-} ]] && NODUP_BUILD=1
+NODUP=${NODUP:-${CARGO_TARGET_DIR:-$PWD/target}/release/nodup}
+WORK=${WORK:-/dev/shm/nodup-fsbench}
+MNT=${MNT:-/tmp/nodup-fsbench-mnt}
 IMG=$WORK/img
 ZPOOL=nodupzb
 ZPID=/run/nodup-fsbench-zfs.pid
@@ -28,7 +33,7 @@ command -v zfs-fuse >/dev/null || {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zfs-fuse >/dev/null || true
   rm -f /usr/sbin/policy-rc.d
 }
-cargo build --release -q -p nodup-cli
+[[ $NODUP_BUILD == 1 ]] && cargo build --release -q -p nodup-cli
 
 cleanup() {
   mountpoint -q "$MNT" && { "$NODUP" umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" || true; }

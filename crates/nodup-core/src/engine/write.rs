@@ -332,14 +332,10 @@ impl Engine {
         }
         match ctx.slots.pop_front() {
             Some(loc) => Ok(loc),
-            None => self.layout.alloc_entry(
-                &self.meta,
-                t,
-                fp,
-                ctx.pool,
-                &self.alloc,
-                &mut ctx.apool,
-            ),
+            None => {
+                self.layout
+                    .alloc_entry(&self.meta, t, fp, ctx.pool, &self.alloc, &mut ctx.apool)
+            }
         }
     }
 
