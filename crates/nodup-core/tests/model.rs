@@ -80,10 +80,14 @@ impl Harness {
         collide: bool,
         pmem: bool,
     ) -> Harness {
+        // Streaming data stores: the engine then fingerprints new blocks while copying them.
+        let streaming = PmemOptions {
+            stream_data: true,
+            ..PmemOptions::default()
+        };
         let (medium, dir): (Arc<dyn Medium>, _) = if pmem {
             let dir = tempfile::tempdir().unwrap();
-            let p =
-                Pmem::create_with(dir.path().join("img"), 2 << 20, PmemOptions::default()).unwrap();
+            let p = Pmem::create_with(dir.path().join("img"), 2 << 20, streaming).unwrap();
             (Arc::new(p), Some(dir))
         } else {
             (Arc::new(MemMedium::new(2 << 20)), None)

@@ -86,22 +86,6 @@ pub fn before_compare(m: &dyn Medium, mode: PrefetchMode, off: u64) {
     }
 }
 
-/// Start loading the caller's next input block (a 4 KiB page: hardware prefetchers stop at page
-/// boundaries, so every input block would otherwise begin with a run of cache misses).
-#[inline]
-pub fn input(block: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        for off in (0..block.len()).step_by(LINE) {
-            // SAFETY: prefetch never faults and `off` is inside `block`.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(block.as_ptr().add(off) as *const i8) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = block;
-}
-
 /// Prefetch the block the next input will probably be compared with, every line (on
 /// DRAM-like media only prefetched lines are loaded; on Optane the first line of each XPLine
 /// would be enough, and the others then hit the media read buffer).

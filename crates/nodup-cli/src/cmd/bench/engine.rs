@@ -63,10 +63,10 @@ pub struct EngineArgs {
     /// Skip the prefetch-variant table (only `light`/`cbp` among the variants).
     #[arg(long)]
     pub no_variants: bool,
-    /// Write data blocks with ordinary stores + cache-line flush instead of the default
-    /// non-temporal (streaming) stores, for every policy.
+    /// Write data blocks with non-temporal (streaming) stores instead of the default ordinary
+    /// stores + cache-line flush, for every policy.
     #[arg(long)]
-    pub flush_data: bool,
+    pub stream_data: bool,
     #[command(flatten)]
     pub common: CommonArgs,
 }
@@ -261,7 +261,7 @@ fn measure_floors(medium: &Arc<dyn Medium>, stream: &Stream, f: &mut Floors) -> 
             if hash {
                 acc ^= xxh3.fingerprint(b);
             }
-            // The engine's data path: streaming stores, or stores + flush with --flush-data.
+            // The engine's data path: stores + flush, or streaming stores with --stream-data.
             medium.write_stream(i as u64 * bs, b)?;
             if i % BLOCKS_PER_CALL == BLOCKS_PER_CALL - 1 {
                 medium.fence()?;
@@ -340,7 +340,7 @@ pub fn run(a: EngineArgs) -> Result<()> {
         img_len,
         PmemOptions {
             populate: true,
-            flush_data: a.flush_data,
+            stream_data: a.stream_data,
             ..PmemOptions::default()
         },
     )
@@ -460,7 +460,7 @@ pub fn run(a: EngineArgs) -> Result<()> {
         "medium": "pmem",
         "image_dir": a.common.dir,
         "flush_instr": flush.name(),
-        "data_stores": if a.flush_data { "store+flush" } else { "streaming" },
+        "data_stores": if a.stream_data { "streaming" } else { "store+flush" },
         "actual_dup_percent": actual_dup,
         "index_memory_bytes_per_unique_block": idx_per_unique,
         "reference_costs_cpu_ns_per_block": {
@@ -483,7 +483,7 @@ pub fn run(a: EngineArgs) -> Result<()> {
          median of {} runs. \"wall\" = bytes / elapsed time; \"cpu\" = bytes / CPU time of the writing \
          thread (leaves out the time the thread was descheduled on this shared machine).\n",
         a.common.dir.display(),
-        flush_desc(flush, a.flush_data),
+        flush_desc(flush, a.stream_data),
         (nblocks * BLOCK_SIZE) >> 20,
         a.runs
     );
@@ -586,13 +586,13 @@ pub fn run(a: EngineArgs) -> Result<()> {
     Ok(())
 }
 
-fn flush_desc(f: FlushInstr, flush_data: bool) -> String {
-    if flush_data {
-        format!("data and metadata: stores + {} + sfence", f.name())
-    } else {
+fn flush_desc(f: FlushInstr, stream_data: bool) -> String {
+    if stream_data {
         format!(
             "data: non-temporal stores + sfence; metadata: stores + {} + sfence",
             f.name()
         )
+    } else {
+        format!("data and metadata: stores + {} + sfence", f.name())
     }
 }
