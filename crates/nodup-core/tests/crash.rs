@@ -5,28 +5,23 @@
 //! reads back its content, reference counts match, every live entry is indexed, the metadata
 //! audits clean, and the engine keeps working.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use nodup_core::engine::{FormatOptions, OpenOptions, OpenState};
 use nodup_core::media::{CrashMode, CrashSim, Medium, MemMedium};
 use nodup_core::meta::MetaLayoutKind;
 use nodup_core::policy::PolicyKind;
-use nodup_core::{BlockNr, Engine, WriteCtx, BLOCK_SIZE};
+use nodup_core::{BlockNr, Engine, WriteCtx};
 use rand::{Rng, SeedableRng};
 
 const POOL: u64 = 10;
 const SLOTS: u64 = 20;
 
+mod common;
+
 fn content(c: u64) -> Vec<u8> {
-    let mut v = vec![0u8; BLOCK_SIZE];
-    let mut x = 0xD1B5_4A32_D192_ED03u64.wrapping_mul(c + 1);
-    for w in v.chunks_mut(8) {
-        x ^= x >> 29;
-        x = x.wrapping_mul(0x94D0_49BB_1331_11EB);
-        w.copy_from_slice(&x.to_le_bytes());
-    }
-    v
+    common::content_salted(c, 0xD1B5_4A32_D192_ED03, 0x94D0_49BB_1331_11EB, 29)
 }
 
 type Model = BTreeMap<u64, (u64, BlockNr)>;
@@ -39,32 +34,14 @@ fn held_of(model: &Model) -> Held {
 
 /// Check a recovered engine against the references held; panics with `what` on a mismatch.
 fn check(e: &Engine, held: &Held, what: &str) {
-    let mut count: HashMap<BlockNr, u64> = HashMap::new();
-    let mut buf = vec![0u8; BLOCK_SIZE];
-    for &(b, c) in held {
-        e.read(b, &mut buf).unwrap();
-        assert!(buf == content(c), "{what}: block {b} lost content {c}");
-        *count.entry(b).or_default() += 1;
-    }
-    for (&b, &n) in &count {
-        match e.block_refcount(b).unwrap() {
-            Some(rc) => assert_eq!(rc, n, "{what}: refcount of {b}"),
-            None => assert_eq!(n, 1, "{what}: block {b} without entry referenced {n} times"),
-        }
-    }
+    let count = common::check_held(e, held, content, what);
     let a = e.audit().unwrap();
-    assert!(a.problems.is_empty(), "{what}: {:?}", a.problems);
     assert_eq!(a.fp_mismatches, 0, "{what}");
     assert_eq!(
         a.valid_entries, a.indexed_entries,
         "{what}: live entries missing from the index"
     );
     let s = e.stats();
-    assert_eq!(
-        s.physical_bytes,
-        count.len() as u64 * BLOCK_SIZE as u64,
-        "{what}"
-    );
     assert_eq!(
         s.free_blocks,
         s.total_blocks - count.len() as u64 - e.layout_owned_blocks(),

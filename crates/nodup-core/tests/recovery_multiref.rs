@@ -3,13 +3,12 @@
 //! releasing one reference keeps the block for the others. Covers every layout, a crash at each
 //! fence of the recovery itself (re-run must converge), and a full metadata area.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use nodup_core::engine::{FormatOptions, OpenOptions, OpenState};
 use nodup_core::media::{CrashMode, CrashSim, Medium, MemMedium};
 use nodup_core::meta::MetaLayoutKind;
-use nodup_core::{BlockNr, Engine, Error, WriteCtx, BLOCK_SIZE};
+use nodup_core::{BlockNr, Engine, Error, WriteCtx};
 
 const LAYOUTS: [MetaLayoutKind; 3] = [
     MetaLayoutKind::Region,
@@ -17,15 +16,11 @@ const LAYOUTS: [MetaLayoutKind; 3] = [
     MetaLayoutKind::Hashtable,
 ];
 
+mod common;
+
 fn content(c: u64) -> Vec<u8> {
-    let mut v = vec![0u8; BLOCK_SIZE];
-    let mut x = 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(c + 3);
-    for w in v.chunks_mut(8) {
-        x ^= x >> 31;
-        x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        w.copy_from_slice(&x.to_le_bytes());
-    }
-    v
+    // Same bytes as before the helper moved to `common` (salt multiplies c + 1; c + 3 here).
+    common::content_salted(c + 2, 0x9E37_79B9_7F4A_7C15, 0xBF58_476D_1CE4_E5B9, 31)
 }
 
 fn format(m: Arc<dyn Medium>, layout: MetaLayoutKind) -> Engine {
@@ -40,26 +35,7 @@ fn format(m: Arc<dyn Medium>, layout: MetaLayoutKind) -> Engine {
 /// Every held block reads back its content, counts match the references (no entry = one),
 /// and the metadata audits clean.
 fn check(e: &Engine, held: &[(BlockNr, u64)], what: &str) {
-    let mut count: HashMap<BlockNr, u64> = HashMap::new();
-    let mut buf = vec![0u8; BLOCK_SIZE];
-    for &(b, c) in held {
-        e.read(b, &mut buf).unwrap();
-        assert!(buf == content(c), "{what}: block {b} lost content {c}");
-        *count.entry(b).or_default() += 1;
-    }
-    for (&b, &n) in &count {
-        match e.block_refcount(b).unwrap() {
-            Some(rc) => assert_eq!(rc, n, "{what}: refcount of {b}"),
-            None => assert_eq!(n, 1, "{what}: block {b} without entry referenced {n} times"),
-        }
-    }
-    let a = e.audit().unwrap();
-    assert!(a.problems.is_empty(), "{what}: {:?}", a.problems);
-    assert_eq!(
-        e.stats().physical_bytes,
-        count.len() as u64 * BLOCK_SIZE as u64,
-        "{what}"
-    );
+    common::check_held(e, held, content, what);
 }
 
 /// Content 1 written twice (one block, two references), content 2 once; then every
