@@ -297,6 +297,8 @@ pub fn campaign(cfg: &Kill9Config, deadline: Instant, max_cycles: u64) -> Kill9S
     for (i, medium) in ["pmem", "blockfile"].iter().enumerate() {
         let img = cfg.workdir.join(format!("k9-{medium}.img"));
         let mp = cfg.workdir.join(format!("mnt{i}"));
+        // A dead mount left here by an earlier run would make the first mount fail.
+        detach(&mp);
         let _ = std::fs::create_dir_all(&mp);
         if let Err(e) = run(Command::new(&cfg.nodup)
             .arg("mkfs")

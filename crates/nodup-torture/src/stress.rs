@@ -498,6 +498,7 @@ pub fn mount_stress(
     let img = workdir.join("stress.img");
     let mp = workdir.join("mnt");
     let log = workdir.join("daemon.log");
+    detach(&mp);
     if let Err(e) = std::fs::create_dir_all(&mp) {
         st.bad(format!("workdir: {e}"));
         return st;

@@ -237,8 +237,15 @@ pub fn mount(a: MountArgs) -> Result<()> {
         bail!("--encrypt-key-file: encryption is not implemented yet (a later issue)");
     }
     check_image(&a.image)?;
-    if !a.mountpoint.is_dir() {
-        bail!("{}: mount point is not a directory", a.mountpoint.display());
+    match std::fs::metadata(&a.mountpoint) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => bail!("{}: mount point is not a directory", a.mountpoint.display()),
+        // ENOTCONN: a FUSE daemon died and left its mount behind.
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bail!(
+            "{}: a dead mount is still attached here (fusermount3 -u it first)",
+            a.mountpoint.display()
+        ),
+        Err(e) => bail!("{}: mount point: {e}", a.mountpoint.display()),
     }
     drop(
         ImageLock::try_lock(&a.image)

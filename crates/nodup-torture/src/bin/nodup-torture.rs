@@ -32,9 +32,10 @@ struct Args {
     /// The `nodup` binary (kill -9 and mount stress).
     #[arg(long, default_value = "target/release/nodup")]
     nodup: PathBuf,
-    /// Scratch directory for images and mount points.
-    #[arg(long, default_value = "/dev/shm/nodup-torture")]
-    workdir: PathBuf,
+    /// Scratch directory for images and mount points [default: /dev/shm/nodup-torture-PID, so
+    /// two runs on one machine never share a mount point].
+    #[arg(long)]
+    workdir: Option<PathBuf>,
     /// Directory of built cargo-fuzz target binaries; without it the stable driver fuzzes.
     #[arg(long)]
     fuzz_bin_dir: Option<PathBuf>,
@@ -154,6 +155,10 @@ fn fuzz_campaign(f: &FuzzSetup, total: Duration) -> Result<Vec<(String, u64, u64
 
 fn main() -> Result<()> {
     let a = Args::parse();
+    let workdir = a
+        .workdir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("/dev/shm/nodup-torture-{}", std::process::id())));
     let want: Vec<&str> = a.campaigns.split(',').map(str::trim).collect();
     for c in &want {
         if !["crash", "faults", "kill9", "fuzz", "stress"].contains(c) {
@@ -282,7 +287,7 @@ fn main() -> Result<()> {
         }
         let cfg = kill9::Kill9Config {
             nodup: a.nodup.canonicalize()?,
-            workdir: a.workdir.join("kill9"),
+            workdir: workdir.join("kill9"),
             image_mib: a.kill9_image_mib,
             seed: a.seed,
             cp_source: PathBuf::from("crates").canonicalize()?,
@@ -341,7 +346,7 @@ fn main() -> Result<()> {
             let rest = b.saturating_sub(start.elapsed().min(b)).max(b.mul_f64(0.3));
             let st = nodup_torture::stress::mount_stress(
                 &a.nodup.canonicalize()?,
-                &a.workdir.join("stress"),
+                &workdir.join("stress"),
                 a.threads,
                 a.seed,
                 rest.min(b.mul_f64(0.4)),
@@ -357,7 +362,7 @@ fn main() -> Result<()> {
         }
     }
     // Only removes the scratch directory when the campaigns left it empty.
-    let _ = std::fs::remove_dir(&a.workdir);
+    let _ = std::fs::remove_dir(&workdir);
     note(&format!("done in {:.0} s", start.elapsed().as_secs_f64()));
     if known > 0 {
         note(&format!(
