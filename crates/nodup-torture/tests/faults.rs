@@ -53,7 +53,18 @@ fn finding2_live_state_consistent_after_failed_op() {
     let st = campaign(13, &spec(), Instant::now() + Duration::from_secs(60), 16);
     eprintln!("{:#?}", st.examples);
     assert_eq!(st.live_inconsistent, 0);
-    for (seed, k, nth, short) in [(216, 19, 22, false), (247, 12, 19, true)] {
+    // The rest: trials of the 2400 s campaign (seed 20261123) after writers began claiming
+    // entry slots in batches.
+    for (seed, k, nth, short) in [
+        (216, 19, 22, false),
+        (247, 12, 19, true),
+        (20261290, 23, 18, false),
+        (20261385, 3, 28, false),
+        (20261436, 22, 12, false),
+        (20261618, 12, 9, false),
+        (20261797, 18, 12, true),
+        (20261950, 22, 17, false),
+    ] {
         let t = trial(seed, &spec25(), k, nth, short);
         assert_eq!(t.live_inconsistent + t.violations, 0, "{:#?}", t.examples);
     }

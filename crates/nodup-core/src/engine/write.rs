@@ -340,14 +340,21 @@ impl Engine {
     }
 
     /// Give back the claimed slots the call did not use (they hold the reserved marker, which
-    /// nothing trusts; clearing it makes them free again).
+    /// nothing trusts; clearing it makes them free again). A failed clear is tried once more;
+    /// a slot that stays reserved would be counted in use with no entry in it, so the engine
+    /// then asks for failure recovery, which clears it.
     fn return_slots(&self, ctx: &mut WriteCtx, t: &mut IoTally) -> Result<()> {
         let mut res = Ok(());
         while let Some(loc) = ctx.slots.pop_front() {
-            match self.meta.write_u64(t, loc + OFF_BLOCKNR, 0) {
-                Ok(()) => self.layout.free_entry(loc),
-                // Left reserved: lost to writers until the next recovery, which clears it.
-                Err(e) => res = Err(e),
+            let first = self.meta.write_u64(t, loc + OFF_BLOCKNR, 0);
+            let cleared = first.is_ok() || self.meta.write_u64(t, loc + OFF_BLOCKNR, 0).is_ok();
+            if cleared {
+                self.layout.free_entry(loc);
+            } else {
+                self.set_state(super::STATE_NEEDS_RECOVERY);
+            }
+            if let Err(e) = first {
+                res = Err(e);
             }
         }
         res
