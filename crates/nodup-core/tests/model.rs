@@ -68,26 +68,26 @@ impl Harness {
         prefetch: PrefetchMode,
         collide: bool,
     ) -> Harness {
-        Harness::on(policy, layout, prefetch, collide, false)
+        Harness::on(policy, layout, prefetch, collide, None)
     }
 
-    /// As [`Harness::new`]; with `pmem`, on a memory-mapped image (the engine then takes the
-    /// streaming path that fingerprints new blocks while copying them).
+    /// As [`Harness::new`]; with `pmem`, on a memory-mapped image, whose data stores are
+    /// streaming (`Some(true)`) or ordinary + flush (`Some(false)`): either way the engine then
+    /// fingerprints new blocks while copying them straight into the mapping.
     fn on(
         policy: PolicyKind,
         layout: MetaLayoutKind,
         prefetch: PrefetchMode,
         collide: bool,
-        pmem: bool,
+        pmem: Option<bool>,
     ) -> Harness {
-        // Streaming data stores: the engine then fingerprints new blocks while copying them.
-        let streaming = PmemOptions {
-            stream_data: true,
-            ..PmemOptions::default()
-        };
-        let (medium, dir): (Arc<dyn Medium>, _) = if pmem {
+        let (medium, dir): (Arc<dyn Medium>, _) = if let Some(stream_data) = pmem {
+            let opts = PmemOptions {
+                stream_data,
+                ..PmemOptions::default()
+            };
             let dir = tempfile::tempdir().unwrap();
-            let p = Pmem::create_with(dir.path().join("img"), 2 << 20, streaming).unwrap();
+            let p = Pmem::create_with(dir.path().join("img"), 2 << 20, opts).unwrap();
             (Arc::new(p), Some(dir))
         } else {
             (Arc::new(MemMedium::new(2 << 20)), None)
@@ -213,7 +213,7 @@ fn run(
     layout: MetaLayoutKind,
     prefetch: PrefetchMode,
     collide: bool,
-    pmem: bool,
+    pmem: Option<bool>,
     ops: &[Op],
 ) -> Result<(), TestCaseError> {
     let mut h = Harness::on(policy, layout, prefetch, collide, pmem);
@@ -252,7 +252,7 @@ proptest! {
     fn light_matches_model(
         l in layout(),
         p in prefetch(),
-        pmem in any::<bool>(),
+        pmem in proptest::option::of(any::<bool>()),
         ops in proptest::collection::vec(op(), 1..40),
     ) {
         run(PolicyKind::Light, l, p, false, pmem, &ops)?;
@@ -262,7 +262,7 @@ proptest! {
     fn baselines_match_model(
         l in layout(),
         pol in prop_oneof![Just(PolicyKind::None), Just(PolicyKind::Strong), Just(PolicyKind::WeakVerify)],
-        pmem in any::<bool>(),
+        pmem in proptest::option::of(any::<bool>()),
         ops in proptest::collection::vec(op(), 1..40),
     ) {
         run(pol, l, PrefetchMode::Cbp, false, pmem, &ops)?;
@@ -273,7 +273,7 @@ proptest! {
         l in layout(),
         pol in prop_oneof![Just(PolicyKind::Light), Just(PolicyKind::WeakVerify)],
         p in prefetch(),
-        pmem in any::<bool>(),
+        pmem in proptest::option::of(any::<bool>()),
         ops in proptest::collection::vec(op(), 1..40),
     ) {
         run(pol, l, p, true, pmem, &ops)?;

@@ -223,8 +223,8 @@ pub struct Engine {
     fpr: Box<dyn Fingerprinter>,
     prefetch: PrefetchMode,
     transition: usize,
-    /// The medium takes streaming stores ([`Medium::stream_with`]): new blocks are
-    /// fingerprinted while they are copied.
+    /// The medium lets the engine store into it directly ([`Medium::fill_with`]): new blocks
+    /// are fingerprinted while they are copied.
     fused: bool,
     alloc: Allocator,
     index: FpIndex,
@@ -258,7 +258,7 @@ impl Engine {
             meter,
             prefetch: policy.prefetch(open.prefetch),
             transition: open.transition_threshold.max(1),
-            fused: medium.stream_with(0, 0, &mut |_| {}).unwrap_or(false),
+            fused: medium.fill_with(0, 0, &mut |_| {}).unwrap_or(false),
             alloc: Allocator::new(sb.data_start, sb.data_blocks),
             index: FpIndex::new(medium.len()),
             layout: make_layout(sb.meta_layout, geo),

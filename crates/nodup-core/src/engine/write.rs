@@ -293,11 +293,17 @@ impl Engine {
         let fpr = &*self.fpr;
         let direct = self
             .medium
-            .stream_with(b * BLOCK_SIZE as u64, BLOCK_SIZE, &mut |dst| {
-                // SAFETY: `dst` is this claimed block's place in the mapping (BLOCK_SIZE bytes,
-                // bounds-checked and line-aligned by the medium), which no one else writes
-                // or reads yet.
-                fp = unsafe { fpr.fingerprint_stream(data, dst) };
+            .fill_with(b * BLOCK_SIZE as u64, BLOCK_SIZE, &mut |dst| {
+                // SAFETY: `dst.ptr` is this claimed block's place in the mapping (BLOCK_SIZE
+                // bytes, bounds-checked and line-aligned by the medium), which no one else
+                // writes or reads yet; the store kind is the one the medium asks for.
+                fp = unsafe {
+                    if dst.streaming {
+                        fpr.fingerprint_stream(data, dst.ptr)
+                    } else {
+                        fpr.fingerprint_copy(data, dst.ptr)
+                    }
+                };
             })?;
         if !direct {
             self.store(b, data, t)?;

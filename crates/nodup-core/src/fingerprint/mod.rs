@@ -82,6 +82,16 @@ pub trait Fingerprinter: Send + Sync {
         unsafe { stream_or_copy(block, dst) };
         self.fingerprint(block)
     }
+    /// Fingerprint of `block` while copying it to `dst` with ordinary stores, which the caller
+    /// then flushes (one pass over the data where the function can; else copy, then hash).
+    ///
+    /// # Safety
+    /// As [`Fingerprinter::fingerprint_stream`].
+    unsafe fn fingerprint_copy(&self, block: &[u8], dst: *mut u8) -> u64 {
+        // SAFETY: forwarded from the caller.
+        unsafe { std::ptr::copy_nonoverlapping(block.as_ptr(), dst, block.len()) };
+        self.fingerprint(block)
+    }
 }
 
 /// xxh3-64 with seed 0, the default fingerprint (AVX2 inner loop chosen at run time, see
@@ -98,6 +108,10 @@ impl Fingerprinter for Xxh3 {
     unsafe fn fingerprint_stream(&self, block: &[u8], dst: *mut u8) -> u64 {
         // SAFETY: forwarded from the caller.
         unsafe { xxh3_avx2::xxh3_64_stream(block, dst) }
+    }
+    unsafe fn fingerprint_copy(&self, block: &[u8], dst: *mut u8) -> u64 {
+        // SAFETY: forwarded from the caller.
+        unsafe { xxh3_avx2::xxh3_64_copy(block, dst) }
     }
 }
 

@@ -40,14 +40,26 @@ pub trait Medium: Send + Sync {
         Ok(())
     }
     /// On a memory-mapped medium, let `fill` store `len` bytes at `off` through a pointer into
-    /// the mapping *with non-temporal stores only* (so, as with [`Medium::write_stream`], the
-    /// bytes are durable after the next fence) and return true. Media that must see every
-    /// store, or cannot take streaming stores at `off`, return false and call nothing.
-    fn stream_with(&self, _off: u64, _len: usize, _fill: &mut dyn FnMut(*mut u8)) -> Result<bool> {
+    /// the mapping and return true; the bytes are then durable after the next `fence`, as with
+    /// [`Medium::write_stream`]. [`FillDst::streaming`] says which stores `fill` must use:
+    /// non-temporal ones only (the medium then needs no flush), or ordinary ones (the medium
+    /// flushes the range after `fill`). This lets a caller copy a block in the same pass that
+    /// reads it for something else (the fingerprint). Media that must see every store return
+    /// false and call nothing.
+    fn fill_with(&self, _off: u64, _len: usize, _fill: &mut dyn FnMut(FillDst)) -> Result<bool> {
         Ok(false)
     }
     /// Short name for stats and errors (`pmem`, `blockfile`, `crashsim`, ...).
     fn kind(&self) -> &'static str;
+}
+
+/// Where [`Medium::fill_with`] lets its closure store, and how.
+#[derive(Debug, Clone, Copy)]
+pub struct FillDst {
+    /// Start of the range inside the mapping (64-byte aligned when the range is).
+    pub ptr: *mut u8,
+    /// Non-temporal stores only (true), or ordinary stores (false).
+    pub streaming: bool,
 }
 
 /// Size of a CPU cache line, the unit of `flush` and of `CrashSim`'s persistence tracking.

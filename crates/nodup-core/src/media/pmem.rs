@@ -39,7 +39,7 @@ use std::sync::OnceLock;
 use memmap2::MmapRaw;
 use parking_lot::Mutex;
 
-use super::{check_range, Medium, CACHE_LINE};
+use super::{check_range, FillDst, Medium, CACHE_LINE};
 use crate::{Error, Result};
 
 /// Options of a [`Pmem`] medium.
@@ -366,14 +366,18 @@ impl Medium for Pmem {
         Ok(())
     }
 
-    fn stream_with(&self, off: u64, len: usize, fill: &mut dyn FnMut(*mut u8)) -> Result<bool> {
+    fn fill_with(&self, off: u64, len: usize, fill: &mut dyn FnMut(FillDst)) -> Result<bool> {
         let r = check_range(off, len, self.len)?;
-        if !self.streams(off, len) {
-            return Ok(false);
-        }
+        let streaming = self.streams(off, len);
         // The pointer stays inside the mapping for `len` bytes (checked just above); `fill`
         // writes through it under the same rules as `write` (module doc).
-        fill(self.map.as_mut_ptr().wrapping_add(r.start));
+        fill(FillDst {
+            ptr: self.map.as_mut_ptr().wrapping_add(r.start),
+            streaming,
+        });
+        if !streaming {
+            self.flush(off, len as u64);
+        }
         Ok(true)
     }
 
@@ -490,6 +494,54 @@ mod tests {
             assert_eq!(&b, b"second page");
         }
         assert!(Pmem::open(dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn fill_with_stores_survive_reopen_in_every_store_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("img");
+        let block: Vec<u8> = (0..4096u32).map(|i| (i * 13 + 5) as u8).collect();
+        for (stream_data, sync_on_fence) in [(false, false), (true, false), (false, true)] {
+            let opts = PmemOptions {
+                stream_data,
+                sync_on_fence,
+                populate: false,
+            };
+            {
+                let m = Pmem::create_with(&p, 64 * 1024, opts).unwrap();
+                let mut seen = None;
+                let took = m
+                    .fill_with(8192, 4096, &mut |dst| {
+                        seen = Some(dst.streaming);
+                        // SAFETY: the medium hands out 4096 writable bytes at `dst.ptr`.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(block.as_ptr(), dst.ptr, block.len())
+                        };
+                    })
+                    .unwrap();
+                assert!(took);
+                // Streaming is used exactly when asked for and durability comes from the CPU.
+                assert_eq!(
+                    seen,
+                    Some(stream_data && !sync_on_fence && cfg!(target_arch = "x86_64"))
+                );
+                m.fence().unwrap();
+                m.sync_all().unwrap();
+                let mut called = false;
+                assert!(matches!(
+                    m.fill_with(64 * 1024 - 100, 4096, &mut |_| called = true),
+                    Err(Error::Invalid(_))
+                ));
+                assert!(!called, "an out-of-range fill must not call the closure");
+            }
+            let m = Pmem::open_with(&p, opts).unwrap();
+            let mut back = vec![0u8; 4096];
+            m.read(8192, &mut back).unwrap();
+            assert_eq!(
+                back, block,
+                "stream_data {stream_data} sync_on_fence {sync_on_fence}"
+            );
+        }
     }
 
     #[test]
