@@ -188,4 +188,13 @@ nodup_down
   echo "first copy ${t1}s, second copy ${t2}s; dedup_ratio $kratio (target >= 0.49); diff -r after remount: $DIFF"
   echo
   echo "Recovery, 4 GiB image with $RSIZE of files: failure recovery (mount after kill -9) ${t_fail}s, fsck after it: $FSCK; normal remount ${t_norm}s (target < 1 s)"
+  echo
+  echo "Every run's MiB/s, in run order (the medians above come from these):"
+  echo
+  for k in $(printf '%s\n' "${!BW[@]}" | sort); do
+    echo "- $k: ${BW[$k]}"
+  done
+  # Hand-written analysis of the latest figures, kept across reruns.
+  notes=${OUT%.md}-notes.md
+  if [[ -f $notes ]]; then echo; cat "$notes"; fi
 } | tee "$OUT"
