@@ -2,7 +2,8 @@
 # Issue 3 acceptance figures for the mounted file system, all measured in one run on this machine:
 #   fio (ioengine=sync, one job, end_fsync=1) through the mount, light vs none, bs=4k and 1m, 0 % and 75 % dups;
 #   none vs bindfs over tmpfs (the FUSE passthrough ceiling); light vs zfs-fuse dedup=on at 75 % dups with
-#   daemon RSS per GiB of unique data; --writeback-cache vs without; the kernel tree copied twice;
+#   daemon RSS per GiB of unique data; --writeback-cache vs without; the kernel tree copied twice
+#   (bench/fs-ktree.sh, KRUNS pairs, default RUNS);
 #   failure-recovery and normal-remount time.
 # Speeds are medians of RUNS runs. Output: a markdown report on stdout and in docs/results/fs.md.
 #
@@ -123,23 +124,9 @@ fi
 med() { echo "${BW[$1]:-}" | tr ' ' '\n' | grep . | median; }
 unique_gib=$(awk -v s="$SIZE" 'BEGIN { n=s+0; u=tolower(substr(s,length(s))); if (u=="g") n*=1; else if (u=="m") n/=1024; print n*0.25 }')
 
-# Kernel tree copied twice.
-SRC=$WORK/src
-TARBALL=/usr/src/linux-source-6.1.tar.xz
-[[ -f $TARBALL ]] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-source-6.1 >/dev/null || true
-mkdir -p "$SRC"
-if [[ -f $TARBALL && "${QUICK:-0}" != 1 ]]; then tar -xJf "$TARBALL" -C "$SRC"; else cp -a /usr/share/doc "$SRC/"; fi
-nodup_up light
-t1=$( { /usr/bin/time -f %e cp -a "$SRC" "$MNT/copy1"; } 2>&1 | tail -1)
-t2=$( { /usr/bin/time -f %e cp -a "$SRC" "$MNT/copy2"; } 2>&1 | tail -1)
-KSTATS=$("$NODUP" stats "$MNT" --json)
-nodup_down
-"$NODUP" mount "$IMG" "$MNT"
-DIFF=clean
-diff -r "$SRC" "$MNT/copy1" >/dev/null && diff -r "$SRC" "$MNT/copy2" >/dev/null || DIFF=DIFFERENT
-nodup_down
-rm -rf "$SRC"
-kratio=$(echo "$KSTATS" | python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["dedup_ratio"])')
+# Kernel tree copied twice, on KRUNS fresh images (bench/fs-ktree.sh; its full table goes to
+# docs/results/fs-ktree.md, its summary line into this report).
+KLINE=$(KRUNS=${KRUNS:-$RUNS} NODUP=$NODUP WORK=$WORK/ktree MNT=$MNT bash bench/fs-ktree.sh | tail -1)
 
 # Recovery: a 4 GiB image holding 2 GiB of files (half duplicates); kill -9, then time the recovering mount.
 nodup_up light
@@ -184,8 +171,9 @@ nodup_down
     echo "zfs-fuse: not available on this machine."
   fi
   echo
-  echo "Kernel tree ($( [[ -f $TARBALL && "${QUICK:-0}" != 1 ]] && echo linux-source-6.1 || echo /usr/share/doc)) copied twice with cp -a:"
-  echo "first copy ${t1}s, second copy ${t2}s; dedup_ratio $kratio (target >= 0.49); diff -r after remount: $DIFF"
+  echo "Kernel tree copied twice with cp -a (bench/fs-ktree.sh, ${KRUNS:-$RUNS} fresh images; table in fs-ktree.md;"
+  echo "targets: dedup_ratio >= 0.49, second copy <= first, diff -r clean):"
+  echo "$KLINE"
   echo
   echo "Recovery, 4 GiB image with $RSIZE of files: failure recovery (mount after kill -9) ${t_fail}s, fsck after it: $FSCK; normal remount ${t_norm}s (target < 1 s)"
   echo
