@@ -297,13 +297,7 @@ impl Engine {
                 // SAFETY: `dst.ptr` is this claimed block's place in the mapping (BLOCK_SIZE
                 // bytes, bounds-checked and line-aligned by the medium), which no one else
                 // writes or reads yet; the store kind is the one the medium asks for.
-                fp = unsafe {
-                    if dst.streaming {
-                        fpr.fingerprint_stream(data, dst.ptr)
-                    } else {
-                        fpr.fingerprint_copy(data, dst.ptr)
-                    }
-                };
+                fp = unsafe { fpr.fingerprint_into(data, dst) };
             })?;
         if !direct {
             self.store(b, data, t)?;

@@ -92,6 +92,23 @@ pub trait Fingerprinter: Send + Sync {
         unsafe { std::ptr::copy_nonoverlapping(block.as_ptr(), dst, block.len()) };
         self.fingerprint(block)
     }
+    /// Fingerprint of `block` while copying it into a [`Medium::fill_with`] destination, with
+    /// the store kind the medium asked for.
+    ///
+    /// # Safety
+    /// As [`Fingerprinter::fingerprint_stream`], for `dst.ptr`.
+    ///
+    /// [`Medium::fill_with`]: crate::media::Medium::fill_with
+    unsafe fn fingerprint_into(&self, block: &[u8], dst: crate::media::FillDst) -> u64 {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            if dst.streaming {
+                self.fingerprint_stream(block, dst.ptr)
+            } else {
+                self.fingerprint_copy(block, dst.ptr)
+            }
+        }
+    }
 }
 
 /// xxh3-64 with seed 0, the default fingerprint (AVX2 inner loop chosen at run time, see

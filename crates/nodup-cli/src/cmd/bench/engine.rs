@@ -285,13 +285,7 @@ fn measure_floors(medium: &Arc<dyn Medium>, stream: &Stream, f: &mut Floors) -> 
         let direct = medium.fill_with(i as u64 * bs, BLOCK_SIZE, &mut |dst| {
             // SAFETY: `dst.ptr` covers this block of the mapping (bounds-checked, line-aligned)
             // and nothing else touches it meanwhile; the store kind is the medium's.
-            fp = unsafe {
-                if dst.streaming {
-                    xxh3.fingerprint_stream(b, dst.ptr)
-                } else {
-                    xxh3.fingerprint_copy(b, dst.ptr)
-                }
-            };
+            fp = unsafe { xxh3.fingerprint_into(b, dst) };
         })?;
         if !direct {
             medium.write_stream(i as u64 * bs, b)?;
