@@ -729,8 +729,8 @@ impl Engine {
     /// Phase 2: data durable, then entries and reverse map durable (published by [`Self::publish`]).
     fn persist(&self, ctx: &mut WriteCtx, t: &mut IoTally) -> Result<()> {
         if !ctx.new_blocks.is_empty() {
-            // New blocks were streamed (`write_stream`): one fence orders them all before the
-            // entries that name them.
+            // New blocks were written and flushed (`fill_with` / `write_stream`): one fence
+            // orders them all before the entries that name them.
             self.medium.fence()?;
         }
         if ctx.created.is_empty() && ctx.touched.is_empty() {

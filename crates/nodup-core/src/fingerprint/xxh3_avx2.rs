@@ -178,12 +178,13 @@ unsafe fn long_avx2(input: &[u8]) -> u64 {
     long_avx2_impl::<NO_COPY>(input, std::ptr::null_mut())
 }
 
-/// The long-input loop; with `COPY`, every stripe is also streamed to `dst` at its offset (the
-/// stripes cover the whole input; the last one, at `len - 64`, rewrites bytes of its
-/// predecessors unless `len` is a multiple of 64).
+/// The long-input loop; with `COPY` = `STREAM` or `STORE`, every stripe is also written to
+/// `dst` at its offset, with non-temporal or ordinary stores (the stripes cover the whole input;
+/// the last one, at `len - 64`, rewrites bytes of its predecessors unless `len` is a multiple
+/// of 64).
 ///
 /// # Safety
-/// The CPU must support AVX2; `input.len() > 240`; with `COPY`, `dst` is valid for writes of
+/// The CPU must support AVX2; `input.len() > 240`; unless `COPY` = `NO_COPY`, `dst` is valid for writes of
 /// `input.len()` bytes, does not overlap `input`, is 64-byte aligned, and `input.len()` is a
 /// multiple of 64.
 #[cfg(target_arch = "x86_64")]
