@@ -185,8 +185,8 @@ unsafe fn long_avx2(input: &[u8]) -> u64 {
 ///
 /// # Safety
 /// The CPU must support AVX2; `input.len() > 240`; unless `COPY` = `NO_COPY`, `dst` is valid
-/// for writes of `input.len()` bytes, does not overlap `input`, is 64-byte aligned, and `input.len()` is a
-/// multiple of 64.
+/// for writes of `input.len()` bytes, does not overlap `input`, is 64-byte aligned, and
+/// `input.len()` is a multiple of 64.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[inline]
