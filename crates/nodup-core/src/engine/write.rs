@@ -234,7 +234,15 @@ impl Engine {
                 // decide them together. Their index slots load meanwhile, and the lookups'
                 // locked instructions wait for the staged copies to drain once per group
                 // rather than once per block.
-                for (j, b) in blocks.iter().enumerate().take((i + group).min(n)).skip(i) {
+                let end = (i + group).min(n);
+                if self.fused && ctx.ahead.len() < end - i {
+                    // Every block of the group is claimed under one allocator lock before the
+                    // first copy: a lock taken between two copies waits for the first one's
+                    // stores to drain.
+                    let want = end - i - ctx.ahead.len();
+                    self.alloc.alloc_batch(&mut ctx.apool, want, &mut ctx.ahead);
+                }
+                for (j, b) in blocks.iter().enumerate().take(end).skip(i) {
                     early.push_back(self.stage(ctx, j, b, t)?);
                 }
             }
