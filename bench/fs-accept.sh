@@ -48,14 +48,25 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$WORK" "$MNT"
 
-median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+source bench/lib.sh
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b+0 == 0) print "nan"; else printf "%.2f", a/b }'; }
 
-# fio_bw DIR BS DUP -> MiB/s of a sequential write of SIZE with end_fsync.
+# fio_bw DIR BS DUP -> "MiB/s stolen_share" of a sequential write of SIZE with end_fsync.
 fio_bw() {
-  fio --name=w --directory="$1" --ioengine=sync --rw=write --bs="$2" --size="$SIZE" --numjobs=1 \
+  local s0 s1 t0 t1 bw
+  s0=$(steal_ticks); t0=$(date +%s.%N)
+  bw=$(fio --name=w --directory="$1" --ioengine=sync --rw=write --bs="$2" --size="$SIZE" --numjobs=1 \
     --end_fsync=1 --dedupe_percentage="$3" --output-format=json 2>/dev/null |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["write"]["bw"]/1024)'
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["write"]["bw"]/1024)')
+  s1=$(steal_ticks); t1=$(date +%s.%N)
+  echo "$bw $(steal_share $((s1 - s0)) "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')")"
+}
+# bw_add KEY DIR BS DUP: one fio run; its MiB/s goes to BW[KEY], its stolen CPU share to ST[KEY].
+bw_add() {
+  local bw st
+  read -r bw st < <(fio_bw "$2" "$3" "$4")
+  BW[$1]+="$bw "
+  ST[$1]+="$st "
 }
 
 # nodup_up POLICY [mount args...]: fresh image, mounted at $MNT.
@@ -70,14 +81,14 @@ nodup_pid() { pgrep -f "nodup mount $IMG" | head -1; }
 # Anonymous resident memory: VmRSS would also count the pages of the mapped image on /dev/shm.
 rss_kib() { awk '/RssAnon/ {print $2}' "/proc/$1/status"; }
 
-declare -A BW
+declare -A BW ST
 echo "fio runs: RUNS=$RUNS SIZE=$SIZE" >&2
 for run in $(seq "$RUNS"); do
   for bs in 4k 1m; do
     for dup in 0 75; do
       for policy in light none; do
         nodup_up $policy
-        BW[$policy,$bs,$dup]+="$(fio_bw "$MNT" $bs $dup) "
+        bw_add "$policy,$bs,$dup" "$MNT" $bs $dup
         if [[ $policy == light && $dup == 75 && $bs == 1m ]]; then
           RSS_NODUP=$(rss_kib "$(nodup_pid)")
         fi
@@ -86,14 +97,14 @@ for run in $(seq "$RUNS"); do
       # bindfs over tmpfs: the FUSE passthrough ceiling.
       mkdir -p "$WORK/bindsrc"
       bindfs "$WORK/bindsrc" "$MNT"
-      BW[bindfs,$bs,$dup]+="$(fio_bw "$MNT" $bs $dup) "
+      bw_add "bindfs,$bs,$dup" "$MNT" $bs $dup
       fusermount3 -u "$MNT"
       rm -rf "$WORK/bindsrc"
     done
     # writeback cache: same policy, 4k, with and without.
     if [[ $bs == 4k ]]; then
       nodup_up light --writeback-cache
-      BW[light-wb,4k,0]+="$(fio_bw "$MNT" 4k 0) "
+      bw_add "light-wb,4k,0" "$MNT" 4k 0
       nodup_down
     fi
   done
@@ -109,7 +120,7 @@ if command -v zfs-fuse >/dev/null; then
     ZFS_OK=1
     for run in $(seq "$RUNS"); do
       for bs in 4k 1m; do
-        BW[zfs,$bs,75]+="$(fio_bw "$MNT" $bs 75) "
+        bw_add "zfs,$bs,75" "$MNT" $bs 75
         RSS_ZFS=$(rss_kib "$(cat $ZPID)")
         rm -f "$MNT"/w.*
       done
@@ -177,10 +188,12 @@ nodup_down
   echo
   echo "Recovery, 4 GiB image with $RSIZE of files: failure recovery (mount after kill -9) ${t_fail}s, fsck after it: $FSCK; normal remount ${t_norm}s (target < 1 s)"
   echo
-  echo "Every run's MiB/s, in run order (the medians above come from these):"
+  echo "Every run's MiB/s, in run order (the medians above come from these), and each run's stolen CPU share"
+  echo "(/proc/stat steal over the run as a share of the machine's CPU time: the hypervisor's other guests)."
+  echo "Largest steal of any fio run: $(printf '%s\n' "${ST[@]}" | tr ' ' '\n' | grep . | sort -g | tail -1)."
   echo
   for k in $(printf '%s\n' "${!BW[@]}" | sort); do
-    echo "- $k: ${BW[$k]}"
+    echo "- $k: ${BW[$k]}(steal ${ST[$k]% })"
   done
   # Hand-written analysis of the latest figures, kept across reruns.
   notes=${OUT%.md}-notes.md

@@ -40,21 +40,16 @@ trap cleanup EXIT
 mkdir -p "$WORK" "$MNT"
 
 STEAL_MAX=${STEAL_MAX:-0.05}
-NCPU=$(nproc)
-HZ=$(getconf CLK_TCK)
-# Stolen CPU time so far, in clock ticks summed over all CPUs (8th value of the cpu line).
-steal_ticks() { awk '/^cpu / {print $9}' /proc/stat; }
+source bench/lib.sh
 # timed_copy DEST: cp -a the source to DEST; prints "wall_seconds stolen_share".
 timed_copy() {
   local s0 s1 wall
   s0=$(steal_ticks)
   wall=$( { /usr/bin/time -f %e cp -a "$SRC" "$1"; } 2>&1 | tail -1)
   s1=$(steal_ticks)
-  awk -v w="$wall" -v d="$((s1 - s0))" -v hz="$HZ" -v n="$NCPU" \
-    'BEGIN { printf "%s %.3f\n", w, (w > 0) ? d / hz / (w * n) : 0 }'
+  echo "$wall $(steal_share $((s1 - s0)) "$wall")"
 }
 
-median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
 SRC=$WORK/src
 TARBALL=/usr/src/linux-source-6.1.tar.xz

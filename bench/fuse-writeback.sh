@@ -33,7 +33,7 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$WORK" "$MNT"
 
-median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+source bench/lib.sh
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b+0 == 0) print "nan"; else printf "%.2f", a/b }'; }
 
 # fio_bw DIR BS -> MiB/s of a sequential write of SIZE (all unique) with end_fsync.

@@ -31,7 +31,7 @@ mkdir -p "$WORK" "$MNT" docs/results
 field() { python3 -c 'import json,sys; v=json.load(sys.stdin)
 for k in sys.argv[1].split("."): v=v[k]
 print(v)' "$1"; }
-median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+source bench/lib.sh
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a/b }'; }
 
 "$NODUP" trace gen --size "$SIZE" --dup-ratio 0.75 --run-length geom:256 --seed 42 -o "$WORK/gen.fiu" 2>/dev/null

@@ -1,0 +1,14 @@
+# Shared helpers of the bench scripts (sourced, not run).
+
+# median: the median of the numbers on stdin, one per line ("nan" when there are none).
+median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+# Stolen CPU time so far, in clock ticks summed over all CPUs (8th value of /proc/stat's cpu line):
+# time the hypervisor gave to other guests instead of ours, which slows a run without any cause in it.
+steal_ticks() { awk '/^cpu / {print $9}' /proc/stat; }
+
+# steal_share TICKS WALL_SECONDS: stolen ticks as a share of the machine's CPU time over WALL_SECONDS.
+steal_share() {
+  awk -v d="$1" -v w="$2" -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" \
+    'BEGIN { printf "%.3f\n", (w > 0) ? d / hz / (w * n) : 0 }'
+}
