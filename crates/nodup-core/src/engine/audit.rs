@@ -17,6 +17,9 @@ pub struct AuditReport {
     pub indexed_entries: u64,
     /// Valid entries whose fingerprint does not match their block's content.
     pub fp_mismatches: u64,
+    /// The blocks of those entries (a crash may leave one for a write call in flight, whose
+    /// block nobody references yet; failure recovery drops it).
+    pub fp_mismatch_blocks: Vec<BlockNr>,
     /// Human-readable descriptions of every inconsistency (empty = consistent).
     pub problems: Vec<String>,
 }
@@ -90,6 +93,7 @@ impl Engine {
                 .read(e.blocknr * BLOCK_SIZE as u64, &mut block)?;
             if self.fpr.fingerprint(&block) != e.fp {
                 rep.fp_mismatches += 1;
+                rep.fp_mismatch_blocks.push(e.blocknr);
                 problems.push(format!(
                     "entry {loc}: block {b} does not match its fingerprint"
                 ));

@@ -627,18 +627,19 @@ impl Engine {
         st: &mut CallStats,
     ) -> Result<Option<(BlockNr, Option<Prev>)>> {
         let fp = self.meta.read_u64(t, target + OFF_FP)?;
-        let (sh, h) = self.index.lock(fp);
-        // The hint is only a guess: the target must still be the committed entry of `fp`
-        // (an entry freed or reused since the hint was written is not in the index under it).
-        let live = sh.pending_at(target).is_none()
-            && sh
-                .table
-                .find(h, |ent| (loc_of(ent) == target).then_some(()))
-                .is_some();
-        if !live {
+        let (sh, _) = self.index.lock(fp);
+        // The hint is only a guess, checked on the entry itself as the paper's SP does, without
+        // probing the index (a cache miss per block that cost more than SP saves on DRAM).
+        // Under the lock of `fp`'s shard, a slot that holds `fp` and a valid block number is the
+        // committed entry of `fp`, unless it is pending here (a call still in flight): freeing
+        // clears the block number and unindexes under this lock, rollback clears before it
+        // unlocks, and a new entry's block number is stored last, after its fingerprint is
+        // durable (`persist`), and read first here. The byte comparison then proves the
+        // duplicate.
+        if sh.pending_at(target).is_some() {
             return Ok(None);
         }
-        let e = self.meta.read_entry(t, target)?;
+        let e = self.meta.read_entry_ordered(t, target)?;
         if !e.is_valid() || e.fp != fp || !self.in_data(e.blocknr) {
             return Ok(None);
         }
@@ -757,11 +758,19 @@ impl Engine {
                 refcount: c.refs,
                 hint: c.hint.0,
             };
-            self.meta.write_entry(t, c.loc, &e)?;
+            self.meta.write_entry_body(t, c.loc, &e)?;
             self.meta
                 .write_u64(t, self.revmap.slot_off(c.blocknr), c.loc)?;
             eruns.add(mm, c.loc, 32);
             rruns.add(mm, self.revmap.slot_off(c.blocknr), 8);
+        }
+        // Each new entry's block number is stored after the rest of it: a speculating writer
+        // reads a hinted slot without the index (see `speculate`) and must never see a valid
+        // block number beside the fingerprint of the slot's previous life. (A crash may still
+        // make the block number durable without the rest; that entry belongs to this call, whose
+        // blocks nobody references yet, so failure recovery drops it.)
+        for c in &ctx.created {
+            self.meta.publish_blocknr(t, c.loc, c.blocknr)?;
         }
         eruns.finish(mm);
         rruns.finish(mm);
@@ -806,12 +815,14 @@ impl Engine {
         let mm = &**self.meta.medium();
         for c in &ctx.created {
             let (mut sh, h) = self.index.lock(c.fp);
+            // blocknr and refcount to zero: the slot is free again (it may hold a complete
+            // entry if the call failed after writing it). Cleared before the lock is dropped,
+            // so a speculating writer never finds it valid once it is neither pending nor
+            // indexed.
+            res = res.and(self.meta.write(t, c.loc + OFF_BLOCKNR, &[0u8; 16]));
             sh.unpend(c.loc);
             sh.table.remove(h, ent_of(c.loc));
             drop(sh);
-            // blocknr and refcount to zero: the slot is free again (it may hold a complete
-            // entry if the call failed after writing it).
-            res = res.and(self.meta.write(t, c.loc + OFF_BLOCKNR, &[0u8; 16]));
             mm.flush(c.loc + OFF_BLOCKNR, 16);
             let slot = self.revmap.slot_off(c.blocknr);
             res = res.and(self.meta.write_u64(t, slot, 0));

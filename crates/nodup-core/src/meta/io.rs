@@ -90,6 +90,47 @@ impl MetaIo {
         Ok(super::record::DedupEntry::from_bytes(&b))
     }
 
+    /// Write everything of a new entry but its block number (not flushed). The slot keeps the
+    /// reserved marker there until [`MetaIo::publish_blocknr`], so a concurrent reader that
+    /// reads the block number first ([`MetaIo::read_entry_ordered`]) never sees a valid block
+    /// number beside a stale fingerprint (a reused slot's old one).
+    #[inline]
+    pub fn write_entry_body(
+        &self,
+        t: &mut IoTally,
+        loc: u64,
+        e: &super::record::DedupEntry,
+    ) -> Result<()> {
+        use super::record::{OFF_BLOCKNR, OFF_REFCOUNT};
+        let b = e.to_bytes();
+        self.write(t, loc, &b[..OFF_BLOCKNR as usize])?;
+        self.write(t, loc + OFF_REFCOUNT, &b[OFF_REFCOUNT as usize..])
+    }
+
+    /// Store a new entry's block number, the store that makes it valid (not flushed), ordered
+    /// after the entry's other stores.
+    #[inline]
+    pub fn publish_blocknr(&self, t: &mut IoTally, loc: u64, blocknr: u64) -> Result<()> {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        self.write_u64(t, loc + super::record::OFF_BLOCKNR, blocknr)
+    }
+
+    /// Read one entry, its block number first: the counterpart of the write order above, for
+    /// a reader that holds no lock excluding the entry's writer (it sees a valid block number
+    /// only with the fingerprint and count written before it).
+    #[inline]
+    pub fn read_entry_ordered(
+        &self,
+        t: &mut IoTally,
+        loc: u64,
+    ) -> Result<super::record::DedupEntry> {
+        let blocknr = self.read_u64(t, loc + super::record::OFF_BLOCKNR)?;
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        let mut e = self.read_entry(t, loc)?;
+        e.blocknr = blocknr;
+        Ok(e)
+    }
+
     /// Write one 32-byte entry (not flushed).
     #[inline]
     pub fn write_entry(
