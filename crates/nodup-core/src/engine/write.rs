@@ -758,19 +758,17 @@ impl Engine {
                 refcount: c.refs,
                 hint: c.hint.0,
             };
+            // The block number last: a speculating writer reads a hinted slot without the
+            // index (see `speculate`) and must never see a valid block number beside the
+            // fingerprint of the slot's previous life. (Random crash states, beyond what
+            // write-back produces, may still persist it alone; that entry belongs to this
+            // call, whose blocks nobody references yet, and failure recovery drops it.)
             self.meta.write_entry_body(t, c.loc, &e)?;
+            self.meta.publish_blocknr(t, c.loc, c.blocknr)?;
             self.meta
                 .write_u64(t, self.revmap.slot_off(c.blocknr), c.loc)?;
             eruns.add(mm, c.loc, 32);
             rruns.add(mm, self.revmap.slot_off(c.blocknr), 8);
-        }
-        // Each new entry's block number is stored after the rest of it: a speculating writer
-        // reads a hinted slot without the index (see `speculate`) and must never see a valid
-        // block number beside the fingerprint of the slot's previous life. (A crash may still
-        // make the block number durable without the rest; that entry belongs to this call, whose
-        // blocks nobody references yet, so failure recovery drops it.)
-        for c in &ctx.created {
-            self.meta.publish_blocknr(t, c.loc, c.blocknr)?;
         }
         eruns.finish(mm);
         rruns.finish(mm);
