@@ -90,11 +90,10 @@ impl MetaIo {
         Ok(super::record::DedupEntry::from_bytes(&b))
     }
 
-    /// Write everything of a new entry but its block number (not flushed): one entry store
-    /// with the reserved marker the claimed slot already holds, so a concurrent reader that
+    /// Write everything of a new entry but its block number (not flushed). The slot keeps the
+    /// reserved marker there until [`MetaIo::publish_blocknr`], so a concurrent reader that
     /// reads the block number first ([`MetaIo::read_entry_ordered`]) never sees a valid block
-    /// number beside a stale fingerprint (a reused slot's old one) until
-    /// [`MetaIo::publish_blocknr`].
+    /// number beside a stale fingerprint (a reused slot's old one).
     #[inline]
     pub fn write_entry_body(
         &self,
@@ -102,11 +101,10 @@ impl MetaIo {
         loc: u64,
         e: &super::record::DedupEntry,
     ) -> Result<()> {
-        let body = super::record::DedupEntry {
-            blocknr: super::record::RESERVED,
-            ..*e
-        };
-        self.write_entry(t, loc, &body)
+        use super::record::{OFF_BLOCKNR, OFF_REFCOUNT};
+        let b = e.to_bytes();
+        self.write(t, loc, &b[..OFF_BLOCKNR as usize])?;
+        self.write(t, loc + OFF_REFCOUNT, &b[OFF_REFCOUNT as usize..])
     }
 
     /// Store a new entry's block number, the store that makes it valid (not flushed), ordered
