@@ -1,6 +1,7 @@
 //! Per-file block map: file block number -> physical block (0 = hole), kept sparse in DRAM as
 //! fixed-size chunks so files with huge holes (or > 4 GiB) cost memory only where data lives.
 
+use crate::persist::ChunkSet;
 use nodup_core::BlockNr;
 use std::collections::BTreeMap;
 
@@ -14,14 +15,79 @@ pub const DIRECT: u64 = 512;
 /// Blocks below [`DIRECT`] live in a vector sized to the highest one mapped (most files are
 /// small); blocks above live in fixed-size chunks keyed by chunk number, so huge sparse files
 /// cost memory only where data is.
+///
+/// Checkpoints persist a map in units of [`CHUNK`] file blocks (unit 0 is the direct part), so
+/// the map remembers which units changed since the last checkpoint took them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BlockMap {
     direct: Vec<BlockNr>,
     chunks: BTreeMap<u64, Box<[BlockNr; CHUNK as usize]>>,
     mapped: u64,
+    dirty: ChunkSet,
+}
+
+/// Checkpoint unit of file block `fb`.
+pub fn unit_of(fb: u64) -> u64 {
+    if fb < DIRECT {
+        0
+    } else {
+        1 + (fb - DIRECT) / CHUNK
+    }
+}
+
+/// First file block of checkpoint unit `u`.
+pub fn unit_start(u: u64) -> u64 {
+    if u == 0 {
+        0
+    } else {
+        DIRECT + (u - 1) * CHUNK
+    }
 }
 
 impl BlockMap {
+    /// Units changed since the last [`BlockMap::take_dirty`].
+    pub fn take_dirty(&mut self) -> Vec<u64> {
+        self.dirty.take()
+    }
+
+    /// Mark unit `u` changed (it is written again by the next checkpoint).
+    pub fn mark_dirty(&mut self, u: u64) {
+        self.dirty.insert(u);
+    }
+
+    /// Number of units marked changed.
+    pub fn dirty_units(&self) -> usize {
+        self.dirty.len()
+    }
+
+    /// Units that map at least one block, ascending.
+    pub fn units(&self) -> Vec<u64> {
+        let mut v = Vec::with_capacity(self.chunks.len() + 1);
+        if !self.direct.is_empty() {
+            v.push(0);
+        }
+        v.extend(self.chunks.keys().map(|k| k + 1));
+        v
+    }
+
+    /// The mappings of unit `u` as (index inside the unit, physical block), ascending.
+    pub fn unit_entries(&self, u: u64) -> Vec<(u32, BlockNr)> {
+        let slice: &[BlockNr] = if u == 0 {
+            &self.direct
+        } else {
+            match self.chunks.get(&(u - 1)) {
+                Some(c) => &c[..],
+                None => &[],
+            }
+        };
+        slice
+            .iter()
+            .enumerate()
+            .filter(|(_, &b)| b != 0)
+            .map(|(i, &b)| (i as u32, b))
+            .collect()
+    }
+
     /// Physical block of file block `fb` (0 = hole).
     pub fn get(&self, fb: u64) -> BlockNr {
         if fb < DIRECT {
@@ -35,6 +101,14 @@ impl BlockMap {
 
     /// Map `fb` to `phys` (0 unmaps); returns the previous block (0 if it was a hole).
     pub fn set(&mut self, fb: u64, phys: BlockNr) -> BlockNr {
+        let old = self.set_inner(fb, phys);
+        if old != phys {
+            self.dirty.insert(unit_of(fb));
+        }
+        old
+    }
+
+    fn set_inner(&mut self, fb: u64, phys: BlockNr) -> BlockNr {
         let old = if fb < DIRECT {
             let i = fb as usize;
             if phys == 0 {
@@ -149,6 +223,9 @@ impl BlockMap {
 
     /// Unmap everything; returns the blocks that were mapped.
     pub fn clear(&mut self) -> Vec<BlockNr> {
+        for u in self.units() {
+            self.dirty.insert(u);
+        }
         let out: Vec<BlockNr> = self.blocks().collect();
         self.direct = Vec::new();
         self.chunks.clear();

@@ -35,6 +35,10 @@ pub enum ChainKind {
     Checkpoint = 1,
     /// The operation log since that snapshot.
     Log = 2,
+    /// A checkpoint segment: inode units written by one incremental checkpoint.
+    Segment = 3,
+    /// The checkpoint manifest: the list of live segments.
+    Manifest = 4,
 }
 
 fn header(kind: ChainKind, gen: u64, index: u64) -> [u8; off::PAYLOAD] {
@@ -61,10 +65,12 @@ fn boff(b: BlockNr) -> u64 {
 pub struct ChainWriter {
     kind: ChainKind,
     gen: u64,
+    /// Chain index of `blocks[0]` (a log drops its oldest blocks at each checkpoint).
+    first_index: u64,
     blocks: Vec<BlockNr>,
     /// Bytes used in the payload of the last block.
     pos: usize,
-    /// Total payload bytes appended.
+    /// Payload bytes appended through this writer (or since [`ChainWriter::resume`]).
     bytes: u64,
 }
 
@@ -78,27 +84,56 @@ impl ChainWriter {
         Ok(ChainWriter {
             kind,
             gen,
+            first_index: 0,
             blocks: vec![first],
             pos: 0,
             bytes: 0,
         })
     }
 
-    /// Continue a chain read back by [`read_chain`] (after replay), appending after `payload_len` bytes.
-    pub fn resume(kind: ChainKind, gen: u64, blocks: Vec<BlockNr>, payload_len: u64) -> Self {
-        let full = (blocks.len() as u64 - 1) * PAYLOAD as u64;
+    /// Continue a chain read back by [`ChainReader`]: `blocks` are consecutive chain blocks
+    /// starting at chain index `first_index`, and appending resumes at payload offset `pos` of
+    /// the last one. The caller has made sure nothing stale follows that point (see
+    /// [`cut_tail`]).
+    pub fn resume(
+        kind: ChainKind,
+        gen: u64,
+        first_index: u64,
+        blocks: Vec<BlockNr>,
+        pos: usize,
+    ) -> Self {
         ChainWriter {
             kind,
             gen,
+            first_index,
             blocks,
-            pos: (payload_len - full.min(payload_len)) as usize,
-            bytes: payload_len,
+            pos: pos.min(PAYLOAD),
+            bytes: 0,
         }
     }
 
     /// Blocks this chain occupies, in order.
     pub fn blocks(&self) -> &[BlockNr] {
         &self.blocks
+    }
+
+    /// Chain index of the first block still held.
+    pub fn first_index(&self) -> u64 {
+        self.first_index
+    }
+
+    /// Where the next byte goes: (block, its chain index, payload offset in it).
+    pub fn end(&self) -> (BlockNr, u64, usize) {
+        let last = self.blocks.len() - 1;
+        (self.blocks[last], self.first_index + last as u64, self.pos)
+    }
+
+    /// Forget the blocks with a chain index below `index` (the last block is always kept);
+    /// returns them so the caller can free them.
+    pub fn drop_before(&mut self, index: u64) -> Vec<BlockNr> {
+        let n = (index.saturating_sub(self.first_index) as usize).min(self.blocks.len() - 1);
+        self.first_index += n as u64;
+        self.blocks.drain(..n).collect()
     }
 
     /// Payload bytes appended so far.
@@ -136,7 +171,7 @@ impl ChainWriter {
                 let Some(&nb) = fresh.next() else {
                     return Err(FsError::Corrupt("chain append ran out of blocks".into()));
                 };
-                let idx = self.blocks.len() as u64;
+                let idx = self.first_index + self.blocks.len() as u64;
                 m.write(boff(nb), &header(self.kind, self.gen, idx))?;
                 m.flush(boff(nb), off::PAYLOAD as u64);
                 m.write(boff(nb) + off::NEXT as u64, &0u64.to_le_bytes())?;
@@ -160,8 +195,61 @@ impl ChainWriter {
     }
 }
 
-/// Read a chain from `head`: the blocks in order and the concatenated payload. Stops at the first
-/// block whose header does not match (kind, gen, index), at `next == 0`, or after `max_bytes`.
+/// Reads a chain block by block from any of its blocks, checking each header (kind, generation
+/// and consecutive index); stops at the first block that does not match, at `next == 0` or past
+/// the end of the medium. Memory use is one block.
+pub struct ChainReader<'a> {
+    m: &'a dyn Medium,
+    kind: ChainKind,
+    gen: u64,
+    next: BlockNr,
+    index: u64,
+    total: u64,
+    buf: Vec<u8>,
+}
+
+impl<'a> ChainReader<'a> {
+    /// Start at block `head`, which must carry chain index `index`.
+    pub fn new(
+        m: &'a dyn Medium,
+        head: BlockNr,
+        kind: ChainKind,
+        gen: u64,
+        index: u64,
+    ) -> ChainReader<'a> {
+        ChainReader {
+            m,
+            kind,
+            gen,
+            next: head,
+            index,
+            total: m.len() / BLOCK_SIZE as u64,
+            buf: vec![0u8; BLOCK_SIZE],
+        }
+    }
+
+    /// The next block of the chain: (block number, chain index, payload), or `None` at the end.
+    pub fn next_block(&mut self) -> Result<Option<(BlockNr, u64, &[u8])>> {
+        let cur = self.next;
+        if cur == 0 || cur >= self.total {
+            return Ok(None);
+        }
+        self.m.read(boff(cur), &mut self.buf)?;
+        if !header_ok(&self.buf, self.kind, self.gen, self.index) {
+            self.next = 0;
+            return Ok(None);
+        }
+        let mut n = [0u8; 8];
+        n.copy_from_slice(&self.buf[off::NEXT..off::NEXT + 8]);
+        self.next = u64::from_le_bytes(n);
+        let idx = self.index;
+        self.index += 1;
+        Ok(Some((cur, idx, &self.buf[off::PAYLOAD..])))
+    }
+}
+
+/// Read a whole chain from `head` (chain index 0): the blocks in order and the concatenated
+/// payload, at most `max_bytes` of it (see [`ChainReader`] for where it stops).
 pub fn read_chain(
     m: &dyn Medium,
     head: BlockNr,
@@ -169,24 +257,33 @@ pub fn read_chain(
     gen: u64,
     max_bytes: u64,
 ) -> Result<(Vec<BlockNr>, Vec<u8>)> {
-    let total = m.len() / BLOCK_SIZE as u64;
+    let mut r = ChainReader::new(m, head, kind, gen, 0);
     let mut blocks = Vec::new();
     let mut payload = Vec::new();
-    let mut cur = head;
-    let mut buf = vec![0u8; BLOCK_SIZE];
-    while cur != 0 && cur < total && (payload.len() as u64) < max_bytes {
-        m.read(boff(cur), &mut buf)?;
-        if !header_ok(&buf, kind, gen, blocks.len() as u64) {
+    while (payload.len() as u64) < max_bytes {
+        let Some((b, _, p)) = r.next_block()? else {
             break;
-        }
-        blocks.push(cur);
-        payload.extend_from_slice(&buf[off::PAYLOAD..]);
-        let mut n = [0u8; 8];
-        n.copy_from_slice(&buf[off::NEXT..off::NEXT + 8]);
-        cur = u64::from_le_bytes(n);
+        };
+        blocks.push(b);
+        payload.extend_from_slice(p);
     }
     payload.truncate(max_bytes.min(payload.len() as u64) as usize);
     Ok((blocks, payload))
+}
+
+/// Make `block` the end of its chain from payload offset `pos` on: zero the rest of its payload
+/// and its `next` link, so bytes left there by an interrupted run can never be read as part of
+/// the chain once appending resumes at `pos`. Flushed and fenced.
+pub fn cut_tail(m: &dyn Medium, block: BlockNr, pos: usize) -> Result<()> {
+    let pos = pos.min(PAYLOAD);
+    let at = boff(block) + (off::PAYLOAD + pos) as u64;
+    m.write(at, &vec![0u8; PAYLOAD - pos])?;
+    m.flush(at, (PAYLOAD - pos) as u64);
+    let nx = boff(block) + off::NEXT as u64;
+    m.write(nx, &0u64.to_le_bytes())?;
+    m.flush(nx, 8);
+    m.fence()?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,258 +1,727 @@
-//! Checkpoints: a full snapshot of the metadata (every inode with its attributes, xattrs, block
-//! map, directory entries or symlink target), written as a chain of fresh metadata blocks.
+//! Writing incremental checkpoints (see [`crate::persist`] for the format), the reserve of
+//! blocks that keeps one always possible, and when to take one.
 //!
-//! Payload layout (little endian): magic 8 ("NDCKPT01") | version 4 | next_ino 8 | inodes 8 |
-//! body_len 8 | body crc32c 4 | body. Per inode in the body: ino 8 | attr | xattr count 4 |
-//! (name, value)* | kind-specific part — file: run count 8, runs of (first file block 8,
-//! count 4, physical blocks 8 each); directory: parent 8, entry count 8, (name, ino 8)*;
-//! symlink: target. Byte strings are u32-length prefixed.
+//! A checkpoint runs in three steps:
+//! 1. **Cut** (under the gate, so no operation is half applied): the inodes changed since the
+//!    last checkpoint, and the live units of the segments chosen for cleaning, are encoded into
+//!    new segment payloads; the log position is noted. The time spent here is proportional to
+//!    what changed, not to the size of the file system, and is the only pause operations see.
+//! 2. **Write** (operations run again): the segments and a new manifest go to fresh blocks,
+//!    then, after a fence, the superblock names the new manifest and the cut.
+//! 3. **Free**: cleaned and emptied segments, the old manifest and the log blocks before the
+//!    cut go back to the engine.
+//!
+//! A failure in step 2 leaves the old checkpoint in force (the log still holds everything since
+//! its cut): the unit locations are put back and everything encoded is marked changed again.
 
-use crate::blockmap::BlockMap;
-use crate::codec::{Dec, Enc};
-use crate::dir::Directory;
-use crate::error::{FsError, Result};
-use crate::inode::{Attr, Body, Inode};
+use crate::chain::{ChainKind, ChainWriter, PAYLOAD};
+use crate::error::{errno, FsError, Result};
+use crate::fs::FileSystem;
+use crate::inode::{Body, Inode};
+use crate::log::writer::LogPos;
+use crate::persist::manifest::{Manifest, SegRef};
+use crate::persist::unit::{self, UnitKind};
+use crate::persist::{load, Loc, SegInfo};
 use crate::state::Tables;
-use crate::superblock::FS_VERSION;
-use std::collections::BTreeMap;
+use crate::superblock::{FLAG_CLEAN, FS_VERSION};
+use nodup_core::BlockNr;
+use std::time::Instant;
 
-/// Magic at the start of a checkpoint payload.
-pub const CKPT_MAGIC: [u8; 8] = *b"NDCKPT01";
-/// Bytes of the fixed header before the body.
-pub const HEADER: usize = 40;
+/// A checkpoint splits its units into segments of about this many payload bytes (1/1024 of the
+/// image, between 4 KiB and this), so cleaning can pick segments at a fine grain.
+pub const SEG_BYTES_MAX: usize = 1 << 20;
+/// Live bytes one (non-final) checkpoint rewrites at most to clean segments.
+pub const CLEAN_BUDGET: u64 = 4 << 20;
+/// Segments may hold this much more than their live bytes before cleaning starts (1/1024 of
+/// the image, between 4 KiB and this) ...
+pub const GARBAGE_SLACK_MAX: u64 = 256 << 10;
+/// ... or more than this share of garbage.
+pub const GARBAGE_RATIO: f64 = 0.5;
+/// Smallest and largest automatic log limit (see [`FileSystem::log_limit`]).
+pub const LOG_LIMIT_MIN: u64 = 256 << 10;
+/// See [`LOG_LIMIT_MIN`].
+pub const LOG_LIMIT_MAX: u64 = 64 << 20;
+/// A file system idle this long with changes not yet checkpointed takes a checkpoint.
+pub const IDLE_MS: u64 = 1000;
 
-fn enc_inode(e: &mut Enc, n: &Inode) {
-    e.u64(n.ino);
-    n.attr.enc(e);
-    e.u32(n.xattrs.len() as u32);
-    for (k, v) in &n.xattrs {
-        e.bytes(k);
-        e.bytes(v);
-    }
-    match &n.body {
-        Body::File(m) => {
-            // Runs of consecutive mapped file blocks.
-            let mut runs: Vec<(u64, Vec<u64>)> = Vec::new();
-            for (fb, b) in m.iter() {
-                match runs.last_mut() {
-                    Some((start, v))
-                        if *start + v.len() as u64 == fb && v.len() < u32::MAX as usize =>
-                    {
-                        v.push(b)
-                    }
-                    _ => runs.push((fb, vec![b])),
-                }
-            }
-            e.u64(runs.len() as u64);
-            for (start, v) in runs {
-                e.u64(start);
-                e.u32(v.len() as u32);
-                for b in v {
-                    e.u64(b);
-                }
-            }
+/// Counters of the checkpoints taken since the file system was opened.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CkptStats {
+    /// Checkpoints written.
+    pub count: u64,
+    /// Checkpoints that failed (and left the previous one in force).
+    pub failed: u64,
+    /// Seconds the last checkpoint took in all.
+    pub last_seconds: f64,
+    /// Seconds operations were paused by the last checkpoint (its cut).
+    pub last_pause_seconds: f64,
+    /// Longest pause of any checkpoint so far.
+    pub max_pause_seconds: f64,
+    /// Payload bytes the last checkpoint wrote (units + manifest).
+    pub last_bytes: u64,
+    /// Inodes whose units the last checkpoint wrote.
+    pub last_inodes: u64,
+    /// Segments cleaned (rewritten and freed) so far.
+    pub segments_cleaned: u64,
+}
+
+/// A unit whose location a checkpoint changed, and what it was before (for undo).
+enum Change {
+    Head(u64, Option<Loc>),
+    Unit(u64, u64, Option<Loc>),
+}
+
+/// New segments being assembled by a cut.
+struct Builder {
+    seg_bytes: usize,
+    segs: Vec<Vec<u8>>,
+    /// (inode, unit or None for the head, segment index, frame length) per unit written.
+    placed: Vec<(u64, Option<u64>, usize, u32)>,
+    /// (inode, unit) of units that became empty.
+    gone: Vec<(u64, u64)>,
+}
+
+impl Builder {
+    fn cur(&mut self) -> (usize, &mut Vec<u8>) {
+        if self.segs.last().is_none_or(|s| s.len() >= self.seg_bytes) {
+            self.segs.push(Vec::with_capacity(64 << 10));
         }
-        Body::Dir(d) => {
-            e.u64(d.parent);
-            e.u64(d.len() as u64);
-            // Cookie (creation) order, so readdir order survives a remount.
-            for (_, name, ino) in d.entries_after(0) {
-                e.bytes(name);
-                e.u64(ino);
-            }
-        }
-        Body::Symlink(t) => e.bytes(t),
-        Body::Special => {}
+        let i = self.segs.len() - 1;
+        (i, &mut self.segs[i])
     }
-}
 
-fn dec_inode(d: &mut Dec) -> Result<Inode> {
-    let ino = d.u64()?;
-    let attr = Attr::dec(d)?;
-    let nx = d.u32()?;
-    let mut xattrs = BTreeMap::new();
-    for _ in 0..nx {
-        let k = d.bytes()?;
-        xattrs.insert(k, d.bytes()?);
-    }
-    let body = match attr.kind {
-        crate::inode::Kind::File => {
-            let mut m = BlockMap::default();
-            let runs = d.u64()?;
-            for _ in 0..runs {
-                let start = d.u64()?;
-                let n = d.u32()? as u64;
-                for i in 0..n {
-                    m.set(start + i, d.u64()?);
-                }
-            }
-            Body::File(m)
-        }
-        crate::inode::Kind::Dir => {
-            let mut dir = Directory::new(d.u64()?);
-            let n = d.u64()?;
-            for _ in 0..n {
-                let name = d.bytes()?;
-                dir.insert(&name, d.u64()?);
-            }
-            Body::Dir(dir)
-        }
-        crate::inode::Kind::Symlink => Body::Symlink(d.bytes()?),
-        _ => Body::Special,
-    };
-    Ok(Inode {
-        ino,
-        attr,
-        xattrs,
-        body,
-        open_count: 0,
-    })
-}
-
-/// Serialize the whole inode table.
-pub fn encode(t: &Tables) -> Vec<u8> {
-    let mut body = Enc::with_capacity(64 * t.inodes.len() + 4096);
-    let mut inos: Vec<u64> = t.inodes.keys().copied().collect();
-    inos.sort_unstable();
-    for ino in &inos {
-        if let Some(n) = t.inodes.get(ino) {
-            enc_inode(&mut body, &n.read());
-        }
-    }
-    let mut e = Enc::with_capacity(HEADER + body.buf.len());
-    e.buf.extend_from_slice(&CKPT_MAGIC);
-    e.u32(FS_VERSION);
-    e.u64(t.next_ino);
-    e.u64(inos.len() as u64);
-    e.u64(body.buf.len() as u64);
-    e.u32(crc32c::crc32c(&body.buf));
-    e.buf.extend_from_slice(&body.buf);
-    e.buf
-}
-
-/// Check a checkpoint payload's header and checksum without building anything.
-pub fn validate(payload: &[u8]) -> Result<()> {
-    header(payload).map(|_| ())
-}
-
-/// Validated header fields and body: (next_ino, inode count, body).
-fn header(payload: &[u8]) -> Result<(u64, u64, &[u8])> {
-    if payload.len() < HEADER || payload[..8] != CKPT_MAGIC {
-        return Err(FsError::Corrupt("checkpoint header missing".into()));
-    }
-    let mut d = Dec::new(&payload[8..HEADER]);
-    let version = d.u32()?;
-    if version != FS_VERSION {
-        return Err(FsError::Version {
-            found: version,
-            supported: FS_VERSION,
-        });
-    }
-    let next_ino = d.u64()?;
-    let count = d.u64()?;
-    let len = d.u64()? as usize;
-    let crc = d.u32()?;
-    let body = payload
-        .get(HEADER..HEADER.saturating_add(len))
-        .ok_or_else(|| FsError::Corrupt("checkpoint shorter than its header says".into()))?;
-    if crc32c::crc32c(body) != crc {
-        return Err(FsError::Corrupt("checkpoint checksum mismatch".into()));
-    }
-    Ok((next_ino, count, body))
-}
-
-/// Rebuild the inode table from a checkpoint payload (validated: magic, version, checksum).
-pub fn decode(payload: &[u8]) -> Result<Tables> {
-    let (next_ino, count, body) = header(payload)?;
-    let mut t = Tables::default();
-    t.inodes.reserve(count.min(1 << 24) as usize);
-    let mut d = Dec::new(body);
-    for _ in 0..count {
-        t.insert(dec_inode(&mut d)?);
-    }
-    t.next_ino = t.next_ino.max(next_ino);
-    Ok(t)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::inode::{Kind, Ts};
-    use crate::log::record::Record;
-
-    #[test]
-    fn snapshot_roundtrip() {
-        let mut t = Tables::with_root(0, 0);
-        let now = Ts { sec: 1, nsec: 2 };
-        let attr = |kind| Attr {
-            kind,
-            perm: 0o644,
-            uid: 5,
-            gid: 6,
-            nlink: if kind == Kind::Dir { 2 } else { 1 },
-            size: 0,
-            rdev: 0,
-            atime: now,
-            mtime: now,
-            ctime: now,
+    /// Encode what changed in `n`.
+    fn take(&mut self, n: &mut Inode) {
+        n.ck.queued = false;
+        n.ck.est = 0;
+        let units = match &mut n.body {
+            Body::File(m) => m.take_dirty(),
+            Body::Dir(d) => d.take_dirty(),
+            _ => Vec::new(),
         };
-        t.apply(&Record::Create {
-            parent: 1,
-            name: b"f".to_vec(),
-            ino: 2,
-            attr: attr(Kind::File),
-            target: vec![],
-        })
-        .unwrap();
-        t.apply(&Record::Create {
-            parent: 1,
-            name: b"d".to_vec(),
-            ino: 3,
-            attr: attr(Kind::Dir),
-            target: vec![],
-        })
-        .unwrap();
-        t.apply(&Record::Create {
-            parent: 3,
-            name: b"l".to_vec(),
-            ino: 4,
-            attr: attr(Kind::Symlink),
-            target: b"../f".to_vec(),
-        })
-        .unwrap();
-        t.apply(&Record::Write {
-            ino: 2,
-            first: 3,
-            blocks: vec![100, 101, 102],
-            size: 6 << 30,
-            mtime: now,
-        })
-        .unwrap();
-        t.apply(&Record::Write {
-            ino: 2,
-            first: 1 << 20,
-            blocks: vec![100],
-            size: 6 << 30,
-            mtime: now,
-        })
-        .unwrap();
-        t.apply(&Record::SetXattr {
-            ino: 2,
-            name: b"user.a".to_vec(),
-            value: b"v".to_vec(),
-            now,
-        })
-        .unwrap();
-        let bytes = encode(&t);
-        let back = decode(&bytes).unwrap();
-        assert_eq!(back.inodes.len(), 4);
-        assert_eq!(back.next_ino, 5);
-        for (ino, n) in &t.inodes {
-            assert_eq!(*back.inodes[ino].read(), *n.read(), "inode {ino}");
+        // Unit 0 lives in the head, and a unit that appears or disappears changes the head's list.
+        let head = std::mem::take(&mut n.ck.head_dirty) || !units.is_empty();
+        if head {
+            let (si, buf) = self.cur();
+            let len = unit::encode_head(buf, n);
+            self.placed.push((n.ino, None, si, len));
         }
-        let mut bad = bytes.clone();
-        let last = bad.len() - 1;
-        bad[last] ^= 1;
-        assert!(decode(&bad).is_err());
+        for u in units.into_iter().filter(|&u| u != 0) {
+            let (si, buf) = self.cur();
+            let len = match &n.body {
+                Body::File(m) if !m.unit_entries(u).is_empty() => {
+                    Some(unit::encode_map_unit(buf, n.ino, u, m))
+                }
+                Body::Dir(d) if d.unit_entries(u).next().is_some() => {
+                    Some(unit::encode_dir_unit(buf, n.ino, u, d))
+                }
+                _ => None,
+            };
+            match len {
+                Some(len) => self.placed.push((n.ino, Some(u), si, len)),
+                None => self.gone.push((n.ino, u)),
+            }
+        }
     }
+}
+
+fn blocks_for(bytes: usize) -> usize {
+    bytes.div_ceil(PAYLOAD).max(1)
+}
+
+/// Mark the unit of `n` at (`kind`, `unit`) changed when its current copy is in segment `gen`.
+fn mark_if_in(n: &mut Inode, kind: UnitKind, u: u64, gen: u64, t: &Tables) {
+    let here = match kind {
+        UnitKind::Head => n.ck.head.is_some_and(|l| l.gen == gen),
+        _ => n.ck.units.get(&u).is_some_and(|l| l.gen == gen),
+    };
+    if !here {
+        return;
+    }
+    match &mut n.body {
+        Body::File(m) if kind == UnitKind::Map => m.mark_dirty(u),
+        Body::Dir(d) if kind == UnitKind::Dir => d.mark_dirty(u),
+        _ => {}
+    }
+    t.persist.touch(n, usize::from(kind != UnitKind::Head));
+}
+
+impl FileSystem {
+    /// Target payload bytes of one segment.
+    fn seg_bytes(&self) -> usize {
+        ((self.medium.len() / 1024) as usize).clamp(4 << 10, SEG_BYTES_MAX)
+    }
+
+    /// Garbage the segments may hold beyond [`GARBAGE_RATIO`] before cleaning starts.
+    fn garbage_slack(&self) -> u64 {
+        (self.medium.len() / 1024).clamp(4 << 10, GARBAGE_SLACK_MAX)
+    }
+
+    /// Log bytes (and estimated checkpoint bytes) at which the maintenance tick writes a
+    /// checkpoint: a fixed value when the options give one, else 1/256 of the image, between
+    /// [`LOG_LIMIT_MIN`] and [`LOG_LIMIT_MAX`], and never more than 1/8 of the free space.
+    pub fn log_limit(&self) -> u64 {
+        if self.fixed_log_limit != 0 {
+            return self.fixed_log_limit;
+        }
+        let image = self.medium.len();
+        let free = self.engine.allocator().free_blocks() * nodup_core::BLOCK_SIZE as u64;
+        (image / 256)
+            .clamp(LOG_LIMIT_MIN, LOG_LIMIT_MAX)
+            .min(free / 8)
+            .max(64 << 10)
+    }
+
+    /// Blocks the next checkpoint may need: its units (estimated from what changed), the
+    /// manifest, and a margin.
+    pub(crate) fn reserve_want(&self) -> usize {
+        let units = self.persist.estimate() + self.persist.estimate() / 4 + (64 << 10);
+        let segs = self.persist.segs.lock().len() + 2 + units as usize / self.seg_bytes();
+        blocks_for(units as usize) + segs + blocks_for(24 * segs + 64) + 4
+    }
+
+    /// Segments to clean by this checkpoint, oldest-emptiest first: every segment without live
+    /// units, and, while the segments hold more than [`GARBAGE_RATIO`] (plus
+    /// [`FileSystem::garbage_slack`]) garbage, the emptiest ones, within `budget` live bytes.
+    fn pick_victims(&self, budget: u64) -> Vec<(u64, SegRef)> {
+        let slack = self.garbage_slack() as f64;
+        let segs = self.persist.segs.lock();
+        let size = |s: &SegInfo| s.blocks.len() as u64 * nodup_core::BLOCK_SIZE as u64;
+        let mut total: u64 = segs.values().map(size).sum();
+        let live: u64 = segs.values().map(|s| s.live).sum();
+        let mut by_ratio: Vec<(f64, u64)> = segs
+            .iter()
+            .map(|(&g, s)| (s.live as f64 / size(s).max(1) as f64, g))
+            .collect();
+        by_ratio.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut spent = 0u64;
+        let mut out = Vec::new();
+        for (_, g) in by_ratio {
+            let s = &segs[&g];
+            let over = total as f64 > live as f64 / (1.0 - GARBAGE_RATIO) + slack;
+            if s.live > 0 && (!over || spent + s.live > budget) {
+                continue;
+            }
+            spent += s.live;
+            total = total - size(s) + s.live;
+            out.push((
+                g,
+                SegRef {
+                    head: s.blocks.first().copied().unwrap_or(0),
+                    gen: g,
+                    blocks: s.blocks.len() as u32,
+                    bytes: s.bytes,
+                },
+            ));
+        }
+        out
+    }
+
+    /// Write a checkpoint (see the module comment). `clean` is the final one of a clean
+    /// shutdown: it holds the gate throughout, drops unlinked inodes nobody has open any more,
+    /// cleans without a budget and sets the clean flag.
+    pub fn checkpoint(&self, clean: bool) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let _one = self.ckpt_lock.lock();
+        if self.is_shut_down() && !clean {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let r = self.checkpoint_locked(clean, t0);
+        let mut st = self.ckpt_stats.lock();
+        match &r {
+            Ok(()) => {
+                st.count += 1;
+                st.last_seconds = t0.elapsed().as_secs_f64();
+            }
+            Err(_) => st.failed += 1,
+        }
+        r
+    }
+
+    fn checkpoint_locked(&self, clean: bool, t0: Instant) -> Result<()> {
+        let m = &*self.medium;
+        // Room for cleaning: what the reserve and free space hold beyond this checkpoint's own
+        // units; no cleaning when space is short (it frees blocks only after the switch).
+        let spare_blocks = (self.meta.lock().reserve.len() as u64
+            + self.engine.allocator().free_blocks())
+        .saturating_sub(self.reserve_want() as u64 + 16);
+        let room = spare_blocks * PAYLOAD as u64;
+        let budget = if clean { room } else { room.min(CLEAN_BUDGET) };
+        let victims = self.pick_victims(budget);
+        // Which units each victim holds (read before the cut: media reads, no locks).
+        let mut victim_units: Vec<(UnitKind, u64, u64, u64)> = Vec::new();
+        for (g, s) in &victims {
+            if self.persist.segs.lock().get(g).is_some_and(|x| x.live == 0) {
+                continue;
+            }
+            let (_, payload) = load::read_segment(m, s)?;
+            unit::for_each_unit(&payload, &mut |r| {
+                victim_units.push((r.kind, r.ino, r.unit, *g));
+                Ok(())
+            })?;
+        }
+
+        // ---- 1. the cut
+        let gate = self.gate.write();
+        let tc = Instant::now();
+        let mut released = Vec::new();
+        if clean {
+            // Nobody can hold a handle after the final unmount: unlinked inodes go now, so a
+            // clean image never carries one.
+            let mut t = self.tables.write();
+            let orphans: Vec<u64> = t
+                .inodes
+                .iter()
+                .filter(|(_, n)| n.read().attr.nlink == 0)
+                .map(|(&i, _)| i)
+                .collect();
+            for ino in orphans {
+                if let Some(n) = t.remove_inode(ino) {
+                    let mut n = n.write();
+                    let mapped = n.map().map_or(0, |m| m.mapped());
+                    released.extend(n.map_mut().map(|m| m.clear()).unwrap_or_default());
+                    self.sub_mapped(mapped);
+                }
+            }
+        }
+        let t = self.tables.read();
+        for &(kind, ino, u, g) in &victim_units {
+            if let Some(node) = t.get(ino) {
+                mark_if_in(&mut node.write(), kind, u, g, &t);
+            }
+        }
+        let queue = self.persist.take_queue();
+        let mut b = Builder {
+            seg_bytes: self.seg_bytes(),
+            segs: Vec::new(),
+            placed: Vec::new(),
+            gone: Vec::new(),
+        };
+        let mut inodes = 0u64;
+        for &ino in &queue {
+            if let Some(node) = t.get(ino) {
+                b.take(&mut node.write());
+                inodes += 1;
+            }
+        }
+        let (pos, cut_counts) = {
+            let mut log = self.log.lock();
+            let pos = log.position();
+            (pos, log.mark_cut())
+        };
+        let next_ino = t.next_ino;
+        // Generations: one per new segment and one for the manifest.
+        let (gen0, man_gen) = {
+            let mut meta = self.meta.lock();
+            let g = meta.next_gen;
+            meta.next_gen += b.segs.len() as u64 + 1;
+            (g, g + b.segs.len() as u64)
+        };
+        // Point every written unit at its new copy; remember the old one.
+        let mut changes: Vec<Change> = Vec::with_capacity(b.placed.len() + b.gone.len());
+        let mut dead: Vec<Loc> = Vec::new();
+        let mut new_live = vec![0u64; b.segs.len()];
+        for &(ino, u, si, len) in &b.placed {
+            let Some(node) = t.get(ino) else { continue };
+            let mut n = node.write();
+            let loc = Loc {
+                gen: gen0 + si as u64,
+                bytes: len,
+            };
+            new_live[si] += len as u64;
+            let old = match u {
+                None => n.ck.head.replace(loc),
+                Some(u) => n.ck.units.insert(u, loc),
+            };
+            dead.extend(old);
+            changes.push(match u {
+                None => Change::Head(ino, old),
+                Some(u) => Change::Unit(ino, u, old),
+            });
+        }
+        for &(ino, u) in &b.gone {
+            let Some(node) = t.get(ino) else { continue };
+            let old = node.write().ck.units.remove(&u);
+            dead.extend(old);
+            changes.push(Change::Unit(ino, u, old));
+        }
+        drop(t);
+        self.persist.forget(dead.iter().copied());
+        let (manifest, dropped) = {
+            let mut segs = self.persist.segs.lock();
+            for (i, buf) in b.segs.iter().enumerate() {
+                segs.insert(
+                    gen0 + i as u64,
+                    SegInfo {
+                        blocks: Vec::new(),
+                        bytes: buf.len() as u32,
+                        live: new_live[i],
+                    },
+                );
+            }
+            let dropped: Vec<u64> = segs
+                .iter()
+                .filter(|(g, s)| s.live == 0 && **g < gen0)
+                .map(|(&g, _)| g)
+                .collect();
+            let man = Manifest {
+                next_ino,
+                segs: segs
+                    .iter()
+                    .filter(|(g, _)| !dropped.contains(g))
+                    .map(|(&g, s)| SegRef {
+                        head: s.blocks.first().copied().unwrap_or(0),
+                        gen: g,
+                        blocks: blocks_for(s.bytes as usize) as u32,
+                        bytes: s.bytes,
+                    })
+                    .collect(),
+            };
+            (man, dropped)
+        };
+        let pause = tc.elapsed().as_secs_f64();
+        let gate = if clean {
+            Some(gate)
+        } else {
+            drop(gate);
+            None
+        };
+
+        // ---- 2. write
+        let written = self.write_checkpoint(&b.segs, gen0, manifest, man_gen, &pos, clean);
+        let (man_blocks, pending) = match written {
+            Ok(x) => x,
+            Err(e) => {
+                self.undo_cut(&changes, &b, gen0, cut_counts);
+                drop(gate);
+                return Err(e);
+            }
+        };
+
+        // ---- 3. free
+        let mut free: Vec<BlockNr> = Vec::new();
+        {
+            let mut meta = self.meta.lock();
+            free.append(&mut std::mem::replace(&mut meta.manifest, man_blocks));
+            free.append(&mut meta.legacy);
+        }
+        {
+            let mut segs = self.persist.segs.lock();
+            for g in &dropped {
+                if let Some(s) = segs.remove(g) {
+                    free.extend(s.blocks);
+                }
+            }
+        }
+        free.extend(self.log.lock().drop_before(&pos));
+        drop(gate);
+        {
+            let mut st = self.ckpt_stats.lock();
+            st.last_pause_seconds = pause;
+            st.max_pause_seconds = st.max_pause_seconds.max(pause);
+            st.last_bytes = b.segs.iter().map(|s| s.len() as u64).sum();
+            st.last_inodes = inodes;
+            st.segments_cleaned += victims.len() as u64;
+        }
+        if !free.is_empty() {
+            self.engine.free_meta(&free)?;
+        }
+        // Releases waiting for durability are covered by the fence before the switch.
+        self.engine.release_batch(&pending)?;
+        if !released.is_empty() {
+            self.engine.release_batch(&released)?;
+        }
+        let _ = t0;
+        Ok(())
+    }
+
+    /// Step 2: segments, manifest, fence, superblock. Returns the manifest's blocks and the
+    /// deferred releases the fence made safe.
+    fn write_checkpoint(
+        &self,
+        segs: &[Vec<u8>],
+        gen0: u64,
+        mut manifest: Manifest,
+        man_gen: u64,
+        pos: &LogPos,
+        clean: bool,
+    ) -> Result<(Vec<BlockNr>, Vec<BlockNr>)> {
+        let m = &*self.medium;
+        let man_bytes = manifest_len(manifest.segs.len());
+        let need: usize =
+            segs.iter().map(|s| blocks_for(s.len())).sum::<usize>() + blocks_for(man_bytes);
+        let mut blocks = self.take_meta_blocks(need)?;
+        let give_back = |fs: &FileSystem, v: Vec<BlockNr>| fs.meta.lock().reserve.extend(v);
+        let r = (|| -> Result<Vec<BlockNr>> {
+            let mut at = 0;
+            for (i, s) in segs.iter().enumerate() {
+                let n = blocks_for(s.len());
+                let bl = &blocks[at..at + n];
+                at += n;
+                let gen = gen0 + i as u64;
+                let mut w = ChainWriter::start(m, ChainKind::Segment, gen, bl[0])?;
+                w.append(m, s, &bl[1..])?;
+                if let Some(e) = manifest.segs.iter_mut().find(|x| x.gen == gen) {
+                    e.head = bl[0];
+                }
+                if let Some(si) = self.persist.segs.lock().get_mut(&gen) {
+                    si.blocks = bl.to_vec();
+                }
+            }
+            let bytes = manifest.encode();
+            let bl = &blocks[at..];
+            let mut w = ChainWriter::start(m, ChainKind::Manifest, man_gen, bl[0])?;
+            w.append(m, &bytes, &bl[1..])?;
+            Ok(bl.to_vec())
+        })();
+        let man_blocks = match r {
+            Ok(b) => b,
+            Err(e) => {
+                give_back(self, std::mem::take(&mut blocks));
+                return Err(e);
+            }
+        };
+        let mut meta = self.meta.lock();
+        let pending = std::mem::take(&mut *self.pending.lock());
+        // Everything before the switch (data, segments, manifest) must be durable first.
+        let switched = m.fence().map_err(FsError::from).and_then(|()| {
+            let mut sb = meta.sb.clone();
+            sb.version = FS_VERSION;
+            sb.seq += 1;
+            sb.ckpt_head = man_blocks[0];
+            sb.ckpt_gen = man_gen;
+            sb.log_head = pos.block;
+            sb.log_gen = self.log.lock().gen();
+            sb.log_index = pos.index;
+            sb.log_off = pos.off as u32;
+            sb.log_seq = pos.seq;
+            sb.next_gen = meta.next_gen;
+            sb.flags = if clean { FLAG_CLEAN } else { 0 };
+            let slot = 1 - meta.slot;
+            self.switch_sb(&meta.sb, slot, &sb)?;
+            meta.sb = sb;
+            meta.slot = slot;
+            Ok(())
+        });
+        if let Err(e) = switched {
+            self.pending.lock().extend(pending);
+            meta.reserve.extend(blocks);
+            return Err(e);
+        }
+        Ok((man_blocks, pending))
+    }
+
+    /// Blocks for a checkpoint: the reserve first, then the engine.
+    fn take_meta_blocks(&self, need: usize) -> Result<Vec<BlockNr>> {
+        let mut meta = self.meta.lock();
+        let from_reserve = need.min(meta.reserve.len());
+        let mut blocks: Vec<BlockNr> = meta.reserve.drain(..from_reserve).collect();
+        if blocks.len() < need {
+            match self.engine.alloc_meta(need - blocks.len()) {
+                Ok(more) => blocks.extend(more),
+                Err(e) => {
+                    meta.reserve.append(&mut blocks);
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(blocks)
+    }
+
+    /// A checkpoint failed after its cut: every unit it moved points at its old copy again and
+    /// is marked changed, so the next checkpoint writes it.
+    fn undo_cut(&self, changes: &[Change], b: &Builder, gen0: u64, cut: (u64, u64)) {
+        let _g = self.gate.read();
+        let t = self.tables.read();
+        let mut revived: Vec<Loc> = Vec::new();
+        for c in changes.iter().rev() {
+            let (ino, u, old) = match c {
+                Change::Head(i, o) => (*i, None, *o),
+                Change::Unit(i, u, o) => (*i, Some(*u), *o),
+            };
+            let Some(node) = t.get(ino) else { continue };
+            let mut n = node.write();
+            match u {
+                None => n.ck.head = old,
+                Some(u) => {
+                    match old {
+                        Some(l) => n.ck.units.insert(u, l),
+                        None => n.ck.units.remove(&u),
+                    };
+                    match &mut n.body {
+                        Body::File(m) => m.mark_dirty(u),
+                        Body::Dir(d) => d.mark_dirty(u),
+                        _ => {}
+                    }
+                }
+            }
+            revived.extend(old);
+            t.persist.touch(&mut n, usize::from(u.is_some()));
+        }
+        let mut segs = self.persist.segs.lock();
+        for i in 0..b.segs.len() {
+            segs.remove(&(gen0 + i as u64));
+        }
+        for l in revived {
+            if let Some(s) = segs.get_mut(&l.gen) {
+                s.live += l.bytes as u64;
+            }
+        }
+        drop(segs);
+        self.log.lock().unmark_cut(cut);
+    }
+
+    /// Keep enough metadata blocks aside for the next checkpoint. Returns whether the reserve
+    /// is as large as wanted. The caller must not hold the gate.
+    pub(crate) fn top_up_reserve(&self) -> bool {
+        if self.is_shut_down() {
+            return true;
+        }
+        let want = self.reserve_want();
+        let mut meta = self.meta.lock();
+        if meta.reserve.len() < want {
+            if let Ok(more) = self.engine.alloc_meta(want - meta.reserve.len()) {
+                meta.reserve.extend(more);
+            }
+        } else if meta.reserve.len() > 2 * want + 64 {
+            // A burst of changes wanted a large reserve; give back what the next checkpoint
+            // will not need, so it shows as free space again.
+            let excess: Vec<BlockNr> = meta.reserve.drain(want..).collect();
+            drop(meta);
+            let _ = self.engine.free_meta(&excess);
+            return true;
+        }
+        meta.reserve.len() >= want
+    }
+
+    /// Would a checkpoint give blocks back? (log blocks before the end, deferred releases,
+    /// segments with garbage).
+    fn checkpoint_frees(&self) -> bool {
+        if self.log.lock().blocks().len() > 1 || !self.pending.lock().is_empty() {
+            return true;
+        }
+        let (_, bytes, live) = self.persist.seg_totals();
+        bytes > live + PAYLOAD as u64
+    }
+
+    /// Before an operation that takes `data_blocks` new data blocks and appends up to
+    /// `log_bytes` to the log: the checkpoint reserve must cover what changed, data must leave
+    /// some blocks free for log appends, and the log must have room. When that fails, a
+    /// checkpoint (which gives back the log before its cut and cleaned segments) and deferred
+    /// releases are tried first: ENOSPC only when the space is really used. The caller must
+    /// not hold the gate.
+    ///
+    /// `grows` is set for operations that add metadata (data writes, new inodes): they need the
+    /// full reserve. Others (unlink, rename, attribute changes) may borrow from it.
+    pub(crate) fn ensure_space(
+        &self,
+        data_blocks: u64,
+        grows: bool,
+        log_bytes: usize,
+    ) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        // A log far past its limit (the maintenance tick is late or absent) is folded in by
+        // the operation itself.
+        if self.log.lock().bytes() > 2 * self.log_limit() {
+            match self.checkpoint(false) {
+                Ok(()) => {}
+                Err(e) if e.errno() == libc::ENOSPC => {}
+                Err(e) => return Err(e),
+            }
+        }
+        for attempt in 0..2 {
+            let reserve_ok = !grows || self.top_up_reserve();
+            let free = self.engine.allocator().free_blocks();
+            let data_ok =
+                data_blocks == 0 || free >= data_blocks.saturating_add(crate::fs::LOG_HEADROOM);
+            if reserve_ok && data_ok && self.log_room(log_bytes) {
+                return Ok(());
+            }
+            if attempt == 1 {
+                break;
+            }
+            if !self.durable && !self.pending.lock().is_empty() {
+                self.sync()?;
+                continue;
+            }
+            if !self.checkpoint_frees() {
+                break;
+            }
+            match self.checkpoint(false) {
+                Ok(()) => {}
+                Err(e) if e.errno() == libc::ENOSPC => break,
+                Err(e) => return Err(e),
+            }
+        }
+        if !grows && self.lend_reserve(log_bytes) {
+            return Ok(());
+        }
+        errno(libc::ENOSPC)
+    }
+
+    /// Make sure the log can take `bytes` more without asking the allocator for blocks it
+    /// does not have (pre-fills the spare pool).
+    fn log_room(&self, bytes: usize) -> bool {
+        let short = self.log.lock().blocks_short(bytes);
+        if short == 0 {
+            return true;
+        }
+        let want = short.max(crate::log::writer::LOG_REFILL);
+        let got = self
+            .engine
+            .alloc_meta(want)
+            .or_else(|_| self.engine.alloc_meta(short));
+        match got {
+            Ok(b) => {
+                self.log.lock().spare.extend(b);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// On a full device, lend the log blocks from the checkpoint reserve so that removing
+    /// files (which frees space) still works; the reserve is topped up again later.
+    fn lend_reserve(&self, bytes: usize) -> bool {
+        let short = self.log.lock().blocks_short(bytes);
+        let mut meta = self.meta.lock();
+        if meta.reserve.len() < short {
+            return false;
+        }
+        let lent: Vec<BlockNr> = meta.reserve.drain(..short).collect();
+        drop(meta);
+        self.log.lock().spare.extend(lent);
+        true
+    }
+
+    /// Periodic work: make BlockFile state durable and hand back deferred releases, checkpoint
+    /// when the log or the changed metadata passed the limit or the file system is idle with
+    /// changes, keep the checkpoint reserve filled.
+    pub fn tick(&self) -> Result<()> {
+        if self.read_only || self.is_shut_down() {
+            return Ok(());
+        }
+        if !self.durable && !self.pending.lock().is_empty() {
+            self.sync()?;
+        }
+        let log_bytes = self.log.lock().bytes();
+        let changed = log_bytes > 0 || self.persist.queued() > 0;
+        let limit = self.log_limit();
+        let idle = self.idle_ms() >= IDLE_MS;
+        if log_bytes > limit || self.persist.estimate() > limit || (idle && changed) {
+            self.checkpoint(false)?;
+        }
+        self.top_up_reserve();
+        Ok(())
+    }
+}
+
+/// Encoded bytes of a manifest listing `n` segments.
+fn manifest_len(n: usize) -> usize {
+    crate::persist::manifest::HEADER + crate::persist::manifest::ENTRY * n + 4
 }

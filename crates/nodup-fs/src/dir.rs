@@ -1,7 +1,12 @@
 //! Directories: name -> inode, plus a stable per-entry cookie so readdir offsets survive
 //! concurrent inserts and removals (rm -rf reads and unlinks at the same time).
 
+use crate::persist::ChunkSet;
 use std::collections::BTreeMap;
+
+/// Cookies per checkpoint unit of a directory: checkpoints persist a directory in units of
+/// this many consecutive cookies, so a change rewrites one unit, not the whole directory.
+pub const UNIT_COOKIES: u64 = 128;
 
 /// One directory's entries.
 #[derive(Debug, Clone, Default)]
@@ -11,10 +16,13 @@ pub struct Directory {
     by_name: BTreeMap<Vec<u8>, (u64, u64)>,
     by_cookie: BTreeMap<u64, Vec<u8>>,
     next_cookie: u64,
+    /// Entries per checkpoint unit (only units that hold entries).
+    unit_len: BTreeMap<u64, u32>,
+    dirty: ChunkSet,
 }
 
 /// Two directories are equal when they hold the same names for the same inodes under the same
-/// parent; cookies are a runtime detail (renumbered when a checkpoint is loaded).
+/// parent; cookies are a runtime detail.
 impl PartialEq for Directory {
     fn eq(&self, o: &Directory) -> bool {
         self.parent == o.parent
@@ -38,6 +46,8 @@ impl Directory {
             by_name: BTreeMap::new(),
             by_cookie: BTreeMap::new(),
             next_cookie: FIRST_COOKIE,
+            unit_len: BTreeMap::new(),
+            dirty: ChunkSet::default(),
         }
     }
     /// Inode of `name`, if present.
@@ -49,15 +59,75 @@ impl Directory {
         let old = self.remove(name);
         let c = self.next_cookie;
         self.next_cookie += 1;
+        self.put(name, ino, c);
+        old
+    }
+    fn put(&mut self, name: &[u8], ino: u64, c: u64) {
         self.by_name.insert(name.to_vec(), (ino, c));
         self.by_cookie.insert(c, name.to_vec());
-        old
+        *self.unit_len.entry(c / UNIT_COOKIES).or_default() += 1;
+        self.dirty.insert(c / UNIT_COOKIES);
     }
     /// Remove `name`; returns its inode.
     pub fn remove(&mut self, name: &[u8]) -> Option<u64> {
         let (ino, c) = self.by_name.remove(name)?;
         self.by_cookie.remove(&c);
+        let u = c / UNIT_COOKIES;
+        if let Some(n) = self.unit_len.get_mut(&u) {
+            *n -= 1;
+            if *n == 0 {
+                self.unit_len.remove(&u);
+            }
+        }
+        self.dirty.insert(u);
         Some(ino)
+    }
+    /// Add an entry with a known cookie (loading a checkpoint). Refused (false) when the name or
+    /// the cookie is taken, or the cookie is not below `next_cookie`.
+    pub fn load_entry(&mut self, name: &[u8], ino: u64, cookie: u64) -> bool {
+        if cookie < FIRST_COOKIE
+            || cookie >= self.next_cookie
+            || self.by_name.contains_key(name)
+            || self.by_cookie.contains_key(&cookie)
+        {
+            return false;
+        }
+        self.put(name, ino, cookie);
+        true
+    }
+    /// Cookie the next entry gets.
+    pub fn next_cookie(&self) -> u64 {
+        self.next_cookie
+    }
+    /// Set the next cookie (loading a checkpoint).
+    pub fn set_next_cookie(&mut self, c: u64) {
+        self.next_cookie = c.max(FIRST_COOKIE);
+    }
+    /// Units that hold entries, ascending.
+    pub fn units(&self) -> Vec<u64> {
+        self.unit_len.keys().copied().collect()
+    }
+    /// Entries of unit `u`: (cookie, name, ino) in cookie order.
+    pub fn unit_entries(&self, u: u64) -> impl Iterator<Item = (u64, &[u8], u64)> + '_ {
+        let lo = u.saturating_mul(UNIT_COOKIES);
+        let hi = lo.saturating_add(UNIT_COOKIES);
+        self.by_cookie.range(lo..hi).filter_map(move |(&c, name)| {
+            self.by_name
+                .get(name)
+                .map(|&(ino, _)| (c, name.as_slice(), ino))
+        })
+    }
+    /// Units changed since the last [`Directory::take_dirty`].
+    pub fn take_dirty(&mut self) -> Vec<u64> {
+        self.dirty.take()
+    }
+    /// Mark unit `u` changed (it is written again by the next checkpoint).
+    pub fn mark_dirty(&mut self, u: u64) {
+        self.dirty.insert(u);
+    }
+    /// Number of units marked changed.
+    pub fn dirty_units(&self) -> usize {
+        self.dirty.len()
     }
     /// Number of entries (without "." and "..").
     pub fn len(&self) -> usize {

@@ -5,17 +5,17 @@
 //! -> one inode's lock -> `log` (the append itself, always last). A data write holds only its
 //! inode's lock across the engine call, so writes to different files run in parallel.
 
-use crate::chain::{read_chain, ChainKind, ChainWriter, PAYLOAD};
-use crate::checkpoint;
+use crate::checkpoint::CkptStats;
 use crate::error::{errno, FsError, Result};
 use crate::inode::{Attr, Body, Inode, Kind, Ts, ROOT_INO};
-use crate::log::record::{parse_all, Record};
+use crate::log::record::Record;
 use crate::log::writer::LogWriter;
+use crate::persist::Persist;
 use crate::state::{apply_inode, Effects, InodeRef, Tables};
-use crate::superblock::{self, MediumKind, Superblock, FLAG_CLEAN};
+use crate::superblock::{self, MediumKind, Superblock};
 use nodup_core::engine::RecoveryReport;
 use nodup_core::media::Medium;
-use nodup_core::{BlockNr, Engine, FormatOptions, OpenOptions, OpenState, WriteCtx, BLOCK_SIZE};
+use nodup_core::{BlockNr, Engine, OpenOptions, WriteCtx, BLOCK_SIZE};
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,33 +28,25 @@ pub const MAX_FILE_SIZE: u64 = 1 << 50;
 pub const NAME_MAX: usize = 255;
 /// Most hard links to one inode.
 pub const LINK_MAX: u32 = 65_000;
-/// Log size at which the maintenance tick writes a checkpoint.
-pub const CHECKPOINT_LOG_BYTES: u64 = 256 << 20;
 /// Pending (not yet durable) released blocks at which a BlockFile write forces a sync.
 const PENDING_LIMIT: usize = 1 << 20;
 /// Free blocks data writes leave for log appends (unlink, truncate on a full device).
-const LOG_HEADROOM: u64 = 8;
+pub(crate) const LOG_HEADROOM: u64 = 8;
+/// Log bytes a namespace operation appends at most (two names and fixed fields).
+pub(crate) const NS_RECORD: usize = 2 * NAME_MAX + 256;
 
 /// How the file system is opened.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct FsOptions {
     /// Engine options for this open (prefetch mode, memory budget).
     pub open: OpenOptions,
     /// Open without writing anything (stats of an unmounted image, fsck without --repair).
     pub read_only: bool,
-    /// Log bytes that trigger a checkpoint.
+    /// Log bytes that trigger a checkpoint; 0 derives the limit from the image and its free
+    /// space (see [`FileSystem::log_limit`]).
     pub checkpoint_log_bytes: u64,
 }
 
-impl Default for FsOptions {
-    fn default() -> Self {
-        FsOptions {
-            open: OpenOptions::default(),
-            read_only: false,
-            checkpoint_log_bytes: CHECKPOINT_LOG_BYTES,
-        }
-    }
-}
 
 /// Who performs an operation (owner of new inodes).
 #[derive(Debug, Clone, Copy, Default)]
@@ -72,12 +64,23 @@ pub struct RecoveryInfo {
     pub seconds: f64,
     /// Log records replayed on top of the checkpoint.
     pub replayed_records: u64,
+    /// Replayed records that changed only an inode unlinked while open (dropped at open).
+    pub skipped_records: u64,
     /// Seconds spent reading the checkpoint and replaying the log.
     pub load_seconds: f64,
     /// Seconds spent in the engine's open (normal recovery) and failure recovery.
     pub engine_seconds: f64,
     /// What the engine's failure recovery did.
     pub engine: Option<RecoveryReport>,
+}
+
+/// What `statfs` reports, in 4 KiB blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub free: u64,
+    pub avail: u64,
+    pub inodes: u64,
 }
 
 /// Requested attribute changes (setattr).
@@ -107,35 +110,51 @@ pub mod rename_flags {
     pub const EXCHANGE: u32 = 2;
 }
 
-struct MetaState {
-    sb: Superblock,
-    slot: usize,
-    ckpt_blocks: Vec<BlockNr>,
+/// The superblock in force and the metadata blocks outside the log and the segments.
+pub(crate) struct MetaState {
+    pub(crate) sb: Superblock,
+    /// Which superblock copy holds `sb`.
+    pub(crate) slot: usize,
+    /// Next chain generation to hand out.
+    pub(crate) next_gen: u64,
+    /// Blocks of the manifest chain in force.
+    pub(crate) manifest: Vec<BlockNr>,
+    /// The snapshot chain of a version-1 image (freed by its first checkpoint).
+    pub(crate) legacy: Vec<BlockNr>,
     /// Metadata blocks held back so a checkpoint can be written even when data filled the device.
-    reserve: Vec<BlockNr>,
+    pub(crate) reserve: Vec<BlockNr>,
 }
 
 /// A mounted (open) nodup file system.
 pub struct FileSystem {
-    engine: Engine,
-    medium: Arc<dyn Medium>,
-    kind: MediumKind,
-    area: BlockNr,
-    durable: bool,
-    read_only: bool,
-    ckpt_threshold: u64,
-    gate: RwLock<()>,
-    tables: RwLock<Tables>,
-    log: Mutex<LogWriter>,
-    meta: Mutex<MetaState>,
-    pending: Mutex<Vec<BlockNr>>,
+    pub(crate) engine: Engine,
+    pub(crate) medium: Arc<dyn Medium>,
+    pub(crate) kind: MediumKind,
+    pub(crate) area: BlockNr,
+    pub(crate) durable: bool,
+    pub(crate) read_only: bool,
+    /// Log limit from the options (0 = derived from the image, see `log_limit`).
+    pub(crate) fixed_log_limit: u64,
+    pub(crate) gate: RwLock<()>,
+    pub(crate) tables: RwLock<Tables>,
+    /// The checkpoint bookkeeping shared with `tables`.
+    pub(crate) persist: Arc<Persist>,
+    pub(crate) log: Mutex<LogWriter>,
+    pub(crate) meta: Mutex<MetaState>,
+    /// Held by the one checkpoint that may run at a time.
+    pub(crate) ckpt_lock: Mutex<()>,
+    pub(crate) ckpt_stats: Mutex<CkptStats>,
+    pub(crate) pending: Mutex<Vec<BlockNr>>,
     ctxs: Mutex<Vec<WriteCtx>>,
     mapped: AtomicU64,
-    recovery: RecoveryInfo,
-    shut: std::sync::atomic::AtomicBool,
+    pub(crate) recovery: RecoveryInfo,
+    pub(crate) shut: std::sync::atomic::AtomicBool,
+    /// When the file system was opened, and milliseconds after it of the last logged operation.
+    clock: Instant,
+    last_op_ms: AtomicU64,
 }
 
-fn name_ok(name: &[u8]) -> Result<()> {
+pub(crate) fn name_ok(name: &[u8]) -> Result<()> {
     if name.len() > NAME_MAX {
         return errno(libc::ENAMETOOLONG);
     }
@@ -146,69 +165,8 @@ fn name_ok(name: &[u8]) -> Result<()> {
 }
 
 impl FileSystem {
-    // ---------------------------------------------------------------- format / open / close
-
-    /// Format `medium` (engine + file system) and return it open.
-    pub fn format(
-        medium: Arc<dyn Medium>,
-        kind: MediumKind,
-        fopts: &FormatOptions,
-        opts: &FsOptions,
-        owner: Caller,
-    ) -> Result<FileSystem> {
-        let t0 = Instant::now();
-        let mut fopts = fopts.clone();
-        fopts.client_area_blocks = fopts.client_area_blocks.max(2);
-        let engine = Engine::format(medium.clone(), &fopts, &opts.open)?;
-        let (area, alen) = engine.client_area();
-        if alen < 2 {
-            return Err(FsError::Corrupt(
-                "engine client area smaller than 2 blocks".into(),
-            ));
-        }
-        let sb = Superblock::new(
-            kind,
-            medium.len() / BS,
-            fopts.policy as u32,
-            fopts.fingerprint as u32,
-            fopts.meta_layout as u32,
-        );
-        let first = engine.alloc_meta(1)?;
-        let log = LogWriter::start(&*medium, 1, first[0], 1)?;
-        let mut sb = sb;
-        sb.next_gen = 2;
-        let fs = FileSystem::assemble(
-            engine,
-            medium,
-            kind,
-            area,
-            opts,
-            Tables::with_root(owner.uid, owner.gid),
-            log,
-            MetaState {
-                sb,
-                slot: 1,
-                ckpt_blocks: Vec::new(),
-                reserve: Vec::new(),
-            },
-            RecoveryInfo {
-                kind: "fresh".into(),
-                ..Default::default()
-            },
-        );
-        fs.checkpoint(false)?;
-        // Make both copies valid so a stale superblock of an older image can never be chosen.
-        {
-            let meta = fs.meta.lock();
-            superblock::write_slot(&*fs.medium, area, 1 - meta.slot, &meta.sb)?;
-        }
-        let mut fs = fs;
-        fs.recovery.seconds = t0.elapsed().as_secs_f64();
-        Ok(fs)
-    }
-
     #[allow(clippy::too_many_arguments)]
-    fn assemble(
+    pub(crate) fn assemble(
         engine: Engine,
         medium: Arc<dyn Medium>,
         kind: MediumKind,
@@ -220,6 +178,7 @@ impl FileSystem {
         recovery: RecoveryInfo,
     ) -> FileSystem {
         let mapped = tables.mapped_blocks();
+        let persist = tables.persist.clone();
         FileSystem {
             engine,
             durable: kind == MediumKind::Pmem || medium.kind() == "mem",
@@ -227,185 +186,27 @@ impl FileSystem {
             kind,
             area,
             read_only: opts.read_only,
-            ckpt_threshold: opts.checkpoint_log_bytes,
+            fixed_log_limit: opts.checkpoint_log_bytes,
             gate: RwLock::new(()),
             tables: RwLock::new(tables),
+            persist,
             log: Mutex::new(log),
             meta: Mutex::new(meta),
+            ckpt_lock: Mutex::new(()),
+            ckpt_stats: Mutex::new(CkptStats::default()),
             pending: Mutex::new(Vec::new()),
             ctxs: Mutex::new(Vec::new()),
             mapped: AtomicU64::new(mapped),
             recovery,
             shut: std::sync::atomic::AtomicBool::new(false),
+            clock: Instant::now(),
+            last_op_ms: AtomicU64::new(0),
         }
     }
 
-    /// Open an existing image: load the checkpoint, replay the log, then either normal recovery
-    /// (clean unmount) or failure recovery (engine.recover with every reference the files hold).
-    pub fn open(medium: Arc<dyn Medium>, opts: &FsOptions) -> Result<FileSystem> {
-        let t0 = Instant::now();
-        let (sb, _, _) = superblock::probe_medium(&*medium)?;
-        let m = &*medium;
-        let (cblocks, cpay) = read_chain(
-            m,
-            sb.ckpt_head,
-            ChainKind::Checkpoint,
-            sb.ckpt_gen,
-            u64::MAX,
-        )?;
-        if cblocks.is_empty() {
-            return Err(FsError::Corrupt("checkpoint not found".into()));
-        }
-        // Validate everything cheap to check before the engine (which marks the image in use)
-        // is opened, so a corrupt image is refused untouched.
-        checkpoint::validate(&cpay)?;
-        let (lblocks, lpay) = read_chain(m, sb.log_head, ChainKind::Log, sb.log_gen, u64::MAX)?;
-        if lblocks.is_empty() {
-            return Err(FsError::Corrupt("log head not found".into()));
-        }
-        let (records, used) = parse_all(&lpay, sb.log_seq);
-        // The engine's normal recovery (index reload) and the metadata load are independent:
-        // run them side by side.
-        let (engine_res, load_res, load_seconds, engine_seconds) = std::thread::scope(|sc| {
-            let eng = sc.spawn(|| {
-                let t1 = Instant::now();
-                let r = Engine::open(medium.clone(), &opts.open);
-                (r, t1.elapsed().as_secs_f64())
-            });
-            let load = (|| -> Result<(Tables, Vec<BlockNr>)> {
-                let mut tables = checkpoint::decode(&cpay)?;
-                if tables.get(ROOT_INO).is_none() {
-                    return Err(FsError::Corrupt("root directory missing".into()));
-                }
-                for r in &records {
-                    tables.apply(r)?;
-                }
-                // Inodes without links were open when the image was last written; nobody can
-                // reach them any more.
-                let orphans: Vec<u64> = tables
-                    .inodes
-                    .iter()
-                    .filter(|(_, n)| n.read().attr.nlink == 0)
-                    .map(|(&i, _)| i)
-                    .collect();
-                let mut orphan_blocks = Vec::new();
-                for ino in orphans {
-                    if let Some(n) = tables.inodes.remove(&ino) {
-                        orphan_blocks.extend(n.read().data_blocks());
-                    }
-                }
-                Ok((tables, orphan_blocks))
-            })();
-            let load_seconds = t0.elapsed().as_secs_f64();
-            let (r, secs) = match eng.join() {
-                Ok(x) => x,
-                Err(_) => (
-                    Err(nodup_core::Error::Corrupt("engine open panicked".into())),
-                    0.0,
-                ),
-            };
-            (r, load, load_seconds, secs)
-        });
-        let t1 = Instant::now();
-        let (engine, state) = engine_res?;
-        let (tables, orphan_blocks) = load_res?;
-        let (area, _) = engine.client_area();
-        let (_, slot) = superblock::read_pair(m, area)?;
-        let needs = !sb.is_clean()
-            || state == OpenState::NeedsRecovery
-            || !records.is_empty()
-            || lblocks.len() != 1;
-        let mut info = RecoveryInfo {
-            kind: if needs { "failure" } else { "clean" }.into(),
-            replayed_records: records.len() as u64,
-            load_seconds,
-            ..Default::default()
-        };
-        if needs && !opts.read_only {
-            let refs = tables.data_refs();
-            let metas: Vec<BlockNr> = cblocks.iter().chain(lblocks.iter()).copied().collect();
-            let report = engine.recover(&mut refs.into_iter(), &mut metas.into_iter())?;
-            info.engine = Some(report);
-        } else if !needs && !opts.read_only {
-            for b in orphan_blocks {
-                engine.release(b)?;
-            }
-        }
-        info.engine_seconds = engine_seconds + t1.elapsed().as_secs_f64();
-        let next_seq = sb.log_seq + records.len() as u64;
-        let log = LogWriter::resume(
-            sb.log_gen,
-            lblocks,
-            used as u64,
-            next_seq,
-            records.len() as u64,
-        );
-        let fs = FileSystem::assemble(
-            engine,
-            medium,
-            sb.medium_kind(),
-            area,
-            opts,
-            tables,
-            log,
-            MetaState {
-                sb,
-                slot,
-                ckpt_blocks: cblocks,
-                reserve: Vec::new(),
-            },
-            info,
-        );
-        if !opts.read_only {
-            if needs {
-                // A fresh checkpoint folds the replayed log in and starts an empty log. On a
-                // full device it is deferred: the replayed log stays the valid one (appends
-                // continue on it) so the user can mount and delete files; the next tick or
-                // the shutdown writes the checkpoint.
-                match fs.checkpoint(false) {
-                    Ok(()) => {}
-                    Err(e) if e.errno() == libc::ENOSPC => fs.write_sb(0)?,
-                    Err(e) => return Err(e),
-                }
-            } else {
-                fs.write_sb(0)?;
-            }
-            fs.top_up_reserve();
-        }
-        let mut fs = fs;
-        fs.recovery.seconds = t0.elapsed().as_secs_f64();
-        Ok(fs)
-    }
-
-    /// Clean unmount: final checkpoint with the clean flag, give back held metadata blocks,
-    /// then the engine's shutdown (normal recovery reloads its state next time).
-    pub fn shutdown(&self) -> Result<()> {
-        if self.shut.swap(true, Ordering::SeqCst) {
-            return Ok(());
-        }
-        if self.read_only {
-            // Opening a clean image marks the engine dirty; put the clean flag back.
-            if self.recovery.kind == "clean" {
-                self.engine.shutdown()?;
-            }
-            return Ok(());
-        }
-        self.checkpoint(true)?;
-        // The gate keeps the maintenance thread from allocating while we give blocks back.
-        let _g = self.gate.write();
-        let spare: Vec<BlockNr> = {
-            let mut log = self.log.lock();
-            let mut meta = self.meta.lock();
-            let mut v = std::mem::take(&mut log.spare);
-            v.append(&mut meta.reserve);
-            v
-        };
-        if !spare.is_empty() {
-            self.engine.free_meta(&spare)?;
-        }
+    /// Drop the engine write contexts (before the engine shuts down).
+    pub(crate) fn clear_ctxs(&self) {
         self.ctxs.lock().clear();
-        self.engine.shutdown()?;
-        Ok(())
     }
 
     /// True once [`FileSystem::shutdown`] ran.
@@ -413,7 +214,23 @@ impl FileSystem {
         self.shut.load(Ordering::SeqCst)
     }
 
-    fn write_sb(&self, flags: u32) -> Result<()> {
+    /// Note that an operation ran now (for idle checkpoints).
+    pub(crate) fn touch_clock(&self) {
+        let ms = self.clock.elapsed().as_millis() as u64;
+        self.last_op_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Milliseconds since the last logged operation.
+    pub(crate) fn idle_ms(&self) -> u64 {
+        let now = self.clock.elapsed().as_millis() as u64;
+        now.saturating_sub(self.last_op_ms.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn sub_mapped(&self, n: u64) {
+        self.mapped.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn write_sb(&self, flags: u32) -> Result<()> {
         let mut meta = self.meta.lock();
         let mut sb = meta.sb.clone();
         sb.seq += 1;
@@ -428,7 +245,7 @@ impl FileSystem {
     /// Write `sb` into superblock `slot`. When that fails, the slot is rewritten with `cur`
     /// (the superblock in force), so the medium never announces a switch the live file system
     /// did not make; only a second failure in a row can leave the slot ambiguous.
-    fn switch_sb(
+    pub(crate) fn switch_sb(
         &self,
         cur: &superblock::Superblock,
         slot: usize,
@@ -439,157 +256,6 @@ impl FileSystem {
             let _ = superblock::write_slot(m, self.area, slot, cur);
             return Err(e);
         }
-        Ok(())
-    }
-
-    /// Write a checkpoint: snapshot, fresh log, switch the superblock, free the old chains.
-    pub fn checkpoint(&self, clean: bool) -> Result<()> {
-        if self.read_only {
-            return Ok(());
-        }
-        let _g = self.gate.write();
-        if self.is_shut_down() && !clean {
-            return Ok(());
-        }
-        let bytes = checkpoint::encode(&self.tables.read());
-        let mut meta = self.meta.lock();
-        let mut log = self.log.lock();
-        let m = &*self.medium;
-        let nblocks = bytes.len().div_ceil(PAYLOAD).max(1);
-        // The checkpoint chain plus one block for the new log head (unless a spare is at hand).
-        let need = nblocks + usize::from(log.spare.is_empty());
-        let from_reserve = need.min(meta.reserve.len());
-        let mut blocks: Vec<BlockNr> = meta.reserve.drain(..from_reserve).collect();
-        if blocks.len() < need {
-            match self.engine.alloc_meta(need - blocks.len()) {
-                Ok(more) => blocks.extend(more),
-                Err(e) => {
-                    // Keep the reserve intact for a later attempt (after space was freed).
-                    meta.reserve.append(&mut blocks);
-                    return Err(e.into());
-                }
-            }
-        }
-        let lb = match log.spare.pop() {
-            Some(b) => b,
-            None => match blocks.pop() {
-                Some(b) => b,
-                None => return Err(FsError::Corrupt("no block for the log head".into())),
-            },
-        };
-        let gen = meta.sb.next_gen;
-        let mut sb = meta.sb.clone();
-        sb.seq += 1;
-        sb.ckpt_head = blocks[0];
-        sb.ckpt_gen = gen;
-        sb.log_head = lb;
-        sb.log_gen = gen + 1;
-        sb.log_seq = log.next_seq;
-        sb.next_gen = gen + 2;
-        sb.flags = if clean { FLAG_CLEAN } else { 0 };
-        let slot = 1 - meta.slot;
-        let written = (|| -> Result<LogWriter> {
-            let mut w = ChainWriter::start(m, ChainKind::Checkpoint, gen, blocks[0])?;
-            w.append(m, &bytes, &blocks[1..])?;
-            let new_log = LogWriter::start(m, gen + 1, lb, log.next_seq)?;
-            // Everything before the switch (data, checkpoint, new log head) must be durable first.
-            m.fence()?;
-            self.switch_sb(&meta.sb, slot, &sb)?;
-            Ok(new_log)
-        })();
-        let mut new_log = match written {
-            Ok(l) => l,
-            Err(e) => {
-                // The old checkpoint and log stay in force: their blocks go back for a later try.
-                meta.reserve.append(&mut blocks);
-                log.spare.push(lb);
-                return Err(e);
-            }
-        };
-        new_log.spare = std::mem::take(&mut log.spare);
-        let mut old: Vec<BlockNr> = std::mem::take(&mut meta.ckpt_blocks);
-        old.extend_from_slice(log.blocks());
-        meta.sb = sb;
-        meta.slot = slot;
-        meta.ckpt_blocks = blocks;
-        *log = new_log;
-        drop(log);
-        drop(meta);
-        if !old.is_empty() {
-            self.engine.free_meta(&old)?;
-        }
-        // Releases waiting for durability are covered by the checkpoint now.
-        let pending = std::mem::take(&mut *self.pending.lock());
-        self.engine.release_batch(&pending)?;
-        Ok(())
-    }
-
-    /// Blocks a checkpoint of the current tables (plus a new log head) may need: a cheap upper
-    /// estimate from the inode count and the mapped file blocks, with a margin, and never less
-    /// than the last checkpoint's size with a margin.
-    fn reserve_want(&self, ckpt_blocks: usize) -> usize {
-        let inodes = self.tables.read().inodes.len() as u64;
-        let mapped = self.mapped.load(Ordering::Relaxed);
-        // Per inode: attributes, xattr count, body header and its directory entry.
-        let est = 4096u64
-            .saturating_add(inodes.saturating_mul(384))
-            .saturating_add(mapped.saturating_mul(16));
-        let est_blocks = est.div_ceil(PAYLOAD as u64) as usize;
-        let from_est = est_blocks + est_blocks / 4 + 16;
-        let from_last = ckpt_blocks + ckpt_blocks / 4 + 16;
-        from_est.max(from_last)
-    }
-
-    /// Keep enough metadata blocks aside for the next checkpoint. Returns whether the reserve
-    /// is as large as wanted. The caller must not hold the gate.
-    fn top_up_reserve(&self) -> bool {
-        let _g = self.gate.read();
-        if self.is_shut_down() {
-            return true;
-        }
-        let ckpt_len = self.meta.lock().ckpt_blocks.len();
-        let want = self.reserve_want(ckpt_len);
-        let mut meta = self.meta.lock();
-        if meta.reserve.len() < want {
-            if let Ok(more) = self.engine.alloc_meta(want - meta.reserve.len()) {
-                meta.reserve.extend(more);
-            }
-        }
-        meta.reserve.len() >= want
-    }
-
-    /// Before an operation that grows the metadata (new inode) or takes `data_blocks` new data
-    /// blocks: make sure the checkpoint reserve covers the current tables and that some blocks
-    /// stay free for log appends; otherwise refuse with ENOSPC while a clean checkpoint (and so
-    /// a clean shutdown) is still possible. The caller must not hold the gate.
-    fn ensure_space(&self, data_blocks: u64) -> Result<()> {
-        if self.read_only {
-            return Ok(());
-        }
-        if !self.top_up_reserve() {
-            return errno(libc::ENOSPC);
-        }
-        let free = self.engine.allocator().free_blocks();
-        if free < data_blocks.saturating_add(LOG_HEADROOM) {
-            return errno(libc::ENOSPC);
-        }
-        Ok(())
-    }
-
-    /// Periodic work: make BlockFile state durable and hand back deferred releases, checkpoint
-    /// when the log is large, keep the checkpoint reserve filled.
-    pub fn tick(&self) -> Result<()> {
-        if self.read_only || self.is_shut_down() {
-            return Ok(());
-        }
-        if !self.durable && !self.pending.lock().is_empty() {
-            self.sync()?;
-        }
-        let log_bytes = self.log.lock().bytes();
-        if log_bytes > self.ckpt_threshold {
-            self.checkpoint(false)?;
-        }
-        self.top_up_reserve();
         Ok(())
     }
 
@@ -610,6 +276,7 @@ impl FileSystem {
         if self.read_only {
             return errno(libc::EROFS);
         }
+        self.touch_clock();
         let mut log = self.log.lock();
         let engine = &self.engine;
         log.append(&*self.medium, rec, self.durable, &mut |n| {
@@ -651,7 +318,14 @@ impl FileSystem {
             .ok_or(FsError::Errno(libc::ENOENT))
     }
 
-    fn meta_op<R>(&self, build: impl FnOnce(&Tables) -> Result<(Record, R)>) -> Result<R> {
+    /// A namespace operation: one record built from the tables, appended, applied. `grows`:
+    /// it adds an inode (see [`FileSystem::ensure_space`]).
+    fn meta_op<R>(
+        &self,
+        grows: bool,
+        build: impl FnOnce(&Tables) -> Result<(Record, R)>,
+    ) -> Result<R> {
+        self.ensure_space(0, grows, NS_RECORD)?;
         let _g = self.gate.read();
         let mut t = self.tables.write();
         let (rec, r) = build(&t)?;
@@ -662,18 +336,21 @@ impl FileSystem {
         Ok(r)
     }
 
+    /// A change of one inode appending at most `log_bytes` to the log.
     fn inode_op<R>(
         &self,
         ino: u64,
+        log_bytes: usize,
         build: impl FnOnce(&Inode) -> Result<(Option<Record>, R)>,
     ) -> Result<R> {
+        self.ensure_space(0, false, log_bytes)?;
         let _g = self.gate.read();
         let node = self.node(ino)?;
         let mut n = node.write();
         let (rec, r) = build(&n)?;
         if let Some(rec) = rec {
             self.append(&rec)?;
-            let eff = apply_inode(&mut n, &rec)?;
+            let eff = apply_inode(&mut n, &rec, &self.persist)?;
             drop(n);
             self.finish(eff)?;
         }
@@ -823,7 +500,8 @@ impl FileSystem {
         if end > MAX_FILE_SIZE {
             return errno(libc::EFBIG);
         }
-        self.ensure_space(end.div_ceil(BS) - off / BS)?;
+        let nblocks = end.div_ceil(BS) - off / BS;
+        self.ensure_space(nblocks, true, 64 + 8 * nblocks as usize)?;
         let _g = self.gate.read();
         let node = self.node(ino)?;
         let mut n = node.write();
@@ -877,7 +555,7 @@ impl FileSystem {
             }
             return Err(e);
         }
-        let eff = apply_inode(&mut n, &rec)?;
+        let eff = apply_inode(&mut n, &rec, &self.persist)?;
         drop(n);
         self.finish(eff)?;
         Ok(data.len())
@@ -919,11 +597,12 @@ impl FileSystem {
             }
             return Err(e);
         }
-        apply_inode(n, &rec)
+        apply_inode(n, &rec, &self.persist)
     }
 
     /// Set the size of a regular file.
     pub fn truncate(&self, ino: u64, size: u64) -> Result<Attr> {
+        self.ensure_space(0, false, 128)?;
         let _g = self.gate.read();
         let node = self.node(ino)?;
         let mut n = node.write();
@@ -955,6 +634,7 @@ impl FileSystem {
         if end > MAX_FILE_SIZE {
             return errno(libc::EFBIG);
         }
+        self.ensure_space(0, false, 512)?;
         let _g = self.gate.read();
         let node = self.node(ino)?;
         let mut n = node.write();
@@ -1004,7 +684,7 @@ impl FileSystem {
                                 let _ = self.engine.release(nb);
                                 return Err(e);
                             }
-                            let e = apply_inode(&mut n, &rec)?;
+                            let e = apply_inode(&mut n, &rec, &self.persist)?;
                             eff.released.extend(e.released);
                             eff.mapped_delta += e.mapped_delta;
                         }
@@ -1017,7 +697,7 @@ impl FileSystem {
                             now,
                         };
                         self.append(&rec)?;
-                        let e = apply_inode(&mut n, &rec)?;
+                        let e = apply_inode(&mut n, &rec, &self.persist)?;
                         eff.released.extend(e.released);
                         eff.mapped_delta += e.mapped_delta;
                     }
@@ -1054,7 +734,7 @@ impl FileSystem {
         {
             return self.getattr(ino);
         }
-        self.inode_op(ino, |n| {
+        self.inode_op(ino, 128, |n| {
             let now = Ts::now();
             let a = &n.attr;
             let rec = Record::SetAttr {
@@ -1096,7 +776,7 @@ impl FileSystem {
         if value.len() > 65536 {
             return errno(libc::E2BIG);
         }
-        self.inode_op(ino, |n| {
+        self.inode_op(ino, 64 + name.len() + value.len(), |n| {
             let exists = n.xattrs.contains_key(name);
             if flags & libc::XATTR_CREATE != 0 && exists {
                 return errno(libc::EEXIST);
@@ -1116,7 +796,7 @@ impl FileSystem {
 
     /// Remove an extended attribute.
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
-        self.inode_op(ino, |n| {
+        self.inode_op(ino, 64 + name.len(), |n| {
             if !n.xattrs.contains_key(name) {
                 return errno(libc::ENODATA);
             }
@@ -1203,8 +883,7 @@ impl FileSystem {
                 libc::ENAMETOOLONG
             });
         }
-        self.ensure_space(0)?;
-        self.meta_op(|t| {
+        self.meta_op(true, |t| {
             Self::check_new_name(t, parent, name)?;
             let mut attr = Self::new_attr(t, parent, kind, perm, rdev, who)?;
             if kind == Kind::Symlink {
@@ -1225,7 +904,7 @@ impl FileSystem {
 
     /// New hard link `newparent/newname` to `ino`.
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
-        self.meta_op(|t| {
+        self.meta_op(false, |t| {
             let node = t.get(ino).ok_or(FsError::Errno(libc::ENOENT))?;
             {
                 let n = node.read();
@@ -1271,7 +950,7 @@ impl FileSystem {
 
     /// Remove a non-directory entry.
     pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
-        self.meta_op(|t| {
+        self.meta_op(false, |t| {
             let (_, node) = Self::child(t, parent, name)?;
             if node.read().attr.kind == Kind::Dir {
                 return errno(libc::EISDIR);
@@ -1295,7 +974,7 @@ impl FileSystem {
         if name == b".." {
             return errno(libc::ENOTEMPTY);
         }
-        self.meta_op(|t| {
+        self.meta_op(false, |t| {
             let (_, node) = Self::child(t, parent, name)?;
             let n = node.read();
             let d = n.dir().ok_or(FsError::Errno(libc::ENOTDIR))?;
@@ -1328,7 +1007,7 @@ impl FileSystem {
             return errno(libc::EINVAL);
         }
         name_ok(newname)?;
-        self.meta_op(|t| {
+        self.meta_op(false, |t| {
             let (src, snode) = Self::child(t, parent, name)?;
             let src_dir = snode.read().attr.kind == Kind::Dir;
             let np = t.get(newparent).ok_or(FsError::Errno(libc::ENOENT))?;
@@ -1417,7 +1096,7 @@ impl FileSystem {
             let mapped = n.map().map_or(0, |m| m.mapped());
             let released = n.map_mut().map(|m| m.clear()).unwrap_or_default();
             drop(n);
-            t.inodes.remove(&ino);
+            t.remove_inode(ino);
             drop(t);
             // No log record: an inode without links is dropped at the next open anyway.
             self.finish(Effects {
@@ -1450,11 +1129,13 @@ impl FileSystem {
                 .count();
             (t.inodes.len() - dirs, dirs)
         };
-        let (log_bytes, log_records) = {
+        let (log_bytes, log_records, log_blocks, log_spare) = {
             let l = self.log.lock();
-            (l.bytes(), l.records)
+            (l.bytes(), l.records, l.blocks().len(), l.spare.len())
         };
-        let ckpt_blocks = self.meta.lock().ckpt_blocks.len();
+        let reserve = self.meta.lock().reserve.len();
+        let (segments, seg_bytes, seg_live) = self.persist.seg_totals();
+        let ckpt = self.ckpt_stats.lock().clone();
         if let Some(o) = v.as_object_mut() {
             o.insert("logical_bytes".into(), logical.into());
             o.insert("physical_bytes".into(), physical.into());
@@ -1464,7 +1145,17 @@ impl FileSystem {
             o.insert("directories".into(), (dirs as u64).into());
             o.insert("log_bytes".into(), log_bytes.into());
             o.insert("log_records".into(), log_records.into());
-            o.insert("checkpoint_blocks".into(), (ckpt_blocks as u64).into());
+            o.insert("log_blocks".into(), (log_blocks as u64).into());
+            o.insert("log_spare_blocks".into(), (log_spare as u64).into());
+            o.insert("reserve_blocks".into(), (reserve as u64).into());
+            o.insert("ckpt_estimate".into(), self.persist.estimate().into());
+            o.insert("checkpoint_segments".into(), (segments as u64).into());
+            o.insert("checkpoint_bytes".into(), seg_bytes.into());
+            o.insert("checkpoint_live_bytes".into(), seg_live.into());
+            o.insert(
+                "checkpoints".into(),
+                serde_json::to_value(&ckpt).unwrap_or_default(),
+            );
             o.insert(
                 "recovery".into(),
                 serde_json::to_value(&self.recovery).unwrap_or_default(),
@@ -1473,11 +1164,21 @@ impl FileSystem {
         v
     }
 
-    /// statfs numbers: (total blocks, free blocks, inodes in use).
-    pub fn statfs(&self) -> (u64, u64, u64) {
+    /// statfs numbers. Free blocks count the metadata blocks held in advance (checkpoint
+    /// reserve, log pool), which hold nothing yet; available blocks are what data writes may
+    /// take (the engine's free blocks minus the log headroom).
+    pub fn statfs(&self) -> StatFs {
         let es = self.engine.stats();
-        let inodes = self.tables.read().inodes.len() as u64;
-        (es.total_blocks, es.free_blocks, inodes)
+        let held = {
+            let meta = self.meta.lock();
+            meta.reserve.len() + self.log.lock().spare.len()
+        } as u64;
+        StatFs {
+            blocks: es.total_blocks,
+            free: (es.free_blocks + held).min(es.total_blocks),
+            avail: es.free_blocks.saturating_sub(LOG_HEADROOM),
+            inodes: self.tables.read().inodes.len() as u64,
+        }
     }
 
     /// How the image was found at open.
@@ -1510,7 +1211,11 @@ impl FileSystem {
     pub fn meta_blocks(&self) -> Vec<BlockNr> {
         let meta = self.meta.lock();
         let log = self.log.lock();
-        let mut v = meta.ckpt_blocks.clone();
+        let mut v = meta.manifest.clone();
+        v.extend_from_slice(&meta.legacy);
+        for s in self.persist.segs.lock().values() {
+            v.extend_from_slice(&s.blocks);
+        }
         v.extend_from_slice(log.blocks());
         v.extend_from_slice(&log.spare);
         v.extend_from_slice(&meta.reserve);
@@ -1545,6 +1250,16 @@ impl FileSystem {
         {
             let _g = self.gate.write();
             let mapped = t.mapped_blocks();
+            let mut t = t;
+            // Everything is written anew; every segment of the old checkpoint becomes garbage.
+            t.persist = self.persist.clone();
+            self.persist.take_queue();
+            for s in self.persist.segs.lock().values_mut() {
+                s.live = 0;
+            }
+            for n in t.inodes.values() {
+                t.persist.touch_all(&mut n.write());
+            }
             *self.tables.write() = t;
             self.mapped.store(mapped, Ordering::Relaxed);
         }

@@ -257,10 +257,7 @@ fn check_tables(
     }
     // Repair on a copy of the table: drop dangling entries and bad references, fix link
     // counts, and unreachable inodes go away (their blocks are released by the recovery).
-    let bytes = crate::checkpoint::encode(t);
-    let Ok(fixed) = crate::checkpoint::decode(&bytes) else {
-        return None;
-    };
+    let fixed = t.deep_copy();
     for (d, name) in dangling {
         if let Some(n) = fixed.get(d) {
             n.write().dir_mut().map(|x| x.remove(&name));
@@ -284,7 +281,7 @@ fn check_tables(
     }
     let mut fixed = fixed;
     for ino in unreachable {
-        fixed.inodes.remove(&ino);
+        fixed.remove_inode(ino);
         rep.repaired
             .push(format!("removed unreachable inode {ino}"));
     }

@@ -178,6 +178,8 @@ pub struct Inode {
     pub body: Body,
     /// Open file handles (runtime only): an unlinked inode lives until the last one closes.
     pub open_count: u32,
+    /// Checkpoint bookkeeping (runtime only): what changed, where it is persisted.
+    pub ck: crate::persist::CkState,
 }
 
 impl Inode {
@@ -195,6 +197,7 @@ impl Inode {
             xattrs: BTreeMap::new(),
             body,
             open_count: 0,
+            ck: Default::default(),
         }
     }
     /// The block map of a regular file.

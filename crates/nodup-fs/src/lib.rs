@@ -5,20 +5,23 @@
 //! - **One image.** The engine formats the medium and owns every block except its client area;
 //!   the file system keeps its superblock there, as two alternating copies (sequence number +
 //!   crc32c, see [`superblock`]), so switching to a new checkpoint is a single atomic step.
-//! - **Metadata in DRAM, persisted as log + checkpoints** (instead of NOVA's per-inode logs):
-//!   inodes, directories and per-file block maps live in DRAM ([`state`], [`inode`], [`dir`],
-//!   [`blockmap`]). Every operation appends one checksummed, sequence-numbered record to an
-//!   operation log ([`log`]) kept in a chain of blocks from `Engine::alloc_meta` ([`chain`]). A
-//!   checkpoint ([`checkpoint`]) writes a full snapshot to fresh blocks, starts an empty log,
-//!   switches the superblock to both, then frees the old chains. Multi-inode operations (rename
-//!   with replace, link, unlink) are one record, so they are atomic without a separate journal.
+//! - **Metadata in DRAM, persisted as log + incremental checkpoints** (instead of NOVA's
+//!   per-inode logs): inodes, directories and per-file block maps live in DRAM ([`state`],
+//!   [`inode`], [`dir`], [`blockmap`]). Every operation appends one checksummed,
+//!   sequence-numbered record to an operation log ([`log`]) kept in a chain of blocks from
+//!   `Engine::alloc_meta` ([`chain`]). A checkpoint ([`checkpoint`], format in [`persist`])
+//!   writes only the pieces of metadata that changed since the previous one, as a new segment,
+//!   plus a manifest of the segments still needed, then switches the superblock to the manifest
+//!   and to a cut in the log, and frees what is no longer needed. Its cost follows what
+//!   changed, not the size of the file system. Multi-inode operations (rename with replace,
+//!   link, unlink) are one record, so they are atomic without a separate journal.
 //! - **Writes** ([`fs::FileSystem::write`]) split a request into 4 KiB blocks (edges are
 //!   read-modify-write), hand all of them to the engine in one call, append one record
 //!   {inode, first block, new blocks, size, mtime}, make it durable (Pmem), and only then
 //!   release the replaced blocks — a crash never loses both the old and the new version. On a
 //!   BlockFile image the record becomes durable at the next fsync/sync, so releases wait in a
 //!   pending list until then (a freed block is never reused while a durable map still names it).
-//! - **Recovery** ([`fs::FileSystem::open`]): load the checkpoint, replay the log up to the
+//! - **Recovery** ([`open`]): load the checkpoint, replay the log from the cut up to the
 //!   first invalid record, then — after a crash — `Engine::recover` with every block reference
 //!   of every file and every metadata block of the chains (files are the source of truth,
 //!   Light-Dedup §4.5), followed by a fresh checkpoint. After a clean unmount the engine's
@@ -39,6 +42,9 @@ pub mod fuse;
 pub mod image;
 pub mod inode;
 pub mod log;
+pub mod open;
+pub mod persist;
+pub mod snapshot_v1;
 pub mod state;
 pub mod superblock;
 

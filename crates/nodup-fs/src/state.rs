@@ -6,6 +6,7 @@
 use crate::error::{FsError, Result};
 use crate::inode::{Inode, Kind, ROOT_INO};
 use crate::log::record::Record;
+use crate::persist::Persist;
 use nodup_core::BlockNr;
 use parking_lot::RwLock;
 use std::collections::HashMap;
@@ -14,11 +15,30 @@ use std::sync::Arc;
 /// A shared, individually locked inode.
 pub type InodeRef = Arc<RwLock<Inode>>;
 
-/// Every inode by number, plus the next inode number to hand out.
+/// Every inode by number, plus the next inode number to hand out. Every change made through
+/// [`Tables::apply`] and [`apply_inode`] is recorded in `persist` for the next checkpoint.
 #[derive(Default)]
 pub struct Tables {
     pub inodes: HashMap<u64, InodeRef>,
     pub next_ino: u64,
+    pub persist: Arc<Persist>,
+}
+
+/// Units marked changed in an inode's map or directory.
+fn dirty_units(n: &Inode) -> usize {
+    n.map()
+        .map(|m| m.dirty_units())
+        .or_else(|| n.dir().map(|d| d.dirty_units()))
+        .unwrap_or(0)
+}
+
+/// Apply `f` to `n` and record the change for the next checkpoint.
+fn changing<R>(p: &Persist, n: &mut Inode, f: impl FnOnce(&mut Inode) -> R) -> R {
+    let before = dirty_units(n);
+    let r = f(n);
+    let after = dirty_units(n);
+    p.touch(n, after.saturating_sub(before));
+    r
 }
 
 /// What applying a record did beyond the DRAM state: references to give back to the engine and
@@ -57,23 +77,32 @@ impl Tables {
         self.inodes.insert(node.ino, Arc::new(RwLock::new(node)));
     }
 
+    /// Remove inode `ino` from the table; its persisted units stop being current.
+    pub fn remove_inode(&mut self, ino: u64) -> Option<InodeRef> {
+        let node = self.inodes.remove(&ino)?;
+        self.persist.remove(&node.read());
+        Some(node)
+    }
+
     /// Drop one link of `ino`; deletes the inode when no link and no open handle is left.
     fn drop_link(&mut self, ino: u64, now: crate::inode::Ts) -> Result<Effects> {
         let node = self.need(ino)?;
         let mut n = node.write();
-        n.attr.nlink = n.attr.nlink.saturating_sub(1);
-        if n.attr.kind == Kind::Dir {
-            // A removed directory loses both its entry and its "." link.
-            n.attr.nlink = 0;
-        }
-        n.attr.ctime = now;
+        changing(&self.persist, &mut n, |n| {
+            n.attr.nlink = n.attr.nlink.saturating_sub(1);
+            if n.attr.kind == Kind::Dir {
+                // A removed directory loses both its entry and its "." link.
+                n.attr.nlink = 0;
+            }
+            n.attr.ctime = now;
+        });
         let mut eff = Effects::default();
         if n.attr.nlink == 0 && n.open_count == 0 {
             let mapped = n.map().map_or(0, |m| m.mapped());
             eff.released = n.map_mut().map(|m| m.clear()).unwrap_or_default();
             eff.mapped_delta = -(mapped as i64);
             drop(n);
-            self.inodes.remove(&ino);
+            self.remove_inode(ino);
         }
         Ok(eff)
     }
@@ -91,17 +120,23 @@ impl Tables {
                 let p = self.need(*parent)?;
                 let mut pn = p.write();
                 let is_dir = attr.kind == Kind::Dir;
-                let d = pn
-                    .dir_mut()
-                    .ok_or_else(|| corrupt("a non-directory parent"))?;
-                d.insert(name, *ino);
-                if is_dir {
-                    pn.attr.nlink += 1;
+                if pn.dir().is_none() {
+                    return Err(corrupt("a non-directory parent"));
                 }
-                pn.attr.mtime = attr.ctime;
-                pn.attr.ctime = attr.ctime;
+                changing(&self.persist, &mut pn, |pn| {
+                    if let Some(d) = pn.dir_mut() {
+                        d.insert(name, *ino);
+                    }
+                    if is_dir {
+                        pn.attr.nlink += 1;
+                    }
+                    pn.attr.mtime = attr.ctime;
+                    pn.attr.ctime = attr.ctime;
+                });
                 drop(pn);
-                self.insert(Inode::new(*ino, attr.clone(), *parent, target));
+                let mut n = Inode::new(*ino, attr.clone(), *parent, target);
+                changing(&self.persist, &mut n, |_| {});
+                self.insert(n);
                 Ok(Effects::default())
             }
             Record::Link {
@@ -111,34 +146,41 @@ impl Tables {
                 now,
             } => {
                 let node = self.need(*ino)?;
-                {
-                    let mut n = node.write();
+                let p = self.need(*parent)?;
+                if p.read().dir().is_none() {
+                    return Err(corrupt("a non-directory parent"));
+                }
+                changing(&self.persist, &mut node.write(), |n| {
                     n.attr.nlink += 1;
                     n.attr.ctime = *now;
-                }
-                let p = self.need(*parent)?;
-                let mut pn = p.write();
-                pn.dir_mut()
-                    .ok_or_else(|| corrupt("a non-directory parent"))?
-                    .insert(name, *ino);
-                pn.attr.mtime = *now;
-                pn.attr.ctime = *now;
+                });
+                changing(&self.persist, &mut p.write(), |pn| {
+                    if let Some(d) = pn.dir_mut() {
+                        d.insert(name, *ino);
+                    }
+                    pn.attr.mtime = *now;
+                    pn.attr.ctime = *now;
+                });
                 Ok(Effects::default())
             }
             Record::Unlink { parent, name, now } | Record::Rmdir { parent, name, now } => {
                 let p = self.need(*parent)?;
                 let ino = {
                     let mut pn = p.write();
-                    let ino = pn
-                        .dir_mut()
-                        .and_then(|d| d.remove(name))
-                        .ok_or_else(|| corrupt("a missing entry"))?;
-                    if matches!(rec, Record::Rmdir { .. }) {
-                        pn.attr.nlink = pn.attr.nlink.saturating_sub(1);
+                    if pn.dir().and_then(|d| d.get(name)).is_none() {
+                        return Err(corrupt("a missing entry"));
                     }
-                    pn.attr.mtime = *now;
-                    pn.attr.ctime = *now;
-                    ino
+                    let rmdir = matches!(rec, Record::Rmdir { .. });
+                    changing(&self.persist, &mut pn, |pn| {
+                        let ino = pn.dir_mut().and_then(|d| d.remove(name));
+                        if rmdir {
+                            pn.attr.nlink = pn.attr.nlink.saturating_sub(1);
+                        }
+                        pn.attr.mtime = *now;
+                        pn.attr.ctime = *now;
+                        ino
+                    })
+                    .ok_or_else(|| corrupt("a missing entry"))?
                 };
                 self.drop_link(ino, *now)
             }
@@ -162,41 +204,46 @@ impl Tables {
                     return Ok(eff);
                 }
                 let src_is_dir = self.need(src)?.read().attr.kind == Kind::Dir;
+                if np.read().dir().is_none() {
+                    return Err(corrupt("a non-directory rename target"));
+                }
+                let ps = &self.persist;
                 if let Some(t) = old {
                     let t_is_dir = self.need(t)?.read().attr.kind == Kind::Dir;
-                    np.write().dir_mut().map(|d| d.remove(newname));
-                    if t_is_dir {
-                        let mut g = np.write();
-                        g.attr.nlink = g.attr.nlink.saturating_sub(1);
-                    }
+                    changing(ps, &mut np.write(), |g| {
+                        g.dir_mut().map(|d| d.remove(newname));
+                        if t_is_dir {
+                            g.attr.nlink = g.attr.nlink.saturating_sub(1);
+                        }
+                    });
                     eff.merge(self.drop_link(t, *now)?);
                 }
-                {
-                    let mut g = p.write();
+                let ps = &self.persist;
+                changing(ps, &mut p.write(), |g| {
                     g.dir_mut().map(|d| d.remove(name));
                     g.attr.mtime = *now;
                     g.attr.ctime = *now;
                     if src_is_dir && parent != newparent {
                         g.attr.nlink = g.attr.nlink.saturating_sub(1);
                     }
-                }
-                {
-                    let mut g = np.write();
-                    g.dir_mut()
-                        .ok_or_else(|| corrupt("a non-directory rename target"))?
-                        .insert(newname, src);
+                });
+                changing(ps, &mut np.write(), |g| {
+                    if let Some(d) = g.dir_mut() {
+                        d.insert(newname, src);
+                    }
                     g.attr.mtime = *now;
                     g.attr.ctime = *now;
                     if src_is_dir && parent != newparent {
                         g.attr.nlink += 1;
                     }
-                }
+                });
                 let s = self.need(src)?;
-                let mut sg = s.write();
-                sg.attr.ctime = *now;
-                if let Some(d) = sg.dir_mut() {
-                    d.parent = *newparent;
-                }
+                changing(ps, &mut s.write(), |sg| {
+                    sg.attr.ctime = *now;
+                    if let Some(d) = sg.dir_mut() {
+                        d.parent = *newparent;
+                    }
+                });
                 Ok(eff)
             }
             Record::SetAttr { ino, .. }
@@ -207,8 +254,26 @@ impl Tables {
             | Record::RemoveXattr { ino, .. } => {
                 let node = self.need(*ino)?;
                 let mut n = node.write();
-                apply_inode(&mut n, rec)
+                apply_inode(&mut n, rec, &self.persist)
             }
+        }
+    }
+
+    /// An independent copy (fsck repairs a copy): same inodes, sharing nothing, with fresh
+    /// checkpoint bookkeeping in which every unit is marked changed.
+    pub fn deep_copy(&self) -> Tables {
+        let persist = Arc::new(Persist::default());
+        let mut inodes = HashMap::with_capacity(self.inodes.len());
+        for (&ino, n) in &self.inodes {
+            let mut c = n.read().clone();
+            c.open_count = 0;
+            persist.touch_all(&mut c);
+            inodes.insert(ino, Arc::new(RwLock::new(c)));
+        }
+        Tables {
+            inodes,
+            next_ino: self.next_ino,
+            persist,
         }
     }
 
@@ -250,14 +315,28 @@ impl Tables {
         let mut t = Tables {
             inodes: HashMap::new(),
             next_ino: ROOT_INO + 1,
+            persist: Arc::default(),
         };
-        t.insert(Inode::new(ROOT_INO, attr, ROOT_INO, b""));
+        let mut root = Inode::new(ROOT_INO, attr, ROOT_INO, b"");
+        t.persist.touch(&mut root, 0);
+        t.insert(root);
         t
     }
 }
 
-/// Apply a record that changes a single inode (attributes, data, xattrs).
-pub fn apply_inode(n: &mut Inode, rec: &Record) -> Result<Effects> {
+/// Apply a record that changes a single inode (attributes, data, xattrs), recording the change
+/// in `p` for the next checkpoint.
+pub fn apply_inode(n: &mut Inode, rec: &Record, p: &Persist) -> Result<Effects> {
+    let before = dirty_units(n);
+    let r = apply_inode_inner(n, rec);
+    if r.is_ok() {
+        let after = dirty_units(n);
+        p.touch(n, after.saturating_sub(before));
+    }
+    r
+}
+
+fn apply_inode_inner(n: &mut Inode, rec: &Record) -> Result<Effects> {
     let mut eff = Effects::default();
     match rec {
         Record::SetAttr {

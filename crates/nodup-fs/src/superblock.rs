@@ -10,7 +10,11 @@ use std::path::Path;
 /// Magic at offset 0 of both superblock copies.
 pub const SB_MAGIC: [u8; 8] = *b"NODUPFS1";
 /// On-media format version written by this build (log records, checkpoints, chains, superblock).
-pub const FS_VERSION: u32 = 1;
+/// Version 2: incremental checkpoints (manifest + segments) and a log that continues across them.
+pub const FS_VERSION: u32 = 2;
+/// Oldest format version this build opens. A version-1 image (full-snapshot checkpoints) is
+/// converted to version 2 by its first read-write open.
+pub const FS_VERSION_MIN: u32 = 1;
 /// Superblock flag: the last unmount was clean (checkpoint written, engine shut down).
 pub const FLAG_CLEAN: u32 = 1;
 
@@ -33,9 +37,13 @@ pub mod off {
     pub const LOG_SEQ: usize = 88;
     pub const NEXT_GEN: usize = 96;
     pub const CREATED: usize = 104;
-    pub const CHECKSUM: usize = 112;
+    pub const LOG_INDEX: usize = 112;
+    pub const LOG_OFF: usize = 120;
+    pub const CHECKSUM: usize = 128;
     /// Encoded size in bytes.
-    pub const END: usize = 120;
+    pub const END: usize = 136;
+    /// Where version 1 kept its checksum (it had no log index and offset).
+    pub const V1_CHECKSUM: usize = 112;
 }
 
 /// Which medium the image was made for; recorded at mkfs so mount opens it the same way.
@@ -67,10 +75,16 @@ impl MediumKind {
 
 /// One superblock copy.
 ///
-/// Layout (little endian, 120 bytes at the start of the block; offsets in [`off`]):
+/// Layout (little endian, 136 bytes at the start of the block; offsets in [`off`]):
 /// magic 8 | version 4 | flags 4 | seq 8 | block_size 4 | medium 4 | total_blocks 8 |
 /// policy 4 | fingerprint 4 | meta_layout 4 | pad 4 | ckpt_head 8 | ckpt_gen 8 |
-/// log_head 8 | log_gen 8 | log_seq 8 | next_gen 8 | created 8 | crc32c(0..112) 4 | pad 4
+/// log_head 8 | log_gen 8 | log_seq 8 | next_gen 8 | created 8 | log_index 8 | log_off 4 |
+/// pad 4 | crc32c(0..128) 4 | pad 4
+///
+/// `ckpt_head`/`ckpt_gen` name the checkpoint manifest chain (version 1: the snapshot chain).
+/// Replay starts in block `log_head` (chain index `log_index` of log chain `log_gen`) at payload
+/// offset `log_off`, with the record numbered `log_seq`. Version 1 ended at byte 120 with its
+/// checksum at 112 and always started replay at index 0, offset 0.
 #[repr(C)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Superblock {
@@ -92,6 +106,9 @@ pub struct Superblock {
     pub log_seq: u64,
     pub next_gen: u64,
     pub created: u64,
+    pub log_index: u64,
+    pub log_off: u32,
+    pub _pad3: u32,
     pub checksum: u32,
     pub _pad2: u32,
 }
@@ -134,6 +151,9 @@ impl Superblock {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
+            log_index: 0,
+            log_off: 0,
+            _pad3: 0,
             checksum: 0,
             _pad2: 0,
         }
@@ -165,6 +185,8 @@ impl Superblock {
         w64(&mut b, off::LOG_SEQ, self.log_seq);
         w64(&mut b, off::NEXT_GEN, self.next_gen);
         w64(&mut b, off::CREATED, self.created);
+        w64(&mut b, off::LOG_INDEX, self.log_index);
+        w32(&mut b, off::LOG_OFF, self.log_off);
         let crc = crc32c::crc32c(&b[..off::CHECKSUM]);
         w32(&mut b, off::CHECKSUM, crc);
         b
@@ -175,16 +197,22 @@ impl Superblock {
         if b.len() < off::END || b[..8] != SB_MAGIC {
             return Err(FsError::NotNodup("no nodup file-system superblock".into()));
         }
-        if crc32c::crc32c(&b[..off::CHECKSUM]) != rd32(b, off::CHECKSUM) {
+        let version = rd32(b, off::VERSION);
+        let crc_at = if version == 1 {
+            off::V1_CHECKSUM
+        } else {
+            off::CHECKSUM
+        };
+        if crc32c::crc32c(&b[..crc_at]) != rd32(b, crc_at) {
             return Err(FsError::Corrupt("superblock checksum mismatch".into()));
         }
-        let version = rd32(b, off::VERSION);
-        if version != FS_VERSION {
+        if !(FS_VERSION_MIN..=FS_VERSION).contains(&version) {
             return Err(FsError::Version {
                 found: version,
                 supported: FS_VERSION,
             });
         }
+        let v2 = version >= 2;
         let sb = Superblock {
             magic: SB_MAGIC,
             version,
@@ -204,7 +232,10 @@ impl Superblock {
             log_seq: rd64(b, off::LOG_SEQ),
             next_gen: rd64(b, off::NEXT_GEN),
             created: rd64(b, off::CREATED),
-            checksum: rd32(b, off::CHECKSUM),
+            log_index: if v2 { rd64(b, off::LOG_INDEX) } else { 0 },
+            log_off: if v2 { rd32(b, off::LOG_OFF) } else { 0 },
+            _pad3: 0,
+            checksum: rd32(b, crc_at),
             _pad2: 0,
         };
         if sb.block_size as usize != BLOCK_SIZE {

@@ -77,6 +77,7 @@ enum Op {
     Rename(usize, usize),
     Link(usize, usize),
     Unlink(usize),
+    Checkpoint,
     Reopen,
     Crash,
 }
@@ -93,6 +94,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (name.clone(), name.clone()).prop_map(|(a, b)| Op::Rename(a, b)),
         1 => (name.clone(), name.clone()).prop_map(|(a, b)| Op::Link(a, b)),
         1 => name.prop_map(Op::Unlink),
+        2 => Just(Op::Checkpoint),
         1 => Just(Op::Reopen),
         1 => Just(Op::Crash),
     ]
@@ -258,6 +260,7 @@ fn run(ops: Vec<Op>) {
                     None => assert!(r.is_err()),
                 }
             }
+            Op::Checkpoint => fs.checkpoint(false).unwrap(),
             Op::Reopen | Op::Crash => {
                 let (f2, m2) = reopen(fs, &medium, matches!(op, Op::Crash));
                 fs = f2;
@@ -436,13 +439,14 @@ fn not_nodup_and_corrupt_images_are_refused_without_writes() {
     fs.write(ino, 0, b"hello").unwrap();
     fs.shutdown().unwrap();
     drop(fs);
-    // Corrupt the checkpoint payload: open must fail and leave the image untouched.
+    // Corrupt a unit of the checkpoint: open must fail and leave the image untouched.
     let mut bytes = medium.snapshot();
     let m = MemMedium::from_bytes(bytes.clone());
     let (sb, _, _) = nodup_fs::superblock::probe_medium(&m).unwrap();
-    let at = (sb.ckpt_head * BS) as usize
+    let (man, _) = nodup_fs::persist::load::read_manifest(&m, sb.ckpt_head, sb.ckpt_gen).unwrap();
+    let at = (man.segs[0].head * BS) as usize
         + nodup_fs::chain::off::PAYLOAD
-        + nodup_fs::checkpoint::HEADER
+        + nodup_fs::persist::unit::UNIT_HEADER
         + 3;
     bytes[at] ^= 0xff;
     let bad = Arc::new(MemMedium::from_bytes(bytes));

@@ -80,6 +80,9 @@ pub struct OpenOptions {
     pub mem_budget: Option<u64>,
     /// Count metadata accesses at this granularity through the access meter (None = plain byte counts).
     pub meter_granularity: Option<usize>,
+    /// Open without writing anything: the image stays byte-identical (stats, fsck without
+    /// repair). Mutating calls fail until [`Engine::begin_use`].
+    pub read_only: bool,
 }
 
 impl Default for OpenOptions {
@@ -89,6 +92,7 @@ impl Default for OpenOptions {
             transition_threshold: 6,
             mem_budget: None,
             meter_granularity: None,
+            read_only: false,
         }
     }
 }
@@ -207,6 +211,8 @@ struct Counters {
 const STATE_NEEDS_RECOVERY: u8 = 0;
 const STATE_READY: u8 = 1;
 const STATE_SHUT: u8 = 2;
+/// Opened read-only ([`OpenOptions::read_only`]): reads only, until [`Engine::begin_use`].
+const STATE_READ_ONLY: u8 = 3;
 
 /// Source of writer ids (never 0).
 static NEXT_CTX_ID: AtomicU64 = AtomicU64::new(1);
@@ -343,13 +349,29 @@ impl Engine {
             referenced_blocks: e.c.physical_blocks.load(Ordering::Relaxed),
             ..Default::default()
         });
-        // From now on the image is dirty until the next complete save.
-        let mut s = e.sb.lock();
-        s.clean = false;
-        s.store(&*e.medium)?;
-        drop(s);
-        e.set_state(STATE_READY);
+        if opts.read_only {
+            e.set_state(STATE_READ_ONLY);
+        } else {
+            e.begin_use()?;
+        }
         Ok((e, OpenState::Clean))
+    }
+
+    /// Start writing to an image opened read-only and found clean: mark it in use (dirty until
+    /// the next clean shutdown). An image that needs recovery stays so until [`Engine::recover`].
+    pub fn begin_use(&self) -> Result<()> {
+        let _g = self.admin.lock();
+        if self.state.load(Ordering::Acquire) == STATE_NEEDS_RECOVERY {
+            return Ok(());
+        }
+        let mut s = self.sb.lock();
+        if s.clean {
+            s.clean = false;
+            s.store(&*self.medium)?;
+        }
+        drop(s);
+        self.set_state(STATE_READY);
+        Ok(())
     }
 
     /// Write path: for each 4 KiB block in `blocks`, return the physical block it now maps to
@@ -538,6 +560,7 @@ impl Engine {
         match self.state.load(Ordering::Acquire) {
             STATE_READY => Ok(()),
             STATE_NEEDS_RECOVERY => Err(Error::NeedsRecovery),
+            STATE_READ_ONLY => Err(Error::Invalid("the engine was opened read-only".into())),
             _ => Err(Error::Invalid("the engine was shut down".into())),
         }
     }

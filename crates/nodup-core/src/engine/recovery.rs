@@ -77,20 +77,64 @@ impl Engine {
         let (bitmap, rest) = words.split_at(nb as usize);
         let (locs, lw) = rest.split_at(ni as usize);
         self.alloc.load_words(bitmap)?;
-        for &loc in locs {
-            if !self.layout.is_entry_loc(loc) {
-                return Err(corrupt("saved index location is not an entry"));
-            }
-            let e = self.meta.read_entry(&mut t, loc)?;
-            if !e.is_valid() || !self.in_data(e.blocknr) || !self.alloc.is_allocated(e.blocknr) {
-                return Err(corrupt("saved index names an invalid entry"));
-            }
-            let (mut sh, hh) = self.index.lock(e.fp);
-            sh.table.insert(hh, ent_of(loc));
-        }
+        self.reload_index(&mut t, locs)?;
         self.layout.load_state(lw)?;
         self.c.physical_blocks.store(phys, Ordering::Relaxed);
         self.merge_tally(&t);
+        Ok(())
+    }
+
+    /// Rebuild the DRAM index from saved entry locations. The locations were saved in table
+    /// order, which is hash order: inserted one by one into tables that grow as they fill, they
+    /// would all land in the low end of each table and form one long probe chain (quadratic
+    /// time). So the entries are read first (two threads), each shard is sized for its final
+    /// count, and then filled.
+    fn reload_index(&self, t: &mut IoTally, locs: &[u64]) -> Result<()> {
+        let corrupt = |m: &str| Error::Corrupt(format!("save area: {m}"));
+        let read_part = |part: &[u64]| -> Result<(Vec<(u64, u64)>, IoTally)> {
+            let mut t = IoTally::default();
+            let mut out = Vec::with_capacity(part.len());
+            for &loc in part {
+                if !self.layout.is_entry_loc(loc) {
+                    return Err(corrupt("saved index location is not an entry"));
+                }
+                let e = self.meta.read_entry(&mut t, loc)?;
+                if !e.is_valid() || !self.in_data(e.blocknr) || !self.alloc.is_allocated(e.blocknr)
+                {
+                    return Err(corrupt("saved index names an invalid entry"));
+                }
+                out.push((e.fp, loc));
+            }
+            Ok((out, t))
+        };
+        let half = locs.len() / 2;
+        let (a, b) = if locs.len() < 1 << 16 {
+            (read_part(locs)?, (Vec::new(), IoTally::default()))
+        } else {
+            std::thread::scope(|sc| {
+                let h = sc.spawn(|| read_part(&locs[half..]));
+                let a = read_part(&locs[..half]);
+                let b = h
+                    .join()
+                    .unwrap_or_else(|_| Err(corrupt("index reload thread panicked")));
+                Ok::<_, Error>((a?, b?))
+            })?
+        };
+        for x in [&a.1, &b.1] {
+            t.meta_read += x.meta_read;
+            t.meta_written += x.meta_written;
+        }
+        let mut per = vec![0usize; crate::index::SHARDS];
+        for &(fp, _) in a.0.iter().chain(b.0.iter()) {
+            per[self.index.shard_of(fp)] += 1;
+        }
+        for (i, &n) in per.iter().enumerate() {
+            self.index.lock_shard(i).table.reserve_total(n);
+        }
+        for &(fp, loc) in a.0.iter().chain(b.0.iter()) {
+            let (mut sh, hh) = self.index.lock(fp);
+            sh.table.insert(hh, ent_of(loc));
+        }
         Ok(())
     }
 

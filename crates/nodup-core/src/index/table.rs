@@ -133,6 +133,16 @@ impl Table {
         }
     }
 
+    /// Grow the slot array so `n` entries in total fit without a resize (bulk loads).
+    pub fn reserve_total(&mut self, n: usize) {
+        // The fill limit is 3/4; aim at 2/3 (12 bytes per entry) so a few inserts after the
+        // load do not resize at once.
+        let want = (n * 3 / 2 + 1).max(MIN_SLOTS);
+        if want > self.slots.len() {
+            self.resize(want);
+        }
+    }
+
     /// Insert entry number `ent` under hash `h` (duplicates are the caller's business).
     pub fn insert(&mut self, h: u64, ent: u64) {
         debug_assert!(ent != 0 && ent >> self.loc_bits == 0);

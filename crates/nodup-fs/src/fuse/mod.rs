@@ -578,14 +578,14 @@ impl Filesystem for Adapter {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let (total, free, inodes) = self.fs.statfs();
+        let st = self.fs.statfs();
         let files = 1u64 << 32;
         reply.statfs(
-            total,
-            free,
-            free,
+            st.blocks,
+            st.free,
+            st.avail,
             files,
-            files - inodes.min(files),
+            files - st.inodes.min(files),
             4096,
             255,
             4096,

@@ -1,5 +1,7 @@
 //! The operation log: checksummed, sequence-numbered records appended to a chain of metadata
-//! blocks between two checkpoints (see [`record`] for the frame and [`writer`] for appends).
+//! blocks between two checkpoints (see [`record`] for the frame, [`writer`] for appends and
+//! [`replay`] for reading it back).
 
 pub mod record;
+pub mod replay;
 pub mod writer;

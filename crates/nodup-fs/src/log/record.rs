@@ -248,6 +248,18 @@ impl Record {
         e.buf
     }
 
+    /// The length a frame starting at `buf` declares, when `buf` holds its header and the length
+    /// is plausible; `None` when `buf` is too short to tell or the length is out of range.
+    pub fn declared_len(buf: &[u8]) -> Option<usize> {
+        if buf.len() < FRAME_HEADER {
+            return None;
+        }
+        let mut a = [0u8; 4];
+        a.copy_from_slice(&buf[0..4]);
+        let len = u32::from_le_bytes(a) as usize;
+        (FRAME_HEADER..=MAX_FRAME).contains(&len).then_some(len)
+    }
+
     /// Decode the frame at the start of `buf` if it is valid and carries `seq`; returns the
     /// record and the frame length, or `None` where the log ends.
     pub fn parse(buf: &[u8], seq: u64) -> Option<(Record, usize)> {

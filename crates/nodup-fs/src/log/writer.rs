@@ -1,5 +1,9 @@
 //! Appending records to the log chain, with a small pool of pre-allocated metadata blocks so
 //! most appends do not call the engine's allocator.
+//!
+//! The log is one chain for the life of a mount. A checkpoint does not start a new log: it
+//! records a cut ([`LogPos`]) in the superblock, replay starts there, and the blocks before the
+//! cut's block are given back once the superblock names the new cut.
 
 use crate::chain::{ChainKind, ChainWriter};
 use crate::error::Result;
@@ -10,16 +14,32 @@ use nodup_core::BlockNr;
 /// Metadata blocks fetched from the engine at a time for the log.
 pub const LOG_REFILL: usize = 32;
 
+/// A position in the log: where replay starts (a checkpoint's cut) or where appending resumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogPos {
+    /// The block holding the position.
+    pub block: BlockNr,
+    /// That block's index in the chain.
+    pub index: u64,
+    /// Payload offset inside the block (`PAYLOAD` = at the start of the next block).
+    pub off: usize,
+    /// Sequence number of the record that starts there.
+    pub seq: u64,
+}
+
 /// The log being appended to.
 pub struct LogWriter {
     chain: ChainWriter,
+    gen: u64,
     /// Sequence number of the next record.
     pub next_seq: u64,
     /// Pre-allocated blocks not yet linked into the chain (freed at clean shutdown, reclaimed by
     /// failure recovery otherwise, since nothing on the medium references them).
     pub spare: Vec<BlockNr>,
-    /// Records appended since the log started.
+    /// Records appended since the last cut.
     pub records: u64,
+    /// Payload bytes appended since the last cut.
+    cut_bytes: u64,
 }
 
 impl LogWriter {
@@ -27,36 +47,86 @@ impl LogWriter {
     pub fn start(m: &dyn Medium, gen: u64, first: BlockNr, next_seq: u64) -> Result<LogWriter> {
         Ok(LogWriter {
             chain: ChainWriter::start(m, ChainKind::Log, gen, first)?,
+            gen,
             next_seq,
             spare: Vec::new(),
             records: 0,
+            cut_bytes: 0,
         })
     }
 
-    /// Continue an existing log after replay.
+    /// Continue an existing log after replay: `blocks` from the replay start on (chain index
+    /// `first_index`), appending at `end`; `records`/`bytes` were replayed since the cut.
     pub fn resume(
         gen: u64,
+        first_index: u64,
         blocks: Vec<BlockNr>,
-        used: u64,
-        next_seq: u64,
+        end: LogPos,
         records: u64,
+        bytes: u64,
     ) -> LogWriter {
         LogWriter {
-            chain: ChainWriter::resume(ChainKind::Log, gen, blocks, used),
-            next_seq,
+            chain: ChainWriter::resume(ChainKind::Log, gen, first_index, blocks, end.off),
+            gen,
+            next_seq: end.seq,
             spare: Vec::new(),
             records,
+            cut_bytes: bytes,
         }
     }
 
-    /// Blocks of the log chain.
+    /// Generation of the log chain.
+    pub fn gen(&self) -> u64 {
+        self.gen
+    }
+
+    /// Blocks of the log chain still held (from the block of the last cut on).
     pub fn blocks(&self) -> &[BlockNr] {
         self.chain.blocks()
     }
 
-    /// Payload bytes in the log.
+    /// Payload bytes appended since the last cut.
     pub fn bytes(&self) -> u64 {
-        self.chain.len()
+        self.cut_bytes
+    }
+
+    /// The current end of the log: where the next record goes, and where a cut taken now puts
+    /// the start of replay.
+    pub fn position(&self) -> LogPos {
+        let (block, index, off) = self.chain.end();
+        LogPos {
+            block,
+            index,
+            off,
+            seq: self.next_seq,
+        }
+    }
+
+    /// A checkpoint took a cut at the current end: count from zero again. Returns the counts
+    /// before, for [`LogWriter::unmark_cut`].
+    pub fn mark_cut(&mut self) -> (u64, u64) {
+        let old = (self.records, self.cut_bytes);
+        self.records = 0;
+        self.cut_bytes = 0;
+        old
+    }
+
+    /// The checkpoint that took the cut failed: the old cut stays in force.
+    pub fn unmark_cut(&mut self, old: (u64, u64)) {
+        self.records += old.0;
+        self.cut_bytes += old.1;
+    }
+
+    /// Hand back the blocks before the block of `cut` (the superblock names `cut` now).
+    pub fn drop_before(&mut self, cut: &LogPos) -> Vec<BlockNr> {
+        self.chain.drop_before(cut.index)
+    }
+
+    /// New blocks an append of `bytes` more payload needs beyond the spare pool.
+    pub fn blocks_short(&self, bytes: usize) -> usize {
+        self.chain
+            .blocks_needed(bytes)
+            .saturating_sub(self.spare.len())
     }
 
     /// Append `rec`; `alloc` supplies metadata blocks when the spare pool runs dry. Flushes the
@@ -71,8 +141,12 @@ impl LogWriter {
         let frame = rec.frame(self.next_seq);
         let need = self.chain.blocks_needed(frame.len());
         if self.spare.len() < need {
-            let more = alloc(need.max(LOG_REFILL))?;
-            self.spare.extend(more);
+            let want = (need - self.spare.len()).max(LOG_REFILL);
+            match alloc(want) {
+                Ok(more) => self.spare.extend(more),
+                // The pool refill is a convenience: take exactly what this frame needs.
+                Err(_) => self.spare.extend(alloc(need - self.spare.len())?),
+            }
         }
         let fresh: Vec<BlockNr> = self.spare.drain(..need).collect();
         let saved = self.chain.clone();
@@ -95,6 +169,7 @@ impl LogWriter {
         }
         self.next_seq += 1;
         self.records += 1;
+        self.cut_bytes += frame.len() as u64;
         Ok(())
     }
 }

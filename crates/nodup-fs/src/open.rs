@@ -1,0 +1,325 @@
+//! Creating, opening and closing a file system: mkfs, loading the checkpoint and replaying the
+//! log (normal or failure recovery), and the clean shutdown.
+
+use crate::chain::{cut_tail, read_chain, ChainKind, PAYLOAD};
+use crate::error::{FsError, Result};
+use crate::fs::{FileSystem, FsOptions, MetaState, RecoveryInfo};
+use crate::inode::ROOT_INO;
+use crate::log::record::Record;
+use crate::log::replay::{replay, Replayed};
+use crate::log::writer::{LogPos, LogWriter};
+use crate::persist::load;
+use crate::state::Tables;
+use crate::superblock::{self, MediumKind, Superblock};
+use crate::{snapshot_v1, Caller};
+use nodup_core::media::Medium;
+use nodup_core::{BlockNr, Engine, FormatOptions, OpenState};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+const BS: u64 = nodup_core::BLOCK_SIZE as u64;
+
+/// The metadata as read from the medium, before the engine is touched.
+struct Found {
+    tables: Tables,
+    /// Manifest + segment blocks (or the version-1 snapshot chain).
+    ckpt_blocks: Vec<BlockNr>,
+    manifest: Vec<BlockNr>,
+    legacy: Vec<BlockNr>,
+    replayed: Replayed,
+    /// Records for inodes no directory reaches any more (written to an unlinked open file
+    /// after the cut), skipped by the replay.
+    skipped: u64,
+    /// Blocks of inodes left without links (version-1 images only), for a clean open to release.
+    orphan_blocks: Vec<BlockNr>,
+}
+
+/// Load the checkpoint named by `sb` and replay the log after its cut. Reads only.
+fn load_metadata(m: &dyn Medium, sb: &Superblock) -> Result<Found> {
+    let (mut tables, ckpt_blocks, manifest, legacy) = if sb.version == 1 {
+        let (blocks, payload) = read_chain(
+            m,
+            sb.ckpt_head,
+            ChainKind::Checkpoint,
+            sb.ckpt_gen,
+            u64::MAX,
+        )?;
+        if blocks.is_empty() {
+            return Err(FsError::Corrupt("checkpoint not found".into()));
+        }
+        let t = snapshot_v1::decode(&payload)?;
+        (t, blocks.clone(), Vec::new(), blocks)
+    } else {
+        let l = load::load(m, sb.ckpt_head, sb.ckpt_gen)?;
+        let mut blocks = l.manifest_blocks.clone();
+        for s in l.tables.persist.segs.lock().values() {
+            blocks.extend_from_slice(&s.blocks);
+        }
+        (l.tables, blocks, l.manifest_blocks, Vec::new())
+    };
+    if tables.get(ROOT_INO).is_none() {
+        return Err(FsError::Corrupt("root directory missing".into()));
+    }
+    if sb.log_off as usize > PAYLOAD {
+        return Err(FsError::Corrupt("log offset past the block".into()));
+    }
+    let start = LogPos {
+        block: sb.log_head,
+        index: sb.log_index,
+        off: sb.log_off as usize,
+        seq: sb.log_seq,
+    };
+    let mut skipped = 0u64;
+    let replayed = replay(m, start, sb.log_gen, &mut |rec| {
+        // An inode no directory reaches was unlinked while open before the cut: records
+        // written to it later change nothing that survives.
+        if let Some(ino) = inode_only(&rec) {
+            if tables.get(ino).is_none() && ino < tables.next_ino {
+                skipped += 1;
+                return Ok(());
+            }
+        }
+        tables.apply(&rec).map(|_| ())
+    })?;
+    // Inodes without links were open when the image was last written; nobody can reach them
+    // any more. (A version-2 checkpoint never holds one: they are not reachable.)
+    let orphans: Vec<u64> = tables
+        .inodes
+        .iter()
+        .filter(|(_, n)| n.read().attr.nlink == 0)
+        .map(|(&i, _)| i)
+        .collect();
+    let mut orphan_blocks = Vec::new();
+    for ino in orphans {
+        if let Some(n) = tables.remove_inode(ino) {
+            orphan_blocks.extend(n.read().data_blocks());
+        }
+    }
+    Ok(Found {
+        tables,
+        ckpt_blocks,
+        manifest,
+        legacy,
+        replayed,
+        skipped,
+        orphan_blocks,
+    })
+}
+
+/// The inode a record changes alone (no directory entry involved).
+fn inode_only(rec: &Record) -> Option<u64> {
+    match rec {
+        Record::SetAttr { ino, .. }
+        | Record::Write { ino, .. }
+        | Record::Truncate { ino, .. }
+        | Record::Punch { ino, .. }
+        | Record::SetXattr { ino, .. }
+        | Record::RemoveXattr { ino, .. } => Some(*ino),
+        _ => None,
+    }
+}
+
+impl FileSystem {
+    /// Format `medium` (engine + file system) and return it open.
+    pub fn format(
+        medium: Arc<dyn Medium>,
+        kind: MediumKind,
+        fopts: &FormatOptions,
+        opts: &FsOptions,
+        owner: Caller,
+    ) -> Result<FileSystem> {
+        let t0 = Instant::now();
+        let mut fopts = fopts.clone();
+        fopts.client_area_blocks = fopts.client_area_blocks.max(2);
+        let engine = Engine::format(medium.clone(), &fopts, &opts.open)?;
+        let (area, alen) = engine.client_area();
+        if alen < 2 {
+            return Err(FsError::Corrupt(
+                "engine client area smaller than 2 blocks".into(),
+            ));
+        }
+        let mut sb = Superblock::new(
+            kind,
+            medium.len() / BS,
+            fopts.policy as u32,
+            fopts.fingerprint as u32,
+            fopts.meta_layout as u32,
+        );
+        let first = engine.alloc_meta(1)?;
+        let log = LogWriter::start(&*medium, 1, first[0], 1)?;
+        sb.log_head = first[0];
+        sb.log_gen = 1;
+        sb.next_gen = 2;
+        let fs = FileSystem::assemble(
+            engine,
+            medium,
+            kind,
+            area,
+            opts,
+            Tables::with_root(owner.uid, owner.gid),
+            log,
+            MetaState {
+                sb,
+                slot: 1,
+                next_gen: 2,
+                manifest: Vec::new(),
+                legacy: Vec::new(),
+                reserve: Vec::new(),
+            },
+            RecoveryInfo {
+                kind: "fresh".into(),
+                ..Default::default()
+            },
+        );
+        fs.checkpoint(false)?;
+        // Make both copies valid so a stale superblock of an older image can never be chosen.
+        {
+            let meta = fs.meta.lock();
+            superblock::write_slot(&*fs.medium, area, 1 - meta.slot, &meta.sb)?;
+        }
+        let mut fs = fs;
+        fs.recovery.seconds = t0.elapsed().as_secs_f64();
+        Ok(fs)
+    }
+
+    /// Open an existing image: load the checkpoint, replay the log, then either normal recovery
+    /// (clean unmount) or failure recovery (engine.recover with every reference the files hold).
+    /// With `opts.read_only` nothing is written: the image stays byte-identical.
+    pub fn open(medium: Arc<dyn Medium>, opts: &FsOptions) -> Result<FileSystem> {
+        let t0 = Instant::now();
+        let (sb, _, _) = superblock::probe_medium(&*medium)?;
+        let m = &*medium;
+        // The engine's normal recovery (index reload) and the metadata load are independent:
+        // run them side by side, both without writing. Only when both succeeded is the image
+        // marked in use, so a corrupt image is refused untouched.
+        let mut eopts = opts.open.clone();
+        eopts.read_only = true;
+        let (engine_res, found, load_seconds, engine_seconds) = std::thread::scope(|sc| {
+            let eng = sc.spawn(|| {
+                let t1 = Instant::now();
+                let r = Engine::open(medium.clone(), &eopts);
+                (r, t1.elapsed().as_secs_f64())
+            });
+            let found = load_metadata(m, &sb);
+            let load_seconds = t0.elapsed().as_secs_f64();
+            let (r, secs) = match eng.join() {
+                Ok(x) => x,
+                Err(_) => (
+                    Err(nodup_core::Error::Corrupt("engine open panicked".into())),
+                    0.0,
+                ),
+            };
+            (r, found, load_seconds, secs)
+        });
+        let t1 = Instant::now();
+        let (engine, state) = engine_res?;
+        let found = found?;
+        if !opts.read_only {
+            engine.begin_use()?;
+        }
+        let (area, _) = engine.client_area();
+        let (_, slot) = superblock::read_pair(m, area)?;
+        let rp = &found.replayed;
+        let needs = !sb.is_clean() || state == OpenState::NeedsRecovery || rp.records > 0;
+        let mut info = RecoveryInfo {
+            kind: if needs { "failure" } else { "clean" }.into(),
+            replayed_records: rp.records,
+            skipped_records: found.skipped,
+            load_seconds,
+            ..Default::default()
+        };
+        if needs && !opts.read_only {
+            let refs = found.tables.data_refs();
+            let metas: Vec<BlockNr> = found
+                .ckpt_blocks
+                .iter()
+                .chain(rp.blocks.iter())
+                .copied()
+                .collect();
+            let report = engine.recover(&mut refs.into_iter(), &mut metas.into_iter())?;
+            info.engine = Some(report);
+        } else if !needs && !opts.read_only && !found.orphan_blocks.is_empty() {
+            engine.release_batch(&found.orphan_blocks)?;
+        }
+        info.engine_seconds = engine_seconds + t1.elapsed().as_secs_f64();
+        if !opts.read_only {
+            // Bytes an interrupted run left after the end of the log must never be read as
+            // records once appending resumes there.
+            cut_tail(m, rp.end.block, rp.end.off)?;
+        }
+        let log = LogWriter::resume(
+            sb.log_gen,
+            sb.log_index,
+            rp.blocks.clone(),
+            rp.end,
+            rp.records,
+            rp.bytes,
+        );
+        let upgrade = sb.version == 1;
+        let fs = FileSystem::assemble(
+            engine,
+            medium,
+            sb.medium_kind(),
+            area,
+            opts,
+            found.tables,
+            log,
+            MetaState {
+                next_gen: sb.next_gen,
+                sb,
+                slot,
+                manifest: found.manifest,
+                legacy: found.legacy,
+                reserve: Vec::new(),
+            },
+            info,
+        );
+        if !opts.read_only {
+            if needs || upgrade {
+                // A checkpoint folds the replayed log in (and writes a version-1 image in the
+                // current format). On a full device it is deferred: the replayed log stays the
+                // valid one (appends continue on it) so the user can mount and delete files;
+                // the next tick or the shutdown writes the checkpoint.
+                match fs.checkpoint(false) {
+                    Ok(()) => {}
+                    Err(e) if e.errno() == libc::ENOSPC => fs.write_sb(0)?,
+                    Err(e) => return Err(e),
+                }
+            } else {
+                fs.write_sb(0)?;
+            }
+            fs.top_up_reserve();
+        }
+        let mut fs = fs;
+        fs.recovery.seconds = t0.elapsed().as_secs_f64();
+        Ok(fs)
+    }
+
+    /// Clean unmount: final checkpoint with the clean flag, give back held metadata blocks,
+    /// then the engine's shutdown (normal recovery reloads its state next time).
+    pub fn shutdown(&self) -> Result<()> {
+        if self.shut.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        if self.read_only {
+            return Ok(());
+        }
+        self.checkpoint(true)?;
+        // The gate keeps the maintenance thread from allocating while we give blocks back.
+        let _g = self.gate.write();
+        let spare: Vec<BlockNr> = {
+            let mut log = self.log.lock();
+            let mut meta = self.meta.lock();
+            let mut v = std::mem::take(&mut log.spare);
+            v.append(&mut meta.reserve);
+            v
+        };
+        if !spare.is_empty() {
+            self.engine.free_meta(&spare)?;
+        }
+        self.clear_ctxs();
+        self.engine.shutdown()?;
+        Ok(())
+    }
+}
