@@ -55,6 +55,10 @@ impl BlockMap {
         self.dirty.insert(u);
     }
 
+    /// True when unit `u` is marked changed.
+    pub fn is_dirty(&self, u: u64) -> bool {
+        self.dirty.contains(u)
+    }
     /// Number of units marked changed.
     pub fn dirty_units(&self) -> usize {
         self.dirty.len()
@@ -70,22 +74,25 @@ impl BlockMap {
         v
     }
 
-    /// The mappings of unit `u` as (index inside the unit, physical block), ascending.
-    pub fn unit_entries(&self, u: u64) -> Vec<(u32, BlockNr)> {
-        let slice: &[BlockNr] = if u == 0 {
+    /// The slots of unit `u` (0 = hole; shorter than the unit when its tail is unmapped).
+    pub fn unit_slots(&self, u: u64) -> &[BlockNr] {
+        if u == 0 {
             &self.direct
         } else {
             match self.chunks.get(&(u - 1)) {
                 Some(c) => &c[..],
                 None => &[],
             }
-        };
-        slice
-            .iter()
-            .enumerate()
-            .filter(|(_, &b)| b != 0)
-            .map(|(i, &b)| (i as u32, b))
-            .collect()
+        }
+    }
+
+    /// True when unit `u` maps at least one block.
+    pub fn unit_mapped(&self, u: u64) -> bool {
+        if u == 0 {
+            !self.direct.is_empty()
+        } else {
+            self.chunks.contains_key(&(u - 1))
+        }
     }
 
     /// Physical block of file block `fb` (0 = hole).

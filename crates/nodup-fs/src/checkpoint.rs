@@ -22,7 +22,6 @@ use crate::log::writer::LogPos;
 use crate::persist::manifest::{Manifest, SegRef};
 use crate::persist::unit::{self, UnitKind};
 use crate::persist::{load, Loc, SegInfo};
-use crate::state::Tables;
 use crate::superblock::{FLAG_CLEAN, FS_VERSION};
 use nodup_core::BlockNr;
 use std::time::Instant;
@@ -41,6 +40,10 @@ pub const GARBAGE_RATIO: f64 = 0.5;
 pub const LOG_LIMIT_MIN: u64 = 256 << 10;
 /// See [`LOG_LIMIT_MIN`].
 pub const LOG_LIMIT_MAX: u64 = 64 << 20;
+/// Estimated checkpoint bytes at which the tick takes a checkpoint (twice this, and an
+/// operation takes it itself). The cut encodes what changed while operations wait, so this
+/// bounds that pause (a few milliseconds).
+pub const DIRTY_LIMIT: u64 = 8 << 20;
 /// A file system idle this long with changes not yet checkpointed takes a checkpoint.
 pub const IDLE_MS: u64 = 1000;
 
@@ -90,6 +93,13 @@ impl Builder {
         (i, &mut self.segs[i])
     }
 
+    /// Copy a unit frame as it is.
+    fn raw(&mut self, ino: u64, unit: Option<u64>, frame: &[u8]) {
+        let (si, buf) = self.cur();
+        buf.extend_from_slice(frame);
+        self.placed.push((ino, unit, si, frame.len() as u32));
+    }
+
     /// Encode what changed in `n`.
     fn take(&mut self, n: &mut Inode) {
         n.ck.queued = false;
@@ -109,9 +119,7 @@ impl Builder {
         for u in units.into_iter().filter(|&u| u != 0) {
             let (si, buf) = self.cur();
             let len = match &n.body {
-                Body::File(m) if !m.unit_entries(u).is_empty() => {
-                    Some(unit::encode_map_unit(buf, n.ino, u, m))
-                }
+                Body::File(m) if m.unit_mapped(u) => Some(unit::encode_map_unit(buf, n.ino, u, m)),
                 Body::Dir(d) if d.unit_entries(u).next().is_some() => {
                     Some(unit::encode_dir_unit(buf, n.ino, u, d))
                 }
@@ -129,21 +137,38 @@ fn blocks_for(bytes: usize) -> usize {
     bytes.div_ceil(PAYLOAD).max(1)
 }
 
-/// Mark the unit of `n` at (`kind`, `unit`) changed when its current copy is in segment `gen`.
-fn mark_if_in(n: &mut Inode, kind: UnitKind, u: u64, gen: u64, t: &Tables) {
-    let here = match kind {
-        UnitKind::Head => n.ck.head.is_some_and(|l| l.gen == gen),
-        _ => n.ck.units.get(&u).is_some_and(|l| l.gen == gen),
+/// A unit frame of a segment chosen for cleaning.
+struct VictimUnit {
+    kind: UnitKind,
+    ino: u64,
+    unit: u64,
+    /// Where its frame is in the segment payload.
+    off: usize,
+    len: usize,
+}
+
+/// True when the copy of `v` in segment `gen` is the current one and unchanged since: it can be
+/// copied as it is. (A changed unit is encoded from memory by the cut instead.)
+fn still_current(n: &Inode, v: &VictimUnit, gen: u64) -> bool {
+    let units_dirty = match &n.body {
+        Body::File(m) => m.dirty_units() > 0,
+        Body::Dir(d) => d.dirty_units() > 0,
+        _ => false,
     };
-    if !here {
-        return;
+    match v.kind {
+        // The head is rewritten whenever anything of the inode changed.
+        UnitKind::Head => {
+            n.ck.head.is_some_and(|l| l.gen == gen) && !n.ck.head_dirty && !units_dirty
+        }
+        _ => {
+            let dirty = match &n.body {
+                Body::File(m) => m.is_dirty(v.unit),
+                Body::Dir(d) => d.is_dirty(v.unit),
+                _ => true,
+            };
+            n.ck.units.get(&v.unit).is_some_and(|l| l.gen == gen) && !dirty
+        }
     }
-    match &mut n.body {
-        Body::File(m) if kind == UnitKind::Map => m.mark_dirty(u),
-        Body::Dir(d) if kind == UnitKind::Dir => d.mark_dirty(u),
-        _ => {}
-    }
-    t.persist.touch(n, usize::from(kind != UnitKind::Head));
 }
 
 impl FileSystem {
@@ -249,19 +274,34 @@ impl FileSystem {
             + self.engine.allocator().free_blocks())
         .saturating_sub(self.reserve_want() as u64 + 16);
         let room = spare_blocks * PAYLOAD as u64;
-        let budget = if clean { room } else { room.min(CLEAN_BUDGET) };
+        // Cleaning keeps pace with the garbage a checkpoint makes (about what it writes).
+        let pace = CLEAN_BUDGET.max(2 * self.persist.estimate());
+        let budget = if clean { room } else { room.min(pace) };
         let victims = self.pick_victims(budget);
-        // Which units each victim holds (read before the cut: media reads, no locks).
-        let mut victim_units: Vec<(UnitKind, u64, u64, u64)> = Vec::new();
+        // What each victim holds (read before the cut: media reads, no locks). Its units that
+        // are still current and unchanged at the cut are copied to the new segment as they
+        // are (a memory copy: their frames are self-contained); changed ones are encoded anew
+        // with everything else that changed.
+        let mut victim_data: Vec<(u64, Vec<u8>, Vec<VictimUnit>)> = Vec::new();
         for (g, s) in &victims {
             if self.persist.segs.lock().get(g).is_some_and(|x| x.live == 0) {
                 continue;
             }
             let (_, payload) = load::read_segment(m, s)?;
+            let mut units = Vec::new();
+            let mut at = 0usize;
             unit::for_each_unit(&payload, &mut |r| {
-                victim_units.push((r.kind, r.ino, r.unit, *g));
+                units.push(VictimUnit {
+                    kind: r.kind,
+                    ino: r.ino,
+                    unit: r.unit,
+                    off: at,
+                    len: r.len as usize,
+                });
+                at += r.len as usize;
                 Ok(())
             })?;
+            victim_data.push((*g, payload, units));
         }
 
         // ---- 1. the cut
@@ -288,18 +328,29 @@ impl FileSystem {
             }
         }
         let t = self.tables.read();
-        for &(kind, ino, u, g) in &victim_units {
-            if let Some(node) = t.get(ino) {
-                mark_if_in(&mut node.write(), kind, u, g, &t);
-            }
-        }
-        let queue = self.persist.take_queue();
         let mut b = Builder {
             seg_bytes: self.seg_bytes(),
             segs: Vec::new(),
             placed: Vec::new(),
             gone: Vec::new(),
         };
+        let mut copied = 0usize;
+        for (g, payload, units) in &victim_data {
+            for v in units {
+                let Some(node) = t.get(v.ino) else { continue };
+                let n = node.read();
+                if still_current(&n, v, *g) {
+                    b.raw(
+                        v.ino,
+                        (v.kind != UnitKind::Head).then_some(v.unit),
+                        &payload[v.off..v.off + v.len],
+                    );
+                    copied += 1;
+                }
+            }
+        }
+        let t_mark = tc.elapsed().as_secs_f64();
+        let queue = self.persist.take_queue();
         let mut inodes = 0u64;
         for &ino in &queue {
             if let Some(node) = t.get(ino) {
@@ -307,6 +358,7 @@ impl FileSystem {
                 inodes += 1;
             }
         }
+        let t_enc = tc.elapsed().as_secs_f64();
         let (pos, cut_counts) = {
             let mut log = self.log.lock();
             let pos = log.position();
@@ -383,6 +435,18 @@ impl FileSystem {
             (man, dropped)
         };
         let pause = tc.elapsed().as_secs_f64();
+        if std::env::var_os("NODUP_CKPT_DEBUG").is_some() {
+            eprintln!(
+                "ckpt: pause {:.1} ms, {} victims ({} units copied), {} inodes, {} bytes, t_mark {:.1} t_enc {:.1}",
+                pause * 1e3,
+                victims.len(),
+                copied,
+                inodes,
+                b.segs.iter().map(|s| s.len()).sum::<usize>(),
+                t_mark * 1e3,
+                t_enc * 1e3,
+            );
+        }
         let gate = if clean {
             Some(gate)
         } else {
@@ -625,9 +689,15 @@ impl FileSystem {
         if self.read_only {
             return Ok(());
         }
-        // A log far past its limit (the maintenance tick is late or absent) is folded in by
-        // the operation itself.
-        if self.log.lock().bytes() > 2 * self.log_limit() {
+        // Past a limit, the maintenance thread is woken to checkpoint now. Far past it (no
+        // maintenance thread, or one that cannot keep up) the operation does it itself.
+        let logged = self.log.lock().bytes();
+        let est = self.persist.estimate();
+        let limit = self.log_limit();
+        if logged > limit || est > DIRTY_LIMIT {
+            self.wake_maintenance();
+        }
+        if logged > 8 * limit || est > 8 * DIRTY_LIMIT {
             match self.checkpoint(false) {
                 Ok(()) => {}
                 Err(e) if e.errno() == libc::ENOSPC => {}
@@ -713,7 +783,8 @@ impl FileSystem {
         let changed = log_bytes > 0 || self.persist.queued() > 0;
         let limit = self.log_limit();
         let idle = self.idle_ms() >= IDLE_MS;
-        if log_bytes > limit || self.persist.estimate() > limit || (idle && changed) {
+        let dirty = self.persist.estimate() > limit.min(DIRTY_LIMIT);
+        if log_bytes > limit || dirty || (idle && changed) {
             self.checkpoint(false)?;
         }
         self.top_up_reserve();

@@ -125,6 +125,10 @@ impl Directory {
     pub fn mark_dirty(&mut self, u: u64) {
         self.dirty.insert(u);
     }
+    /// True when unit `u` is marked changed.
+    pub fn is_dirty(&self, u: u64) -> bool {
+        self.dirty.contains(u)
+    }
     /// Number of units marked changed.
     pub fn dirty_units(&self) -> usize {
         self.dirty.len()

@@ -47,7 +47,6 @@ pub struct FsOptions {
     pub checkpoint_log_bytes: u64,
 }
 
-
 /// Who performs an operation (owner of new inodes).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Caller {
@@ -152,6 +151,9 @@ pub struct FileSystem {
     /// When the file system was opened, and milliseconds after it of the last logged operation.
     clock: Instant,
     last_op_ms: AtomicU64,
+    /// Set to ask the maintenance thread for a checkpoint now; the thread waits on `wake`.
+    wake_flag: Mutex<bool>,
+    wake: parking_lot::Condvar,
 }
 
 pub(crate) fn name_ok(name: &[u8]) -> Result<()> {
@@ -201,7 +203,27 @@ impl FileSystem {
             shut: std::sync::atomic::AtomicBool::new(false),
             clock: Instant::now(),
             last_op_ms: AtomicU64::new(0),
+            wake_flag: Mutex::new(false),
+            wake: parking_lot::Condvar::new(),
         }
+    }
+
+    /// Ask the maintenance thread to run [`FileSystem::tick`] now.
+    pub(crate) fn wake_maintenance(&self) {
+        let mut f = self.wake_flag.lock();
+        if !*f {
+            *f = true;
+            self.wake.notify_one();
+        }
+    }
+
+    /// Maintenance thread: wait up to `timeout` or until an operation asks for a tick.
+    pub fn wait_for_tick(&self, timeout: std::time::Duration) {
+        let mut f = self.wake_flag.lock();
+        if !*f {
+            self.wake.wait_for(&mut f, timeout);
+        }
+        *f = false;
     }
 
     /// Drop the engine write contexts (before the engine shuts down).

@@ -27,7 +27,9 @@ fn path(fs: &FileSystem, p: &[&str]) -> u64 {
 }
 
 fn check(fs: &FileSystem) {
-    let want: Vec<u8> = (0..20000u32).map(|i| ((i * 7 + i / 4096) % 251) as u8).collect();
+    let want: Vec<u8> = (0..20000u32)
+        .map(|i| ((i * 7 + i / 4096) % 251) as u8)
+        .collect();
     let r1 = path(fs, &["d", "e", "r1"]);
     let r2 = path(fs, &["r2"]);
     assert!(fs.read(r1, 0, 30000).unwrap() == want);

@@ -349,9 +349,8 @@ impl Engine {
             referenced_blocks: e.c.physical_blocks.load(Ordering::Relaxed),
             ..Default::default()
         });
-        if opts.read_only {
-            e.set_state(STATE_READ_ONLY);
-        } else {
+        e.set_state(STATE_READ_ONLY);
+        if !opts.read_only {
             e.begin_use()?;
         }
         Ok((e, OpenState::Clean))
@@ -361,7 +360,7 @@ impl Engine {
     /// the next clean shutdown). An image that needs recovery stays so until [`Engine::recover`].
     pub fn begin_use(&self) -> Result<()> {
         let _g = self.admin.lock();
-        if self.state.load(Ordering::Acquire) == STATE_NEEDS_RECOVERY {
+        if self.state.load(Ordering::Acquire) != STATE_READ_ONLY {
             return Ok(());
         }
         let mut s = self.sb.lock();

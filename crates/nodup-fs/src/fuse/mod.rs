@@ -1,7 +1,7 @@
 //! FUSE adapter: translates kernel requests (served by several threads, fuser's multi-threaded
 //! session) into [`FileSystem`] calls, and runs the mount until it is unmounted or signalled.
 
-use crate::ctl::STATS_XATTR;
+use crate::ctl::{CTL_XATTR, STATS_XATTR};
 use crate::error::FsError;
 use crate::fs::{Caller, FileSystem, SetAttr};
 use crate::inode::{Attr, Kind, Ts, ROOT_INO};
@@ -605,6 +605,16 @@ impl Filesystem for Adapter {
         if ino.0 == ROOT_INO && name.as_bytes() == STATS_XATTR.as_bytes() {
             return reply.error(Errno::EPERM);
         }
+        if ino.0 == ROOT_INO && name.as_bytes() == CTL_XATTR.as_bytes() {
+            let r = match value {
+                b"checkpoint" => self.fs.checkpoint(false),
+                _ => return reply.error(Errno::EINVAL),
+            };
+            return match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(err(e)),
+            };
+        }
         match self.fs.setxattr(ino.0, name.as_bytes(), value, flags) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
@@ -774,7 +784,7 @@ pub fn serve(
             .name("nodup-maint".into())
             .spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(500));
+                    fs.wait_for_tick(Duration::from_millis(500));
                     if stop.load(Ordering::Relaxed) {
                         break;
                     }
@@ -787,6 +797,7 @@ pub fn serve(
     ready();
     let r = session.run();
     stop.store(true, Ordering::Relaxed);
+    fs.wake_maintenance();
     let _ = maint.join();
     // destroy() normally ran inside run(); make sure the clean shutdown happened.
     if !fs.is_shut_down() {

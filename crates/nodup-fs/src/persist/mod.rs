@@ -37,6 +37,10 @@ impl ChunkSet {
     pub fn insert(&mut self, u: u64) {
         self.0.insert(u);
     }
+    /// True when unit `u` is in the set.
+    pub fn contains(&self, u: u64) -> bool {
+        self.0.contains(&u)
+    }
     /// Take every unit, ascending.
     pub fn take(&mut self) -> Vec<u64> {
         std::mem::take(&mut self.0).into_iter().collect()

@@ -60,15 +60,27 @@ fn corrupt(m: String) -> FsError {
     FsError::Corrupt(format!("checkpoint segment: {m}"))
 }
 
-fn frame(out: &mut Vec<u8>, kind: UnitKind, ino: u64, unit: u64, body: &[u8]) -> u32 {
-    let len = UNIT_HEADER + body.len();
+/// Append one unit frame to `out`, its body written in place by `body`; returns its length.
+fn frame(
+    out: &mut Vec<u8>,
+    kind: UnitKind,
+    ino: u64,
+    unit: u64,
+    body: impl FnOnce(&mut Enc),
+) -> u32 {
     let start = out.len();
-    out.extend_from_slice(&(len as u32).to_le_bytes());
-    out.extend_from_slice(&[0u8; 4]);
-    out.push(kind as u8);
-    out.extend_from_slice(&ino.to_le_bytes());
-    out.extend_from_slice(&unit.to_le_bytes());
-    out.extend_from_slice(body);
+    let mut e = Enc {
+        buf: std::mem::take(out),
+    };
+    e.u32(0);
+    e.u32(0);
+    e.u8(kind as u8);
+    e.u64(ino);
+    e.u64(unit);
+    body(&mut e);
+    *out = e.buf;
+    let len = out.len() - start;
+    out[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
     let crc = crc32c::crc32c(&out[start + 8..]);
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
     len as u32
@@ -109,22 +121,30 @@ fn dec_unit_list(d: &mut Dec, max_unit: u64) -> Result<Vec<u64>> {
     Ok(v)
 }
 
-fn enc_map_entries(e: &mut Enc, entries: &[(u32, BlockNr)]) {
-    let mut runs: Vec<(u32, Vec<BlockNr>)> = Vec::new();
-    for &(i, b) in entries {
-        match runs.last_mut() {
-            Some((s, v)) if *s + v.len() as u32 == i => v.push(b),
-            _ => runs.push((i, vec![b])),
+/// Encode the non-zero slots of a unit as runs of consecutive mapped blocks.
+fn enc_map_slots(e: &mut Enc, slots: &[BlockNr]) {
+    let at = e.buf.len();
+    e.u32(0);
+    let mut runs = 0u32;
+    let mut i = 0;
+    while i < slots.len() {
+        if slots[i] == 0 {
+            i += 1;
+            continue;
         }
-    }
-    e.u32(runs.len() as u32);
-    for (s, v) in runs {
-        e.u32(s);
-        e.u32(v.len() as u32);
-        for b in v {
-            e.u64(b);
+        let start = i;
+        while i < slots.len() && slots[i] != 0 {
+            i += 1;
         }
+        e.u32(start as u32);
+        e.u32((i - start) as u32);
+        e.buf.reserve(8 * (i - start));
+        for &b in &slots[start..i] {
+            e.buf.extend_from_slice(&b.to_le_bytes());
+        }
+        runs += 1;
     }
+    e.buf[at..at + 4].copy_from_slice(&runs.to_le_bytes());
 }
 
 /// Map entries of one unit: (index inside the unit, physical block).
@@ -197,44 +217,42 @@ fn dec_dir_entries(d: &mut Dec, unit: u64) -> Result<DirEntries> {
 
 /// Append the head unit of `n` to `out`; returns its frame length.
 pub fn encode_head(out: &mut Vec<u8>, n: &Inode) -> u32 {
-    let mut e = Enc::with_capacity(128);
-    n.attr.enc(&mut e);
-    e.u32(n.xattrs.len() as u32);
-    for (k, v) in &n.xattrs {
-        e.bytes(k);
-        e.bytes(v);
-    }
-    match &n.body {
-        Body::File(m) => {
-            let units: Vec<u64> = m.units().into_iter().filter(|&u| u != 0).collect();
-            enc_unit_list(&mut e, &units);
-            enc_map_entries(&mut e, &m.unit_entries(0));
+    frame(out, UnitKind::Head, n.ino, 0, |e| {
+        n.attr.enc(e);
+        e.u32(n.xattrs.len() as u32);
+        for (k, v) in &n.xattrs {
+            e.bytes(k);
+            e.bytes(v);
         }
-        Body::Dir(d) => {
-            e.u64(d.parent);
-            e.u64(d.next_cookie());
-            let units: Vec<u64> = d.units().into_iter().filter(|&u| u != 0).collect();
-            enc_unit_list(&mut e, &units);
-            enc_dir_entries(&mut e, d, 0);
+        match &n.body {
+            Body::File(m) => {
+                let units: Vec<u64> = m.units().into_iter().filter(|&u| u != 0).collect();
+                enc_unit_list(e, &units);
+                enc_map_slots(e, m.unit_slots(0));
+            }
+            Body::Dir(d) => {
+                e.u64(d.parent);
+                e.u64(d.next_cookie());
+                let units: Vec<u64> = d.units().into_iter().filter(|&u| u != 0).collect();
+                enc_unit_list(e, &units);
+                enc_dir_entries(e, d, 0);
+            }
+            Body::Symlink(t) => e.bytes(t),
+            Body::Special => {}
         }
-        Body::Symlink(t) => e.bytes(t),
-        Body::Special => {}
-    }
-    frame(out, UnitKind::Head, n.ino, 0, &e.buf)
+    })
 }
 
 /// Append map unit `u` (>= 1) of file `ino` to `out`; returns its frame length.
 pub fn encode_map_unit(out: &mut Vec<u8>, ino: u64, u: u64, m: &BlockMap) -> u32 {
-    let mut e = Enc::with_capacity(64);
-    enc_map_entries(&mut e, &m.unit_entries(u));
-    frame(out, UnitKind::Map, ino, u, &e.buf)
+    frame(out, UnitKind::Map, ino, u, |e| {
+        enc_map_slots(e, m.unit_slots(u))
+    })
 }
 
 /// Append directory unit `u` (>= 1) of directory `ino` to `out`; returns its frame length.
 pub fn encode_dir_unit(out: &mut Vec<u8>, ino: u64, u: u64, d: &Directory) -> u32 {
-    let mut e = Enc::with_capacity(64);
-    enc_dir_entries(&mut e, d, u);
-    frame(out, UnitKind::Dir, ino, u, &e.buf)
+    frame(out, UnitKind::Dir, ino, u, |e| enc_dir_entries(e, d, u))
 }
 
 /// A decoded head unit.

@@ -1,4 +1,5 @@
-//! `nodup bench engine|aging`: engine-only benchmarks (no FUSE).
+//! `nodup bench engine|aging|churn|probe`: benchmarks of the engine (no FUSE) and small load
+//! generators for a mounted file system.
 //!
 //! - `engine` ([`engine`]): write throughput of every policy at several duplication ratios,
 //!   first write and rewrite, plus the seven speculative-prefetch variants of `light`
@@ -17,8 +18,10 @@ use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub mod aging;
+pub mod churn;
 pub mod data;
 pub mod engine;
+pub mod probe;
 
 /// `nodup bench ...`.
 #[derive(Subcommand)]
@@ -27,12 +30,18 @@ pub enum BenchCommand {
     Engine(engine::EngineArgs),
     /// Metadata I/O per block, fresh and aged, per layout (Light-Dedup Table 4).
     Aging(aging::AgingArgs),
+    /// Create, write and delete small files in a directory, in a loop.
+    Churn(churn::ChurnArgs),
+    /// Time 4 KiB write+fsync in a loop, optionally forcing checkpoints of a mount meanwhile.
+    Probe(probe::ProbeArgs),
 }
 
 pub fn bench(c: BenchCommand) -> Result<()> {
     match c {
         BenchCommand::Engine(a) => engine::run(a),
         BenchCommand::Aging(a) => aging::run(a),
+        BenchCommand::Churn(a) => churn::run(a),
+        BenchCommand::Probe(a) => probe::run(a),
     }
 }
 
