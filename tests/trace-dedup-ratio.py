@@ -7,9 +7,21 @@ block's content after the write (sector by sector; unwritten sectors empty) is
 present at that moment in some live block of any device.  Prints one JSON
 object: writes, duplicate_writes, dedup_ratio, bad_lines.
 
+With --files, checks `nodup estimate` instead: what nodup would store after
+`cp -a PATH... MOUNT/`.  Each argument is walked without following symlinks;
+every regular file counts once per (st_dev, st_ino); a file is its 4 KiB
+blocks (last one zero-padded), minus the blocks lying wholly inside a hole
+(SEEK_DATA/SEEK_HOLE); zero-filled data blocks count.  Prints one JSON object:
+files, logical_bytes, physical_bytes, dedup_ratio.
+
 usage: trace-dedup-ratio.py TRACE
+       trace-dedup-ratio.py --files PATH...
 """
+import errno
+import hashlib
 import json
+import os
+import stat
 import sys
 from collections import defaultdict
 
@@ -79,7 +91,72 @@ def main(path):
     print(json.dumps({"writes": writes, "duplicate_writes": dups, "dedup_ratio": ratio, "bad_lines": bad}))
 
 
+BS = 4096
+
+
+def file_blocks(path):
+    """Yield the stored 4 KiB blocks of one regular file (zero-padded at the end)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        size = os.fstat(fd).st_size
+        nblk = (size + BS - 1) // BS
+        nxt = 0
+        while nxt < nblk:
+            try:
+                data = os.lseek(fd, nxt * BS, os.SEEK_DATA)
+            except OSError as e:
+                if e.errno == errno.ENXIO:
+                    break
+                if e.errno != errno.EINVAL:
+                    raise
+                data = nxt * BS         # no SEEK_DATA support: all data
+            try:
+                hole = os.lseek(fd, data, os.SEEK_HOLE)
+            except OSError:
+                hole = size
+            start = max(data // BS, nxt)
+            end = min(max((hole + BS - 1) // BS, start + 1), nblk)
+            for b in range(start, end):
+                blk = os.pread(fd, BS, b * BS)
+                if not blk:
+                    return
+                yield blk.ljust(BS, b"\0")
+            nxt = end
+    finally:
+        os.close(fd)
+
+
+def walk(root, seen, out):
+    """Append the regular files under root (root included), one per (dev, ino)."""
+    st = os.lstat(root)
+    if stat.S_ISREG(st.st_mode):
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            out.append(root)
+    elif stat.S_ISDIR(st.st_mode):
+        for name in sorted(os.listdir(root)):
+            walk(os.path.join(root, name), seen, out)
+
+
+def files_main(paths):
+    seen, files = set(), []
+    for p in paths:
+        walk(p, seen, files)
+    blocks, contents = 0, set()
+    for f in files:
+        for blk in file_blocks(f):
+            blocks += 1
+            contents.add(hashlib.sha256(blk).digest())
+    logical, physical = blocks * BS, len(contents) * BS
+    ratio = 1.0 - physical / logical if logical else 0.0
+    print(json.dumps({"files": len(files), "logical_bytes": logical,
+                      "physical_bytes": physical, "dedup_ratio": ratio}))
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) >= 3 and sys.argv[1] == "--files":
+        files_main(sys.argv[2:])
+    elif len(sys.argv) == 2 and sys.argv[1] != "--files":
+        main(sys.argv[1])
+    else:
         sys.exit(__doc__)
-    main(sys.argv[1])

@@ -15,15 +15,21 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Create a nodup image.
-    Mkfs(cmd::fs::MkfsArgs),
+    Mkfs(cmd::mkfs::MkfsArgs),
     /// Mount an image through FUSE (daemonizes unless --foreground).
-    Mount(cmd::fs::MountArgs),
+    Mount(cmd::mount::MountArgs),
     /// Cleanly unmount a nodup mount point.
-    Umount(cmd::fs::UmountArgs),
+    Umount(cmd::mount::UmountArgs),
+    /// List mounted nodup file systems: image, mount point, policy, daemon pid.
+    List(cmd::list::ListArgs),
     /// Print dedup statistics of an image or a mount point.
-    Stats(cmd::fs::StatsArgs),
+    Stats(cmd::check::StatsArgs),
     /// Check (and optionally repair) an image; exit 0 only when consistent.
-    Fsck(cmd::fs::FsckArgs),
+    Fsck(cmd::check::FsckArgs),
+    /// Per file and directory on a mount: logical, exclusive (freed if deleted) and shared bytes.
+    Du(cmd::du::DuArgs),
+    /// Estimate the savings nodup would reach on these files (reads only).
+    Estimate(cmd::estimate::EstimateArgs),
     /// Replay a block trace against a directory.
     Replay(cmd::trace::ReplayArgs),
     /// Trace tools: statistics, generation, conversion.
@@ -37,17 +43,20 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let res = match cli.command {
-        Command::Mkfs(a) => cmd::fs::mkfs(a),
-        Command::Mount(a) => cmd::fs::mount(a),
-        Command::Umount(a) => cmd::fs::umount(a),
-        Command::Stats(a) => cmd::fs::stats(a),
-        Command::Fsck(a) => cmd::fs::fsck(a),
+        Command::Mkfs(a) => cmd::mkfs::mkfs(a),
+        Command::Mount(a) => cmd::mount::mount(a),
+        Command::Umount(a) => cmd::mount::umount(a),
+        Command::List(a) => cmd::list::list(a),
+        Command::Stats(a) => cmd::check::stats(a),
+        Command::Fsck(a) => cmd::check::fsck(a),
+        Command::Du(a) => cmd::du::du(a),
+        Command::Estimate(a) => cmd::estimate::estimate(a),
         Command::Replay(a) => cmd::trace::replay(a),
         Command::Trace(c) => cmd::trace::trace(c),
         Command::Bench(c) => cmd::bench::bench(c),
     };
     if let Err(e) = res {
-        eprintln!("nodup: {e:#}");
+        eprintln!("nodup: {}", cmd::plain_error(&e));
         std::process::exit(1);
     }
 }

@@ -41,4 +41,8 @@ pub struct EngineStats {
     pub hint_hits: u64,
     /// Trusted hints that named another entry.
     pub hint_misses: u64,
+    /// Media errors the engine worked around without failing the operation (e.g. a claim of
+    /// entry slots ahead of need that failed, then a single claim that worked).
+    #[serde(default)]
+    pub media_errors_absorbed: u64,
 }

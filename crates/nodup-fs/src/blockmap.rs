@@ -201,6 +201,61 @@ impl BlockMap {
         out
     }
 
+    /// The first mapped file block at or after `from`, if any (SEEK_DATA).
+    pub fn next_mapped(&self, from: u64) -> Option<u64> {
+        if from < DIRECT {
+            let i = from as usize;
+            if let Some(k) = self
+                .direct
+                .get(i..)
+                .and_then(|s| s.iter().position(|&b| b != 0))
+            {
+                return Some((i + k) as u64);
+            }
+        }
+        let k0 = from.max(DIRECT) - DIRECT;
+        for (&ci, c) in self.chunks.range(k0 / CHUNK..) {
+            let lo = if ci == k0 / CHUNK {
+                (k0 % CHUNK) as usize
+            } else {
+                0
+            };
+            if let Some(i) = c[lo..].iter().position(|&b| b != 0) {
+                return Some(DIRECT + ci * CHUNK + (lo + i) as u64);
+            }
+        }
+        None
+    }
+
+    /// The first unmapped file block at or after `from` (SEEK_HOLE; every block past the last
+    /// mapped one is a hole).
+    pub fn next_hole(&self, from: u64) -> u64 {
+        let mut fb = from;
+        loop {
+            if self.get(fb) == 0 {
+                return fb;
+            }
+            if fb < DIRECT {
+                // Inside the direct part: scan it.
+                let i = fb as usize;
+                match self.direct[i..].iter().position(|&b| b == 0) {
+                    Some(k) => return (i + k) as u64,
+                    None => fb = self.direct.len() as u64,
+                }
+                continue;
+            }
+            let k = fb - DIRECT;
+            let Some(c) = self.chunks.get(&(k / CHUNK)) else {
+                return fb;
+            };
+            let lo = (k % CHUNK) as usize;
+            match c[lo..].iter().position(|&b| b == 0) {
+                Some(i) => return fb + i as u64,
+                None => fb = DIRECT + (k / CHUNK + 1) * CHUNK,
+            }
+        }
+    }
+
     /// Number of mapped (non-hole) file blocks.
     pub fn mapped(&self) -> u64 {
         self.mapped
@@ -276,6 +331,19 @@ mod tests {
             let pairs: Vec<(u64, u64)> = m.iter().collect();
             let want: Vec<(u64, u64)> = model.into_iter().collect();
             prop_assert_eq!(pairs, want);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn seek_data_and_hole_match_a_scan(fbs in proptest::collection::btree_set(0u64..3000, 0..60), from in 0u64..3100) {
+            let mut m = BlockMap::default();
+            for &fb in &fbs {
+                m.set(fb, fb + 1);
+            }
+            prop_assert_eq!(m.next_mapped(from), fbs.range(from..).next().copied());
+            let hole = (from..).find(|f| !fbs.contains(f)).unwrap();
+            prop_assert_eq!(m.next_hole(from), hole);
         }
     }
 

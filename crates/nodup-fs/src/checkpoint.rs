@@ -66,7 +66,16 @@ pub struct CkptStats {
     pub last_inodes: u64,
     /// Segments cleaned (rewritten and freed) so far.
     pub segments_cleaned: u64,
+    /// What the last checkpoint did, for the log.
+    #[serde(skip)]
+    pub last_detail: String,
+    /// When a checkpoint was last logged, and how many since.
+    #[serde(skip)]
+    pub logged: Option<(Instant, u64)>,
 }
+
+/// A checkpoint is logged at most this often (slow or failed ones always).
+const LOG_EVERY_SECS: u64 = 60;
 
 /// A unit whose location a checkpoint changed, and what it was before (for undo).
 enum Change {
@@ -256,12 +265,31 @@ impl FileSystem {
         let t0 = Instant::now();
         let r = self.checkpoint_locked(clean, t0);
         let mut st = self.ckpt_stats.lock();
+        let secs = t0.elapsed().as_secs_f64();
         match &r {
             Ok(()) => {
                 st.count += 1;
-                st.last_seconds = t0.elapsed().as_secs_f64();
+                st.last_seconds = secs;
+                let since = st.logged.map_or(st.count, |(_, n)| st.count - n);
+                let due = st
+                    .logged
+                    .is_none_or(|(t, _)| t.elapsed().as_secs() >= LOG_EVERY_SECS);
+                if due || secs > 1.0 || clean || std::env::var_os("NODUP_CKPT_DEBUG").is_some() {
+                    crate::logging::info(&format!(
+                        "checkpoint {} ({} since the last line){}: {:.1} ms, {}",
+                        st.count,
+                        since,
+                        if clean { ", final" } else { "" },
+                        secs * 1e3,
+                        st.last_detail
+                    ));
+                    st.logged = Some((Instant::now(), st.count));
+                }
             }
-            Err(_) => st.failed += 1,
+            Err(e) => {
+                st.failed += 1;
+                crate::logging::error(&format!("checkpoint failed (the previous one stays): {e}"));
+            }
         }
         r
     }
@@ -358,7 +386,6 @@ impl FileSystem {
                 inodes += 1;
             }
         }
-        let t_enc = tc.elapsed().as_secs_f64();
         let (pos, cut_counts) = {
             let mut log = self.log.lock();
             let pos = log.position();
@@ -435,18 +462,16 @@ impl FileSystem {
             (man, dropped)
         };
         let pause = tc.elapsed().as_secs_f64();
-        if std::env::var_os("NODUP_CKPT_DEBUG").is_some() {
-            eprintln!(
-                "ckpt: pause {:.1} ms, {} victims ({} units copied), {} inodes, {} bytes, t_mark {:.1} t_enc {:.1}",
-                pause * 1e3,
-                victims.len(),
-                copied,
-                inodes,
-                b.segs.iter().map(|s| s.len()).sum::<usize>(),
-                t_mark * 1e3,
-                t_enc * 1e3,
-            );
-        }
+        let detail = format!(
+            "{} inodes, {} units copied from {} cleaned segments, {} bytes; pause {:.1} ms \
+             (cleaning {:.1} ms)",
+            inodes,
+            copied,
+            victims.len(),
+            b.segs.iter().map(|s| s.len()).sum::<usize>(),
+            pause * 1e3,
+            t_mark * 1e3,
+        );
         let gate = if clean {
             Some(gate)
         } else {
@@ -484,6 +509,7 @@ impl FileSystem {
         drop(gate);
         {
             let mut st = self.ckpt_stats.lock();
+            st.last_detail = detail;
             st.last_pause_seconds = pause;
             st.max_pause_seconds = st.max_pause_seconds.max(pause);
             st.last_bytes = b.segs.iter().map(|s| s.len() as u64).sum();

@@ -10,6 +10,34 @@ pub const STATS_XATTR: &str = "user.nodup.stats";
 /// `checkpoint` writes a checkpoint now (benchmarks, operators before a backup of the image).
 pub const CTL_XATTR: &str = "user.nodup.ctl";
 
+/// Name of the virtual xattr every inode of a mount answers with its space accounting as
+/// JSON (see [`crate::usage::Usage`]); `nodup du` reads it.
+pub const USAGE_XATTR: &str = "user.nodup.du";
+
+/// Read a virtual xattr of `path` (following symlinks) as JSON.
+pub fn read_json(path: &Path, name: &str) -> std::io::Result<serde_json::Value> {
+    use std::os::unix::ffi::OsStrExt;
+    let inval = || std::io::Error::from_raw_os_error(libc::EINVAL);
+    let p = CString::new(path.as_os_str().as_bytes()).map_err(|_| inval())?;
+    let n = CString::new(name).map_err(|_| inval())?;
+    let mut buf = vec![0u8; 64 * 1024];
+    // SAFETY: both strings are NUL terminated and `buf` is valid for `buf.len()` bytes.
+    let r = unsafe {
+        libc::getxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            buf.as_mut_ptr() as *mut libc::c_void,
+            buf.len(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    buf.truncate(r as usize);
+    serde_json::from_slice(&buf)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 /// Send `command` to the nodup file system mounted at `mountpoint` (see [`CTL_XATTR`]).
 pub fn command(mountpoint: &Path, command: &str) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
@@ -34,25 +62,5 @@ pub fn command(mountpoint: &Path, command: &str) -> std::io::Result<()> {
 
 /// Read the stats JSON of the nodup file system mounted at `mountpoint`.
 pub fn read_stats(mountpoint: &Path) -> std::io::Result<serde_json::Value> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = CString::new(mountpoint.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    let name =
-        CString::new(STATS_XATTR).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    let mut buf = vec![0u8; 64 * 1024];
-    // SAFETY: both strings are NUL terminated and `buf` is valid for `buf.len()` bytes.
-    let n = unsafe {
-        libc::getxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr() as *mut libc::c_void,
-            buf.len(),
-        )
-    };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    buf.truncate(n as usize);
-    serde_json::from_slice(&buf)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    read_json(mountpoint, STATS_XATTR)
 }

@@ -40,6 +40,10 @@ impl FsError {
         match self {
             FsError::Errno(e) => *e,
             FsError::Engine(nodup_core::Error::NoSpace) => libc::ENOSPC,
+            // The file system holding the image is full (see `Pmem`'s backing store).
+            FsError::Engine(nodup_core::Error::Io(e)) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                libc::ENOSPC
+            }
             FsError::Engine(nodup_core::Error::Invalid(_)) => libc::EINVAL,
             FsError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
             FsError::Unimplemented(_) => libc::ENOSYS,

@@ -461,6 +461,30 @@ impl FileSystem {
         Ok(out)
     }
 
+    /// SEEK_DATA / SEEK_HOLE from `off` in a regular file (holes are unmapped blocks; the end
+    /// of the file is a hole). ENXIO at or past the end, or when no data follows `off`.
+    pub fn seek_data_hole(&self, ino: u64, off: u64, whence: i32) -> Result<u64> {
+        let node = self.node(ino)?;
+        let n = node.read();
+        let size = n.attr.size;
+        let map = match &n.body {
+            Body::File(m) => m,
+            Body::Dir(_) => return errno(libc::EISDIR),
+            _ => return errno(libc::EINVAL),
+        };
+        if off >= size {
+            return errno(libc::ENXIO);
+        }
+        match whence {
+            libc::SEEK_DATA => match map.next_mapped(off / BS) {
+                Some(fb) if fb * BS < size => Ok((fb * BS).max(off)),
+                _ => errno(libc::ENXIO),
+            },
+            libc::SEEK_HOLE => Ok((map.next_hole(off / BS) * BS).max(off).min(size)),
+            _ => errno(libc::EINVAL),
+        }
+    }
+
     /// Target of a symlink.
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
         let node = self.node(ino)?;
@@ -640,10 +664,18 @@ impl FileSystem {
         Ok(attr)
     }
 
-    /// fallocate: plain (extends the size), PUNCH_HOLE (releases blocks), ZERO_RANGE.
+    /// fallocate: PUNCH_HOLE (releases blocks) and ZERO_RANGE (the range reads as zeros).
+    /// Preallocation (mode 0, KEEP_SIZE alone) is refused with EOPNOTSUPP: a deduplicating,
+    /// copy-on-write file system cannot promise that later writes to a range find space (a
+    /// rewrite needs a new block before the old one is released), and claiming it would be a
+    /// lie. ZERO_RANGE zeroes but reserves nothing either. Programs that use posix_fallocate
+    /// fall back to writing zeros (glibc), which deduplicate to one block.
     pub fn fallocate(&self, ino: u64, off: u64, len: u64, mode: i32) -> Result<()> {
         use falloc::*;
         if mode & !(KEEP_SIZE | PUNCH_HOLE | ZERO_RANGE) != 0 {
+            return errno(libc::EOPNOTSUPP);
+        }
+        if mode & (PUNCH_HOLE | ZERO_RANGE) == 0 {
             return errno(libc::EOPNOTSUPP);
         }
         if mode & PUNCH_HOLE != 0 && mode & KEEP_SIZE == 0 {
@@ -1141,6 +1173,13 @@ impl FileSystem {
         } else {
             1.0 - physical as f64 / logical as f64
         };
+        // As `zpool list` shows it: 1.00 when nothing is stored.
+        let factor = if physical == 0 {
+            1.0
+        } else {
+            logical as f64 / physical as f64
+        };
+        let histogram = self.engine.refcount_histogram().unwrap_or_default();
         let mut v = serde_json::to_value(&es).unwrap_or_else(|_| serde_json::json!({}));
         let (files, dirs) = {
             let t = self.tables.read();
@@ -1162,6 +1201,20 @@ impl FileSystem {
             o.insert("logical_bytes".into(), logical.into());
             o.insert("physical_bytes".into(), physical.into());
             o.insert("dedup_ratio".into(), serde_json::json!(ratio));
+            o.insert(
+                "bytes_saved".into(),
+                logical.saturating_sub(physical).into(),
+            );
+            o.insert("dedup_factor".into(), serde_json::json!(factor));
+            o.insert("size_bytes".into(), self.medium.len().into());
+            o.insert(
+                "uptime_seconds".into(),
+                serde_json::json!(self.clock.elapsed().as_secs_f64()),
+            );
+            o.insert(
+                "refcount_histogram".into(),
+                serde_json::to_value(&histogram).unwrap_or_default(),
+            );
             o.insert("medium".into(), self.kind.name().into());
             o.insert("files".into(), (files as u64).into());
             o.insert("directories".into(), (dirs as u64).into());

@@ -68,13 +68,90 @@ pub fn create(path: &Path, len: u64, kind: MediumKind) -> Result<Arc<dyn Medium>
 /// Open an existing image with the medium recorded in its superblock (checked read-only first:
 /// a file that is not a nodup image is rejected before anything opens it for writing).
 pub fn open(path: &Path) -> Result<(Arc<dyn Medium>, MediumKind)> {
+    open_with(path, false)
+}
+
+/// [`open`], read-only when `read_only` (the file is opened without write access and every
+/// store is refused), for checks that must leave the image byte-identical.
+pub fn open_with(path: &Path, read_only: bool) -> Result<(Arc<dyn Medium>, MediumKind)> {
     let (sb, _, _) = superblock::probe_file(path)?;
     let kind = sb.medium_kind();
-    let m: Arc<dyn Medium> = match kind {
-        MediumKind::Pmem => Arc::new(Pmem::open(path)?),
-        MediumKind::BlockFile => Arc::new(BlockFile::open(path, BlockFileOptions::default())?),
+    let m: Arc<dyn Medium> = match (kind, read_only) {
+        (MediumKind::Pmem, false) => Arc::new(Pmem::open(path)?),
+        (MediumKind::Pmem, true) => Arc::new(Pmem::open_read_only(path)?),
+        (MediumKind::BlockFile, ro) => Arc::new(BlockFile::open(
+            path,
+            BlockFileOptions {
+                read_only: ro,
+                ..BlockFileOptions::default()
+            },
+        )?),
     };
     Ok((m, kind))
+}
+
+/// What a path given to mkfs holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Nothing there yet.
+    Missing,
+    /// A regular file without data (empty, or sparse with no data at all).
+    Empty,
+    /// A nodup image.
+    Image,
+    /// A regular file with data.
+    Data,
+    /// Something that is not a regular file (directory, device, ...).
+    NotFile,
+}
+
+/// Look at an mkfs target without changing it.
+pub fn target(path: &Path) -> Result<Target> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Target::Missing),
+        Err(e) => return Err(e.into()),
+    };
+    if !meta.file_type().is_file() {
+        return Ok(Target::NotFile);
+    }
+    if meta.len() == 0 {
+        return Ok(Target::Empty);
+    }
+    if superblock::probe_file(path).is_ok() {
+        return Ok(Target::Image);
+    }
+    // A sparse file without any data extent holds nothing.
+    let f = File::open(path)?;
+    // SAFETY: lseek on a descriptor owned by `f`.
+    let r = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) };
+    if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) {
+        return Ok(Target::Empty);
+    }
+    Ok(Target::Data)
+}
+
+/// Bytes available to an unprivileged writer in the file system holding `path` (or the
+/// directory it will be created in), plus what `path` itself already occupies (an image that
+/// is overwritten gives its space back).
+pub fn free_space(path: &Path) -> Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| FsError::Errno(libc::EINVAL))?;
+    // SAFETY: `c` is NUL terminated; `st` is a plain C struct filled by the call.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    let own = std::fs::metadata(path)
+        .map(|m| m.blocks() * 512)
+        .unwrap_or(0);
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64) + own)
 }
 
 /// An exclusive advisory lock on an image (held by the mount daemon for its lifetime).

@@ -42,11 +42,13 @@ pub mod fuse;
 pub mod image;
 pub mod inode;
 pub mod log;
+pub mod logging;
 pub mod open;
 pub mod persist;
 pub mod snapshot_v1;
 pub mod state;
 pub mod superblock;
+pub mod usage;
 
 pub use error::{FsError, Result};
 pub use fs::{Caller, FileSystem, FsOptions};

@@ -55,7 +55,7 @@ fn churn_never_runs_out_of_space() {
     fs.write(live, 0, &data).unwrap();
     fs.checkpoint(false).unwrap();
     let start = used(&fs);
-    // The old fixed 256 MiB log limit filled this image after ~30 000 cycles.
+    // The old fixed 256 MiB log limit filled an image like this within about 45 000 cycles.
     for i in 0..60_000u64 {
         let name = format!("tmp{}", i % 7);
         let (ino, _) = fs

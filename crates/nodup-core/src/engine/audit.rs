@@ -24,7 +24,54 @@ pub struct AuditReport {
     pub problems: Vec<String>,
 }
 
+/// One row of [`Engine::refcount_histogram`]: data blocks whose reference count is in
+/// `[refs, 2 * refs)` (the `zpool status -D` buckets).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RefBucket {
+    /// Lowest reference count of the bucket (1, 2, 4, 8, ...).
+    pub refs: u64,
+    /// Distinct data blocks in the bucket.
+    pub blocks: u64,
+    /// References those blocks carry (what the files map).
+    pub referenced: u64,
+}
+
 impl Engine {
+    /// Data blocks in use grouped by reference count in power-of-two buckets, from the dedup
+    /// entries (a block without an entry has one reference). Reads every entry slot without
+    /// locks: while writers run, the counts are a snapshot of a moving target.
+    pub fn refcount_histogram(&self) -> Result<Vec<RefBucket>> {
+        let mut t = IoTally::default();
+        let mut rows: Vec<RefBucket> = Vec::new();
+        let mut with_entry = 0u64;
+        let add = |rows: &mut Vec<RefBucket>, rc: u64, blocks: u64| {
+            let k = (63 - rc.max(1).leading_zeros()) as usize;
+            if rows.len() <= k {
+                rows.resize(k + 1, RefBucket::default());
+            }
+            rows[k].blocks += blocks;
+            rows[k].referenced += rc * blocks;
+        };
+        self.layout.for_each_slot(&mut |loc| {
+            let e = self.meta.read_entry(&mut t, loc)?;
+            if e.is_valid() && self.in_data(e.blocknr) && e.refcount > 0 {
+                add(&mut rows, e.refcount, 1);
+                with_entry += 1;
+            }
+            Ok(())
+        })?;
+        let phys = self
+            .c
+            .physical_blocks
+            .load(std::sync::atomic::Ordering::Relaxed);
+        add(&mut rows, 1, phys.saturating_sub(with_entry));
+        for (k, r) in rows.iter_mut().enumerate() {
+            r.refs = 1 << k;
+        }
+        rows.retain(|r| r.blocks > 0);
+        Ok(rows)
+    }
+
     /// Reference count of data block `b`: `Some(n)` from its entry, `None` when the block has
     /// no entry (a non-dedup block, whose single reference is implied).
     pub fn block_refcount(&self, b: BlockNr) -> Result<Option<u64>> {

@@ -203,6 +203,8 @@ struct Counters {
     meta_read: AtomicU64,
     hint_hits: AtomicU64,
     hint_misses: AtomicU64,
+    /// Media errors worked around without failing the operation.
+    media_errors_absorbed: AtomicU64,
     /// Data blocks in use (distinct, whatever their reference count).
     physical_blocks: AtomicU64,
 }
@@ -521,6 +523,7 @@ impl Engine {
             free_blocks: self.alloc.free_blocks(),
             hint_hits: ld(&c.hint_hits),
             hint_misses: ld(&c.hint_misses),
+            media_errors_absorbed: ld(&c.media_errors_absorbed),
         }
     }
 
@@ -571,6 +574,12 @@ impl Engine {
     }
 
     fn zero_blocks(&self, t: &mut IoTally, start: u64, n: u64) -> Result<()> {
+        if self
+            .medium
+            .known_zero(start * BLOCK_SIZE as u64, n * BLOCK_SIZE as u64)
+        {
+            return Ok(());
+        }
         let zero = vec![0u8; BLOCK_SIZE];
         for b in start..start + n {
             let off = b * BLOCK_SIZE as u64;

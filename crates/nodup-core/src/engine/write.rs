@@ -327,8 +327,8 @@ impl Engine {
         if ctx.slots.is_empty() && ctx.blocks_left > 1 {
             let n = ctx.blocks_left.min(STAGE_GROUP);
             // An error here (e.g. no room for a new region) leaves the single claim below to
-            // report it.
-            let _ = self.layout.alloc_entries(
+            // report it; a media error the single claim then gets past is counted as absorbed.
+            let r = self.layout.alloc_entries(
                 &self.meta,
                 t,
                 ctx.pool,
@@ -337,6 +337,9 @@ impl Engine {
                 n,
                 &mut ctx.slots,
             );
+            if matches!(r, Err(Error::Io(_))) {
+                self.c.media_errors_absorbed.fetch_add(1, Ordering::Relaxed);
+            }
         }
         match ctx.slots.pop_front() {
             Some(loc) => Ok(loc),

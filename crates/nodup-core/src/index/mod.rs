@@ -171,6 +171,32 @@ impl FpIndex {
     }
 }
 
+/// Heap bytes [`FpIndex::memory_bytes`] reports after `entries` distinct fingerprints were
+/// inserted one by one into a fresh index, assuming they spread evenly over the shards.
+pub fn memory_for(entries: u64) -> u64 {
+    // The slot count a shard ends with depends only on how many entries it got, because a table
+    // grows through the fixed sequence MIN_SLOTS, x1.5, x1.5, ... (see `Table::insert`): it is
+    // the first size of that sequence whose 3/4 fill limit holds them all. One 1.5x step always
+    // suffices for the one entry that triggered it, so per-insert growth ends at the same size.
+    fn slots_for(len: u64) -> u64 {
+        let mut slots = table::MIN_SLOTS as u64;
+        while len * 4 > slots * 3 {
+            slots = (slots * 3 / 2).max(table::MIN_SLOTS as u64);
+        }
+        slots
+    }
+    let shards = SHARDS as u64;
+    let (per, extra) = (entries / shards, entries % shards);
+    let slot_bytes = std::mem::size_of::<u64>() as u64;
+    let tables = (extra * slots_for(per + 1) + (shards - extra) * slots_for(per)) * slot_bytes;
+    // Fixed part, as `memory_bytes` counts it: the shard array and the views (pointer plus the
+    // Arc allocation: two counters and the view). Pending lists of a fresh index are empty and
+    // unallocated.
+    let fixed = SHARDS * std::mem::size_of::<Mutex<Shard>>()
+        + SHARDS * (std::mem::size_of::<Arc<View>>() + 16 + std::mem::size_of::<View>());
+    fixed as u64 + tables
+}
+
 /// Entry number stored in a slot for the entry at byte offset `loc`.
 #[inline]
 pub fn ent_of(loc: u64) -> u64 {
@@ -225,6 +251,36 @@ mod tests {
                 }
                 prop_assert_eq!(find(&t, fp, &model), model.get(&fp).copied());
             }
+        }
+    }
+
+    /// A fresh index filled with `n` pseudo-random distinct fingerprints.
+    fn filled(n: u64) -> FpIndex {
+        let idx = FpIndex::new(64 << 30);
+        let mut x = 0x0123_4567_89ab_cdefu64;
+        for i in 1..=n {
+            // SplitMix64: a bijection of the counter, so every fingerprint is distinct.
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            let fp = z ^ (z >> 31);
+            let (mut s, h) = idx.lock(fp);
+            s.table.insert(h, i);
+        }
+        idx
+    }
+
+    #[test]
+    fn memory_for_matches_a_filled_index() {
+        assert_eq!(memory_for(0), FpIndex::new(64 << 30).memory_bytes());
+        // Per-shard counts scatter around n / SHARDS, so a shard near a 1.5x growth step can end
+        // one size larger or smaller than the even-spread model; these n sit well inside a step.
+        for n in [50_000u64, 200_000, 1_000_000] {
+            let real = filled(n).memory_bytes() as f64;
+            let model = memory_for(n) as f64;
+            let err = (model - real).abs() / real;
+            assert!(err <= 0.02, "n={n}: model {model} real {real} ({err:.4})");
         }
     }
 

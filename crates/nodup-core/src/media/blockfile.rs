@@ -29,6 +29,8 @@ pub const DIRECT_ALIGN: usize = 4096;
 pub struct BlockFileOptions {
     /// Open with `O_DIRECT` (bypass the page cache).
     pub direct: bool,
+    /// Open for reading only (checks that must leave the image byte-identical).
+    pub read_only: bool,
 }
 
 /// A heap buffer aligned to [`DIRECT_ALIGN`].
@@ -86,10 +88,10 @@ impl std::fmt::Debug for BlockFile {
     }
 }
 
-fn open_opts(direct: bool) -> OpenOptions {
+fn open_opts_for(opts: &BlockFileOptions) -> OpenOptions {
     let mut o = OpenOptions::new();
-    o.read(true).write(true);
-    if direct {
+    o.read(true).write(!opts.read_only);
+    if opts.direct {
         o.custom_flags(libc::O_DIRECT);
     }
     o
@@ -107,7 +109,7 @@ impl BlockFile {
             )));
         }
         let path = path.as_ref();
-        let file = open_opts(opts.direct)
+        let file = open_opts_for(&opts)
             .create(true)
             .truncate(true)
             .open(path)?;
@@ -124,7 +126,7 @@ impl BlockFile {
     /// Open an existing file or block device at its current size.
     pub fn open(path: impl AsRef<Path>, opts: BlockFileOptions) -> Result<BlockFile> {
         let path = path.as_ref();
-        let file = open_opts(opts.direct).open(path)?;
+        let file = open_opts_for(&opts).open(path)?;
         let meta = file.metadata()?;
         let len = if meta.file_type().is_file() {
             meta.len()
@@ -228,6 +230,11 @@ impl Medium for BlockFile {
         Ok(())
     }
 
+    fn known_zero(&self, off: u64, len: u64) -> bool {
+        use std::os::unix::io::AsRawFd;
+        super::file_hole(self.file.as_raw_fd(), off, len)
+    }
+
     fn kind(&self) -> &'static str {
         "blockfile"
     }
@@ -284,7 +291,10 @@ mod tests {
         // O_DIRECT needs a real file system; tmpfs refuses it (then the test has nothing to prove).
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("img");
-        let opts = BlockFileOptions { direct: true };
+        let opts = BlockFileOptions {
+            direct: true,
+            ..BlockFileOptions::default()
+        };
         let m = match BlockFile::create(&p, 1 << 20, opts) {
             Ok(m) => m,
             Err(Error::Io(e)) if e.raw_os_error() == Some(libc::EINVAL) => {

@@ -49,6 +49,11 @@ pub trait Medium: Send + Sync {
     fn fill_with(&self, _off: u64, _len: usize, _fill: &mut dyn FnMut(FillDst)) -> Result<bool> {
         Ok(false)
     }
+    /// True when `[off, off+len)` is known to read as zeros without looking at it (a hole of
+    /// a sparse image file): formatting skips zeroing it, so a fresh image stays sparse.
+    fn known_zero(&self, _off: u64, _len: u64) -> bool {
+        false
+    }
     /// Short name for stats and errors (`pmem`, `blockfile`, `crashsim`, ...).
     fn kind(&self) -> &'static str;
 }
@@ -67,6 +72,16 @@ pub const CACHE_LINE: u64 = 64;
 
 /// Check that `[off, off+len)` lies inside a medium of `total` bytes and return it as a `usize`
 /// range. Out-of-range (or overflowing) accesses are an [`Error::Invalid`], never a panic.
+/// True when the file behind `fd` has no data in `[off, off+len)` (lseek SEEK_DATA finds none).
+pub(crate) fn file_hole(fd: std::os::unix::io::RawFd, off: u64, len: u64) -> bool {
+    // SAFETY: lseek on a descriptor the caller owns; no memory is involved.
+    let r = unsafe { libc::lseek(fd, off as libc::off_t, libc::SEEK_DATA) };
+    if r < 0 {
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+    }
+    r as u64 >= off.saturating_add(len)
+}
+
 pub(crate) fn check_range(off: u64, len: usize, total: u64) -> Result<std::ops::Range<usize>> {
     let end = off.checked_add(len as u64).filter(|&e| e <= total);
     match end {

@@ -31,9 +31,19 @@
 //!
 //! The file must not be truncated by another process while it is mapped (that would turn an
 //! access into SIGBUS); nodup's images are only opened by one process at a time.
+//!
+//! # Backing store
+//!
+//! A store into a page that the file system holding the image cannot allocate (a full tmpfs,
+//! a full disk under a sparse image) is a SIGBUS, which would kill the process. So before the
+//! first store into each [`BACK_CHUNK`] of the image, the chunk is allocated with
+//! `fallocate`; when that fails, the store fails with ENOSPC (an ordinary error the engine
+//! undoes) and nothing is written. A bitmap remembers the chunks known to be allocated.
 
 use std::fs::{File, OpenOptions};
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use memmap2::MmapRaw;
@@ -118,10 +128,17 @@ fn detect_flush_instr() -> FlushInstr {
     FlushInstr::Msync
 }
 
+/// Bytes of the image allocated at a time before stores reach them (see the module doc).
+pub const BACK_CHUNK: u64 = 2 << 20;
+
 /// A memory-mapped image file as a persistent medium.
 pub struct Pmem {
     map: MmapRaw,
-    _file: File,
+    file: File,
+    /// Mapped read-only: every store is refused.
+    read_only: bool,
+    /// One bit per [`BACK_CHUNK`]: allocated in the file system holding the image.
+    backed: Box<[AtomicU64]>,
     path: PathBuf,
     len: u64,
     opts: PmemOptions,
@@ -169,6 +186,13 @@ impl Pmem {
         Pmem::open_with(path, PmemOptions::default())
     }
 
+    /// Map an existing image file read-only (checks that must leave it byte-identical).
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Pmem> {
+        let path = path.as_ref();
+        let file = OpenOptions::new().read(true).open(path)?;
+        Pmem::map_file(file, path, PmemOptions::default(), true)
+    }
+
     /// [`Pmem::open`] with options.
     pub fn open_with(path: impl AsRef<Path>, opts: PmemOptions) -> Result<Pmem> {
         let path = path.as_ref();
@@ -177,6 +201,10 @@ impl Pmem {
     }
 
     fn map(file: File, path: &Path, opts: PmemOptions) -> Result<Pmem> {
+        Pmem::map_file(file, path, opts, false)
+    }
+
+    fn map_file(file: File, path: &Path, opts: PmemOptions, read_only: bool) -> Result<Pmem> {
         let len = file.metadata()?.len();
         if len == 0 {
             return Err(Error::Invalid(format!(
@@ -194,10 +222,19 @@ impl Pmem {
         if opts.populate {
             mo.populate();
         }
-        let map = mo.map_raw(&file)?;
+        let map = if read_only {
+            mo.map_raw_read_only(&file)?
+        } else {
+            mo.map_raw(&file)?
+        };
+        let chunks = len.div_ceil(BACK_CHUNK);
         Ok(Pmem {
             map,
-            _file: file,
+            file,
+            read_only,
+            backed: (0..chunks.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             path: path.to_path_buf(),
             len,
             opts,
@@ -219,6 +256,41 @@ impl Pmem {
     /// Path of the image file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Make sure stores into `[off, off+len)` cannot fault for lack of backing store: allocate
+    /// the chunks not known to be allocated yet (see the module doc). ENOSPC (or another
+    /// error of the file system holding the image) when that fails.
+    fn ensure_backed(&self, off: u64, len: u64) -> Result<()> {
+        if self.read_only {
+            return Err(Error::Invalid("the image was opened read-only".into()));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let first = off / BACK_CHUNK;
+        let last = (off + len - 1) / BACK_CHUNK;
+        for c in first..=last {
+            let (w, bit) = ((c / 64) as usize, 1u64 << (c % 64));
+            if self.backed[w].load(Ordering::Relaxed) & bit != 0 {
+                continue;
+            }
+            let start = c * BACK_CHUNK;
+            let n = BACK_CHUNK.min(self.len - start);
+            // SAFETY: fallocate on a descriptor owned by `self.file`; mode 0 only allocates
+            // (the range is inside the file, so its size does not change).
+            let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, start as i64, n as i64) };
+            if r != 0 {
+                let e = std::io::Error::last_os_error();
+                match e.raw_os_error() {
+                    // A file system without fallocate: nothing better can be done up front.
+                    Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => {}
+                    _ => return Err(Error::Io(e)),
+                }
+            }
+            self.backed[w].fetch_or(bit, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Streaming stores can replace store + flush at `[off, off+len)`: x86_64, a mapping whose
@@ -280,6 +352,7 @@ impl Medium for Pmem {
 
     fn write(&self, off: u64, data: &[u8]) -> Result<()> {
         let r = check_range(off, data.len(), self.len)?;
+        self.ensure_backed(off, data.len() as u64)?;
         // SAFETY: see the module doc: bounds checked, raw-pointer copy, no `&mut` to the mapping.
         unsafe {
             std::ptr::copy_nonoverlapping(
@@ -353,6 +426,7 @@ impl Medium for Pmem {
 
     fn write_stream(&self, off: u64, data: &[u8]) -> Result<()> {
         let r = check_range(off, data.len(), self.len)?;
+        self.ensure_backed(off, data.len() as u64)?;
         #[cfg(target_arch = "x86_64")]
         if self.streams(off, data.len()) {
             // SAFETY: bounds checked; 16-byte aligned destination and length (`streams`);
@@ -368,6 +442,11 @@ impl Medium for Pmem {
 
     fn fill_with(&self, off: u64, len: usize, fill: &mut dyn FnMut(FillDst)) -> Result<bool> {
         let r = check_range(off, len, self.len)?;
+        if len == 0 {
+            // A probe for direct stores (no data).
+            return Ok(!self.read_only);
+        }
+        self.ensure_backed(off, len as u64)?;
         let streaming = self.streams(off, len);
         // The pointer stays inside the mapping for `len` bytes (checked just above); `fill`
         // writes through it under the same rules as `write` (module doc).
@@ -411,6 +490,10 @@ impl Medium for Pmem {
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (off, len, stride);
+    }
+
+    fn known_zero(&self, off: u64, len: u64) -> bool {
+        super::file_hole(self.file.as_raw_fd(), off, len)
     }
 
     fn kind(&self) -> &'static str {

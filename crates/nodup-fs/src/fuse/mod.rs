@@ -1,7 +1,7 @@
 //! FUSE adapter: translates kernel requests (served by several threads, fuser's multi-threaded
 //! session) into [`FileSystem`] calls, and runs the mount until it is unmounted or signalled.
 
-use crate::ctl::{CTL_XATTR, STATS_XATTR};
+use crate::ctl::{CTL_XATTR, STATS_XATTR, USAGE_XATTR};
 use crate::error::FsError;
 use crate::fs::{Caller, FileSystem, SetAttr};
 use crate::inode::{Attr, Kind, Ts, ROOT_INO};
@@ -9,7 +9,8 @@ use fuser::{
     AccessFlags, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, Notifier, OpenFlags, RenameFlags,
     ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow,
+    WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -58,9 +59,8 @@ fn killed_suidgid(perm: u32, file_gid: u32, gid: u32) -> u32 {
 }
 
 fn err(e: FsError) -> Errno {
-    if let FsError::Errno(_) = e {
-    } else {
-        eprintln!("nodup: {e}");
+    if !matches!(e, FsError::Errno(_)) {
+        crate::logging::error(&e.to_string());
     }
     Errno::from_i32(e.errno())
 }
@@ -187,7 +187,7 @@ impl Filesystem for Adapter {
                 Ok(()) if cap == InitFlags::FUSE_HANDLE_KILLPRIV_V2 => self.killpriv = true,
                 Ok(()) => {}
                 Err(unsupported) if unsupported.contains(InitFlags::FUSE_WRITEBACK_CACHE) => {
-                    eprintln!("nodup: the kernel does not support the FUSE writeback cache");
+                    crate::logging::warn("the kernel does not support the FUSE writeback cache");
                 }
                 // Without KILLPRIV_V2 the kernel keeps clearing set-id bits itself.
                 Err(_) => {}
@@ -198,7 +198,7 @@ impl Filesystem for Adapter {
 
     fn destroy(&mut self) {
         if let Err(e) = self.fs.shutdown() {
-            eprintln!("nodup: clean shutdown failed: {e}");
+            crate::logging::error(&format!("clean shutdown failed: {e}"));
         }
     }
 
@@ -605,6 +605,9 @@ impl Filesystem for Adapter {
         if ino.0 == ROOT_INO && name.as_bytes() == STATS_XATTR.as_bytes() {
             return reply.error(Errno::EPERM);
         }
+        if name.as_bytes() == USAGE_XATTR.as_bytes() {
+            return reply.error(Errno::EPERM);
+        }
         if ino.0 == ROOT_INO && name.as_bytes() == CTL_XATTR.as_bytes() {
             let r = match value {
                 b"checkpoint" => self.fs.checkpoint(false),
@@ -623,7 +626,15 @@ impl Filesystem for Adapter {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let r = if ino.0 == ROOT_INO && name.as_bytes() == STATS_XATTR.as_bytes() {
-            Ok(self.fs.stats_json().to_string().into_bytes())
+            let mut v = self.fs.stats_json();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("daemon_rss_bytes".into(), resident_bytes().into());
+            }
+            Ok(v.to_string().into_bytes())
+        } else if name.as_bytes() == USAGE_XATTR.as_bytes() {
+            self.fs
+                .usage(ino.0)
+                .map(|u| serde_json::json!(u).to_string().into_bytes())
         } else {
             self.fs.getxattr(ino.0, name.as_bytes())
         };
@@ -705,6 +716,24 @@ impl Filesystem for Adapter {
         }
     }
 
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        if offset < 0 {
+            return reply.error(Errno::EINVAL);
+        }
+        match self.fs.seek_data_hole(ino.0, offset as u64, whence) {
+            Ok(o) => reply.offset(o as i64),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
     fn fallocate(
         &self,
         _req: &Request,
@@ -720,6 +749,17 @@ impl Filesystem for Adapter {
             Err(e) => reply.error(err(e)),
         }
     }
+}
+
+/// Resident memory of this process (VmRSS), 0 when /proc cannot tell.
+fn resident_bytes() -> u64 {
+    let Ok(s) = std::fs::read_to_string("/proc/self/status") else {
+        return 0;
+    };
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
 }
 
 fn block_signals() -> libc::sigset_t {
@@ -746,9 +786,18 @@ pub fn serve(
 ) -> crate::Result<()> {
     let set = block_signals();
     let mut config = Config::default();
+    // The type shows as `fuse.nodup` in /proc/mounts (`nodup list`, `mount -t fuse.nodup`).
+    // fuser hands `Subtype` only to fusermount; a direct mount (root) needs it as a kernel
+    // option.
+    // SAFETY: geteuid cannot fail.
+    let subtype = if unsafe { libc::geteuid() } == 0 {
+        MountOption::CUSTOM("subtype=nodup".into())
+    } else {
+        MountOption::Subtype("nodup".into())
+    };
     config.mount_options = vec![
         MountOption::FSName(opts.fsname.clone()),
-        MountOption::Subtype("nodup".into()),
+        subtype,
         MountOption::DefaultPermissions,
         MountOption::Dev,
         MountOption::Suid,
@@ -771,8 +820,9 @@ pub fn serve(
             let mut sig: libc::c_int = 0;
             // SAFETY: waits on the set blocked above; `sig` is a valid out pointer.
             if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+                crate::logging::info(&format!("signal {sig}: unmounting"));
                 if let Err(e) = unmounter.unmount() {
-                    eprintln!("nodup: unmount on signal {sig} failed: {e}");
+                    crate::logging::error(&format!("unmount on signal {sig} failed: {e}"));
                 }
             }
         })?;
@@ -789,7 +839,7 @@ pub fn serve(
                         break;
                     }
                     if let Err(e) = fs.tick() {
-                        eprintln!("nodup: background checkpoint/sync failed: {e}");
+                        crate::logging::error(&format!("background checkpoint/sync failed: {e}"));
                     }
                 }
             })?

@@ -1,0 +1,266 @@
+//! `nodup stats|fsck`: what an image or a mount holds, and whether it is consistent. Both
+//! leave an unmounted image byte-identical (`fsck --repair` excepted).
+
+use super::size::{bytes, count, duration};
+use anyhow::{anyhow, bail, Result};
+use clap::Args;
+use nodup_fs::image::{self, ImageLock};
+use nodup_fs::{FileSystem, FsOptions};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Arguments of `nodup stats`.
+#[derive(Args)]
+pub struct StatsArgs {
+    /// An image file (not mounted; it is only read) or the mount point of a mounted one.
+    pub target: PathBuf,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `nodup fsck`.
+#[derive(Args)]
+pub struct FsckArgs {
+    /// Image file (must not be mounted; only read unless --repair).
+    pub image: PathBuf,
+    /// Fix what failure recovery would fix, and report it.
+    #[arg(long)]
+    pub repair: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Open an unmounted image for stats/fsck: read-only (file and medium) unless `write`.
+fn open_unmounted(path: &Path, write: bool) -> Result<(ImageLock, FileSystem)> {
+    super::mount::check_image(path)?;
+    let lock = ImageLock::try_lock(path).map_err(|_| {
+        anyhow!(
+            "{}: image is mounted (use the mount point instead, or unmount it first)",
+            path.display()
+        )
+    })?;
+    let (medium, _) =
+        image::open_with(path, !write).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let opts = FsOptions {
+        read_only: !write,
+        ..FsOptions::default()
+    };
+    let fs = FileSystem::open(medium, &opts).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    Ok((lock, fs))
+}
+
+/// `nodup stats`.
+pub fn stats(a: StatsArgs) -> Result<()> {
+    let t = a.target.display();
+    let (v, from) = if a.target.is_dir() {
+        let v = nodup_fs::ctl::read_stats(&a.target)
+            .map_err(|_| anyhow!("{t}: not a mounted nodup file system"))?;
+        let img = super::mount::mounted_image(&a.target.canonicalize()?)
+            .map_or_else(|| t.to_string(), |p| p.display().to_string());
+        (v, format!("{img} on {t}"))
+    } else if a.target.exists() {
+        let (_lock, fs) = open_unmounted(&a.target, false)?;
+        (fs.stats_json(), format!("{t} (not mounted)"))
+    } else {
+        bail!("{t}: no such image or mount point");
+    };
+    if a.json {
+        println!("{v}");
+    } else {
+        print!("{}", human(&v, &from));
+    }
+    Ok(())
+}
+
+fn u(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or(0)
+}
+
+fn f(v: &Value, k: &str) -> f64 {
+    v[k].as_f64().unwrap_or(0.0)
+}
+
+fn pct(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "0 %".into()
+    } else {
+        format!("{:.1} %", 100.0 * part as f64 / whole as f64)
+    }
+}
+
+/// The human form of the stats: a summary a person can read first, then details grouped by
+/// what they measure (state now, counters since mount, memory, reference counts).
+fn human(v: &Value, from: &str) -> String {
+    let mut o = String::new();
+    let mut line = |s: String| {
+        o.push_str(&s);
+        o.push('\n');
+    };
+    let logical = u(v, "logical_bytes");
+    let physical = u(v, "physical_bytes");
+    let total = u(v, "total_blocks") * 4096;
+    let free = u(v, "free_blocks") * 4096;
+    let used = total.saturating_sub(free);
+    line(format!(
+        "nodup {from}: policy {}, fingerprint {}, layout {}, medium {}",
+        v["policy"].as_str().unwrap_or("?"),
+        v["fingerprint"].as_str().unwrap_or("?"),
+        v["meta_layout"].as_str().unwrap_or("?"),
+        v["medium"].as_str().unwrap_or("?")
+    ));
+    line(format!(
+        "  size       {:>10}   ({} free)",
+        bytes(u(v, "size_bytes").max(total)),
+        bytes(free)
+    ));
+    line(format!(
+        "  used       {:>10}   data {} + metadata {}",
+        bytes(used),
+        bytes(physical),
+        bytes(used.saturating_sub(physical))
+    ));
+    line(format!(
+        "  logical    {:>10}   in {} files, {} directories",
+        bytes(logical),
+        count(u(v, "files")),
+        count(u(v, "directories"))
+    ));
+    line(format!(
+        "  saved      {:>10}   dedup {:.2}x (ratio {:.4})",
+        bytes(u(v, "bytes_saved")),
+        f(v, "dedup_factor").max(1.0),
+        f(v, "dedup_ratio")
+    ));
+    let rec = &v["recovery"];
+    line(String::new());
+    line(format!(
+        "Since mount ({} ago; {} mount, recovery {}):",
+        duration(f(v, "uptime_seconds")),
+        rec["kind"].as_str().unwrap_or("?"),
+        duration(rec["seconds"].as_f64().unwrap_or(0.0))
+    ));
+    let written = u(v, "blocks_written");
+    line(format!(
+        "  blocks written   {} ({}), duplicates {} ({}), fingerprint collisions {}",
+        count(written),
+        bytes(written * 4096),
+        count(u(v, "dedup_hits")),
+        pct(u(v, "dedup_hits"), written),
+        count(u(v, "fp_collisions"))
+    ));
+    line(format!(
+        "  data I/O         written {}, read {}",
+        bytes(u(v, "media_bytes_written")),
+        bytes(u(v, "media_bytes_read"))
+    ));
+    line(format!(
+        "  dedup metadata   written {}, read {}",
+        bytes(u(v, "meta_bytes_written")),
+        bytes(u(v, "meta_bytes_read"))
+    ));
+    let ck = &v["checkpoints"];
+    line(format!(
+        "  checkpoints      {} (last took {}, longest pause {}), log {} since the last",
+        count(ck["count"].as_u64().unwrap_or(0)),
+        duration(ck["last_seconds"].as_f64().unwrap_or(0.0)),
+        duration(ck["max_pause_seconds"].as_f64().unwrap_or(0.0)),
+        bytes(u(v, "log_bytes"))
+    ));
+    line(format!(
+        "  media errors     {} absorbed",
+        count(u(v, "media_errors_absorbed"))
+    ));
+    line(String::new());
+    line("Memory:".into());
+    if let Some(rss) = v["daemon_rss_bytes"].as_u64() {
+        line(format!("  daemon resident  {}", bytes(rss)));
+    }
+    let entries = u(v, "index_entries");
+    let per = if entries == 0 {
+        0.0
+    } else {
+        u(v, "index_memory_bytes") as f64 / entries as f64
+    };
+    line(format!(
+        "  index            {} for {} entries ({per:.1} B each)",
+        bytes(u(v, "index_memory_bytes")),
+        count(entries)
+    ));
+    if let Some(rows) = v["refcount_histogram"].as_array().filter(|r| !r.is_empty()) {
+        line(String::new());
+        line("Blocks by reference count (as zpool status -D):".into());
+        line(format!(
+            "  {:>8}  {:>12}  {:>10}  {:>12}  {:>10}",
+            "refcnt", "blocks", "size", "referenced", "ref. size"
+        ));
+        for r in rows {
+            let (blocks, refd) = (u(r, "blocks"), u(r, "referenced"));
+            line(format!(
+                "  {:>8}  {:>12}  {:>10}  {:>12}  {:>10}",
+                u(r, "refs"),
+                count(blocks),
+                bytes(blocks * 4096),
+                count(refd),
+                bytes(refd * 4096)
+            ));
+        }
+    }
+    o
+}
+
+/// `nodup fsck`.
+pub fn fsck(a: FsckArgs) -> Result<()> {
+    let (_lock, fs) = open_unmounted(&a.image, a.repair)?;
+    let mut rep = nodup_fs::fsck::check(&fs, a.repair)?;
+    if a.repair && fs.recovery().kind == "failure" {
+        let ri = fs.recovery();
+        let mut what = format!(
+            "failure recovery: replayed {} log records",
+            ri.replayed_records
+        );
+        if let Some(e) = &ri.engine {
+            what.push_str(&format!(
+                ", {} reference counts fixed, {} entries recreated, {} entries invalidated, {} leaked blocks freed",
+                e.refcounts_fixed, e.entries_recreated, e.entries_invalidated, e.leaked_blocks_freed
+            ));
+        }
+        rep.repaired.insert(0, what);
+    }
+    if !a.repair && fs.recovery().kind == "failure" {
+        rep.problems.insert(
+            0,
+            "image was not unmounted cleanly: failure recovery needed (mount it, or fsck --repair)"
+                .into(),
+        );
+    }
+    fs.shutdown()?;
+    if a.json {
+        println!("{}", serde_json::to_string(&rep)?);
+    } else {
+        for r in &rep.repaired {
+            println!("repaired: {r}");
+        }
+        for p in &rep.problems {
+            println!("problem: {p}");
+        }
+        println!(
+            "nodup fsck: {} inodes ({} files, {} directories), {} block references to {} distinct blocks: {}",
+            rep.inodes,
+            rep.files,
+            rep.directories,
+            rep.block_refs,
+            rep.distinct_blocks,
+            if rep.consistent() { "consistent" } else { "INCONSISTENT" }
+        );
+    }
+    if !rep.consistent() {
+        bail!(
+            "{}: {} problem(s) found",
+            a.image.display(),
+            rep.problems.len()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,123 @@
+//! `nodup list`: the mounted nodup file systems, from /proc/self/mountinfo, with the policy
+//! from each image's superblock and the daemon's pid from the lock it holds (/proc/locks).
+
+use super::mount::unescape;
+use anyhow::Result;
+use clap::Args;
+use nodup_core::policy::PolicyKind;
+use std::path::{Path, PathBuf};
+
+/// Arguments of `nodup list`.
+#[derive(Args)]
+pub struct ListArgs {
+    /// Print one JSON array.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One mounted nodup file system.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Mounted {
+    pub image: PathBuf,
+    pub mountpoint: PathBuf,
+    pub policy: String,
+    pub medium: String,
+    /// The daemon serving it (0 when it cannot be found).
+    pub pid: u32,
+}
+
+/// Every nodup mount of this mount namespace.
+pub fn mounted() -> Vec<Mounted> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in info.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = f.iter().position(|x| *x == "-") else {
+            continue;
+        };
+        if f.len() < sep + 3 || f.len() < 5 || f[sep + 1] != "fuse.nodup" {
+            continue;
+        }
+        let image = PathBuf::from(unescape(f[sep + 2]));
+        let (policy, medium) = match nodup_fs::superblock::probe_file(&image) {
+            Ok((sb, _, _)) => (
+                PolicyKind::from_u32(sb.policy)
+                    .map_or("unknown", |p| p.name())
+                    .to_string(),
+                sb.medium_kind().name().to_string(),
+            ),
+            Err(_) => ("unknown".into(), "unknown".into()),
+        };
+        out.push(Mounted {
+            pid: lock_holder(&image).unwrap_or(0),
+            mountpoint: PathBuf::from(unescape(f[4])),
+            image,
+            policy,
+            medium,
+        });
+    }
+    out
+}
+
+/// The pid holding the flock on `path` (the mount daemon holds its image's lock).
+fn lock_holder(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    let (maj, min) = (libc::major(m.dev()), libc::minor(m.dev()));
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    // "1: FLOCK  ADVISORY  WRITE 1234 00:2b:5678 0 EOF": pid, then major:minor:inode (hex
+    // device numbers, decimal inode).
+    for l in locks.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 6 || f[1] != "FLOCK" {
+            continue;
+        }
+        let id: Vec<&str> = f[5].split(':').collect();
+        if id.len() != 3 {
+            continue;
+        }
+        let same = u32::from_str_radix(id[0], 16).ok() == Some(maj)
+            && u32::from_str_radix(id[1], 16).ok() == Some(min)
+            && id[2].parse::<u64>().ok() == Some(m.ino());
+        if same {
+            return f[4].parse().ok();
+        }
+    }
+    None
+}
+
+/// `nodup list`.
+pub fn list(a: ListArgs) -> Result<()> {
+    let v = mounted();
+    if a.json {
+        println!("{}", serde_json::to_string(&v)?);
+        return Ok(());
+    }
+    if v.is_empty() {
+        println!("no nodup file system is mounted");
+        return Ok(());
+    }
+    let w = v
+        .iter()
+        .map(|m| m.mountpoint.display().to_string().len())
+        .max()
+        .unwrap_or(0)
+        .max(10);
+    println!(
+        "{:<w$}  {:<11}  {:<9}  {:>7}  IMAGE",
+        "MOUNTPOINT", "POLICY", "MEDIUM", "PID"
+    );
+    for m in v {
+        println!(
+            "{:<w$}  {:<11}  {:<9}  {:>7}  {}",
+            m.mountpoint.display(),
+            m.policy,
+            m.medium,
+            m.pid,
+            m.image.display()
+        );
+    }
+    Ok(())
+}

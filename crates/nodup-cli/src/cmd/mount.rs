@@ -1,0 +1,394 @@
+//! `nodup mount|umount`: mounting an image (a daemon serving FUSE) and unmounting it cleanly.
+
+use super::mkfs::check_policy_options;
+use super::plain_error;
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use nodup_core::policy::PrefetchMode;
+use nodup_core::OpenOptions;
+use nodup_fs::fuse::MountOptions;
+use nodup_fs::image::{self, ImageLock};
+use nodup_fs::logging::{self, Sink};
+use nodup_fs::{FileSystem, FsError, FsOptions, MediumKind};
+use std::io::{Read, Write};
+use std::os::unix::io::FromRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Arguments of `nodup mount`.
+#[derive(Args, Debug, Clone)]
+pub struct MountArgs {
+    /// Image made by `nodup mkfs`.
+    pub image: PathBuf,
+    /// Existing, empty directory to mount on.
+    pub mountpoint: PathBuf,
+    /// Stay in the foreground and log to stderr (default: daemonize once the mount is usable).
+    #[arg(long)]
+    pub foreground: bool,
+    /// Speculative prefetch variant of the light policy.
+    #[arg(long, default_value = "cbp", value_parser = ["none", "p64", "ibp", "pc", "sp", "pn", "cbp"])]
+    pub prefetch: String,
+    /// FUSE writeback cache (default: on for blockfile images, off for pmem images); =false disables.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub writeback_cache: Option<bool>,
+    /// Memory budget override (only the `smart` policy has one; not built yet).
+    #[arg(long, hide = true)]
+    pub mem_budget: Option<String>,
+    /// Key file for encrypted images (not built yet).
+    #[arg(long, value_name = "FILE", hide = true)]
+    pub encrypt_key_file: Option<PathBuf>,
+    /// Threads serving FUSE requests (1 to 64).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub threads: u16,
+    /// Mount even over a directory that is not empty or is already a mount point (what is
+    /// there stays hidden until unmount).
+    #[arg(long)]
+    pub nonempty: bool,
+    /// Append the daemon's log to FILE (default: syslog when daemonized, stderr in the foreground).
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+    /// Internal: file descriptor on which the daemon reports readiness to its parent.
+    #[arg(long, hide = true)]
+    pub ready_fd: Option<i32>,
+}
+
+/// Arguments of `nodup umount`.
+#[derive(Args)]
+pub struct UmountArgs {
+    /// Mount point of a nodup file system.
+    pub mountpoint: PathBuf,
+    /// Seconds to wait for the daemon to finish its clean shutdown.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+}
+
+fn open_options(prefetch: &str) -> Result<OpenOptions> {
+    Ok(OpenOptions {
+        prefetch: PrefetchMode::from_name(prefetch)
+            .ok_or_else(|| anyhow!("unknown prefetch mode {prefetch}"))?,
+        ..OpenOptions::default()
+    })
+}
+
+/// The image at `path` must exist and be a nodup image (checked read-only).
+pub fn check_image(path: &Path) -> Result<()> {
+    if !path.exists() {
+        bail!("{}: no such image", path.display());
+    }
+    nodup_fs::superblock::probe_file(path).map_err(|e| match e {
+        FsError::NotNodup(_) => anyhow!("{}: not a nodup image", path.display()),
+        e => anyhow!("{}: {e}", path.display()),
+    })?;
+    Ok(())
+}
+
+/// True when `dir` is a mount point (its device differs from its parent's, or it is `/`).
+fn is_mount_point(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(d) = std::fs::metadata(dir) else {
+        return false;
+    };
+    let Ok(p) = std::fs::metadata(dir.join("..")) else {
+        return false;
+    };
+    d.dev() != p.dev() || d.ino() == p.ino()
+}
+
+/// Refuse a mount point that would hide something, unless `--nonempty`.
+fn check_mountpoint(mp: &Path, nonempty: bool) -> Result<()> {
+    let d = mp.display();
+    match std::fs::metadata(mp) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => bail!("{d}: mount point is not a directory"),
+        // ENOTCONN: a FUSE daemon died and left its mount behind.
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            bail!("{d}: a dead mount is still attached here (fusermount3 -u it first)")
+        }
+        Err(e) => bail!("{d}: mount point: {}", super::plain_io(&e)),
+    }
+    if nonempty {
+        return Ok(());
+    }
+    if is_mount_point(mp) {
+        bail!("{d}: is already a mount point; mounting over it would hide it (--nonempty to do it anyway)");
+    }
+    let mut entries = std::fs::read_dir(mp).with_context(|| format!("{d}"))?;
+    if entries.next().is_some() {
+        bail!(
+            "{d}: is not empty; mounting over it would hide its files (--nonempty to do it anyway)"
+        );
+    }
+    Ok(())
+}
+
+/// `nodup mount`.
+pub fn mount(a: MountArgs) -> Result<()> {
+    check_image(&a.image)?;
+    let sb = nodup_fs::superblock::probe_file(&a.image)
+        .map_err(|e| anyhow!("{}: {e}", a.image.display()))?
+        .0;
+    let policy =
+        nodup_core::policy::PolicyKind::from_u32(sb.policy).map_or("unknown", |p| p.name());
+    check_policy_options(policy, a.mem_budget.is_some(), a.encrypt_key_file.is_some())?;
+    open_options(&a.prefetch)?;
+    if a.ready_fd.is_none() {
+        check_mountpoint(&a.mountpoint, a.nonempty)?;
+    }
+    drop(
+        ImageLock::try_lock(&a.image)
+            .map_err(|_| anyhow!("{}: image is already mounted", a.image.display()))?,
+    );
+    if a.foreground || a.ready_fd.is_some() {
+        return run_daemon(a);
+    }
+    spawn_daemon(&a)
+}
+
+fn spawn_daemon(a: &MountArgs) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 returns.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    let (rfd, wfd) = (fds[0], fds[1]);
+    let exe = std::env::current_exe().context("locating the nodup binary")?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("mount").arg(&a.image).arg(&a.mountpoint).args([
+        "--prefetch",
+        &a.prefetch,
+        "--threads",
+        &a.threads.to_string(),
+        "--ready-fd",
+        "3",
+    ]);
+    if let Some(w) = a.writeback_cache {
+        cmd.arg(format!("--writeback-cache={w}"));
+    }
+    if let Some(f) = &a.log_file {
+        // The daemon runs in `/` after setsid: hand it an absolute path.
+        let abs = std::path::absolute(f).unwrap_or_else(|_| f.clone());
+        cmd.arg("--log-file").arg(abs);
+    }
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    match std::env::var_os("NODUP_DAEMON_LOG") {
+        Some(p) => {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)?;
+            cmd.stderr(f);
+            cmd.env("NODUP_LOG_STDERR", "1");
+        }
+        None => {
+            cmd.stderr(std::process::Stdio::null());
+        }
+    }
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 || libc::dup2(wfd, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().context("starting the mount daemon")?;
+    // SAFETY: closing our copy of the write end; the read end becomes an owned File.
+    unsafe { libc::close(wfd) };
+    let mut r = unsafe { std::fs::File::from_raw_fd(rfd) };
+    let mut msg = String::new();
+    r.read_to_string(&mut msg)
+        .context("waiting for the mount daemon")?;
+    let msg = msg.trim();
+    if let Some(ok) = msg.strip_prefix("ok ") {
+        println!(
+            "nodup: mounted {} on {} ({ok}; daemon pid {})",
+            a.image.display(),
+            a.mountpoint.display(),
+            child.id()
+        );
+        Ok(())
+    } else if let Some(e) = msg.strip_prefix("err ") {
+        bail!("{e}")
+    } else {
+        bail!("the mount daemon exited before the mount was ready")
+    }
+}
+
+fn run_daemon(a: MountArgs) -> Result<()> {
+    // SAFETY: the descriptor was set up by our parent (dup2 onto fd 3) and is owned from here on.
+    let mut ready = a
+        .ready_fd
+        .map(|fd| unsafe { std::fs::File::from_raw_fd(fd) });
+    let sink = match &a.log_file {
+        Some(p) => Sink::File(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .with_context(|| format!("{}: log file", p.display()))?,
+        ),
+        None if a.ready_fd.is_none() || std::env::var_os("NODUP_LOG_STDERR").is_some() => {
+            Sink::Stderr
+        }
+        None => Sink::Syslog,
+    };
+    logging::set_sink(sink);
+    let r = daemon_body(&a, &mut ready);
+    if let Err(e) = &r {
+        logging::error(&plain_error(e));
+        if let Some(f) = ready.as_mut() {
+            let _ = writeln!(f, "err {}", plain_error(e));
+        }
+    }
+    r
+}
+
+fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
+    let img = a.image.display();
+    let _lock =
+        ImageLock::try_lock(&a.image).map_err(|_| anyhow!("{img}: image is already mounted"))?;
+    let (medium, kind) = image::open(&a.image).map_err(|e| anyhow!("{img}: {e}"))?;
+    let opts = FsOptions {
+        open: open_options(&a.prefetch)?,
+        ..FsOptions::default()
+    };
+    logging::info(&format!(
+        "mounting {img} on {} (pid {})",
+        a.mountpoint.display(),
+        std::process::id()
+    ));
+    let fs = FileSystem::open(medium, &opts).map_err(|e| anyhow!("{img}: {e}"))?;
+    let rec = fs.recovery().clone();
+    let note = format!(
+        "{} mount, recovery {}",
+        rec.kind,
+        super::size::duration(rec.seconds)
+    );
+    logging::info(&format!(
+        "{img}: {note} ({} log records replayed)",
+        rec.replayed_records
+    ));
+    let fsname = a.image.canonicalize().unwrap_or_else(|_| a.image.clone());
+    let mopts = MountOptions {
+        writeback_cache: a.writeback_cache.unwrap_or(kind == MediumKind::BlockFile),
+        threads: a.threads as usize,
+        fsname: fsname.to_string_lossy().into_owned(),
+        // SAFETY: geteuid cannot fail.
+        allow_other: unsafe { libc::geteuid() } == 0,
+    };
+    let fs = Arc::new(fs);
+    let mut ready_taken = ready.take();
+    let r = nodup_fs::fuse::serve(fs, &a.mountpoint, &mopts, || {
+        logging::info(&format!("{img}: mounted on {}", a.mountpoint.display()));
+        if let Some(mut f) = ready_taken.take() {
+            let _ = writeln!(f, "ok {note}");
+        }
+    });
+    if let Some(mut f) = ready_taken {
+        // Mounting failed before the ready callback ran.
+        if let Err(e) = &r {
+            let _ = writeln!(f, "err {}: {e}", a.mountpoint.display());
+        }
+    }
+    match &r {
+        Ok(()) => logging::info(&format!("{img}: unmounted cleanly")),
+        Err(e) => logging::error(&format!("{img}: {e}")),
+    }
+    r.map_err(|e| anyhow!("{}: {e}", a.mountpoint.display()))
+}
+
+/// Unescape a path field of /proc/self/mountinfo (`\040` for space etc.).
+pub fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The image behind a nodup mount point, from /proc/self/mountinfo.
+pub fn mounted_image(mp: &Path) -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mut found = None;
+    for line in info.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = f.iter().position(|x| *x == "-") else {
+            continue;
+        };
+        if f.len() < sep + 3 || f.len() < 5 {
+            continue;
+        }
+        let src = PathBuf::from(unescape(f[sep + 2]));
+        if Path::new(&unescape(f[4])) == mp
+            && f[sep + 1].starts_with("fuse")
+            && nodup_fs::superblock::probe_file(&src).is_ok()
+        {
+            found = Some(src);
+        }
+    }
+    found
+}
+
+/// `nodup umount`.
+pub fn umount(a: UmountArgs) -> Result<()> {
+    let mp = a
+        .mountpoint
+        .canonicalize()
+        .with_context(|| format!("{}", a.mountpoint.display()))?;
+    let img =
+        mounted_image(&mp).ok_or_else(|| anyhow!("{}: not a nodup mount point", mp.display()))?;
+    let out = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mp)
+        .output()
+        .or_else(|_| std::process::Command::new("umount").arg(&mp).output())
+        .context("running fusermount3")?;
+    if !out.status.success() {
+        bail!(
+            "{}: unmount failed: {}",
+            mp.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    // The daemon holds the image lock until its clean shutdown (checkpoint) is done.
+    let t0 = Instant::now();
+    loop {
+        match ImageLock::try_lock(&img) {
+            Ok(_) => return Ok(()),
+            Err(FsError::Busy(_)) if t0.elapsed() < Duration::from_secs(a.timeout) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(FsError::Busy(_)) => {
+                bail!("{}: daemon still busy after {} s", img.display(), a.timeout)
+            }
+            // The image went away (removed while mounted): nothing more to wait for.
+            Err(_) => return Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_unescape() {
+        assert_eq!(unescape("/tmp/a\\040b"), "/tmp/a b");
+        assert_eq!(unescape("/plain"), "/plain");
+    }
+}

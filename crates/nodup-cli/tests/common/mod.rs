@@ -1,0 +1,141 @@
+//! Shared by the FUSE integration tests: running the built `nodup`, a seeded generator, and a
+//! fixture image in /dev/shm with its mount point, unmounted and removed on drop.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub const NODUP: &str = env!("CARGO_BIN_EXE_nodup");
+
+pub fn fuse_available() -> bool {
+    let ok = Path::new("/dev/fuse").exists()
+        && Command::new("fusermount3")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipping: FUSE is not available on this machine");
+    }
+    ok
+}
+
+pub fn nodup(args: &[&str]) -> Output {
+    Command::new(NODUP)
+        .args(args)
+        .output()
+        .expect("running nodup")
+}
+
+pub fn ok(o: Output) -> String {
+    assert!(
+        o.status.success(),
+        "nodup failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A small deterministic generator (splitmix64), so failures replay from the printed seed.
+pub struct StdRng(u64);
+
+impl StdRng {
+    pub fn seed_from_u64(s: u64) -> StdRng {
+        StdRng(s)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    pub fn gen_range<T: TryFrom<u64> + Into<u64> + Copy>(&mut self, r: std::ops::Range<T>) -> T
+    where
+        <T as TryFrom<u64>>::Error: std::fmt::Debug,
+    {
+        let (lo, hi) = (r.start.into(), r.end.into());
+        T::try_from(lo + self.next() % (hi - lo)).unwrap()
+    }
+    pub fn gen_bool(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+    pub fn fill(&mut self, v: &mut [u8]) {
+        for c in v.chunks_mut(8) {
+            let x = self.next().to_le_bytes();
+            c.copy_from_slice(&x[..c.len()]);
+        }
+    }
+}
+
+pub fn time_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+}
+
+pub static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// An image in /dev/shm and a mount point; unmounted and removed on drop.
+pub struct Fixture {
+    pub img: PathBuf,
+    pub mnt: PathBuf,
+}
+
+impl Fixture {
+    pub fn new(tag: &str, size: &str, extra: &[&str]) -> Fixture {
+        let n = SEQ.fetch_add(1, Ordering::SeqCst);
+        let base = format!("nodup-test-{}-{tag}-{n}", std::process::id());
+        let img = PathBuf::from(format!("/dev/shm/{base}.img"));
+        let mnt = std::env::temp_dir().join(format!("{base}.mnt"));
+        fs::create_dir_all(&mnt).unwrap();
+        let mut args = vec!["mkfs", img.to_str().unwrap(), "--size", size];
+        args.extend_from_slice(extra);
+        ok(nodup(&args));
+        Fixture { img, mnt }
+    }
+    pub fn mount(&self, extra: &[&str]) {
+        let mut args = vec![
+            "mount",
+            self.img.to_str().unwrap(),
+            self.mnt.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        ok(nodup(&args));
+    }
+    pub fn umount(&self) {
+        ok(nodup(&["umount", self.mnt.to_str().unwrap()]));
+    }
+    pub fn fsck(&self) -> Output {
+        nodup(&["fsck", self.img.to_str().unwrap()])
+    }
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.mnt.join(p)
+    }
+    pub fn stats(&self) -> serde_json::Value {
+        let out = ok(nodup(&["stats", self.mnt.to_str().unwrap(), "--json"]));
+        serde_json::from_str(&out).unwrap()
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3")
+            .arg("-u")
+            .arg("-z")
+            .arg(&self.mnt)
+            .output();
+        // Wait for the daemon to let go of the image before removing it.
+        for _ in 0..400 {
+            if nodup_fs::image::ImageLock::try_lock(&self.img).is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let _ = fs::remove_file(&self.img);
+        let _ = fs::remove_dir(&self.mnt);
+    }
+}

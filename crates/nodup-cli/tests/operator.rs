@@ -1,0 +1,605 @@
+//! What an operator meets: guard rails of mkfs and mount, checks that write nothing, space
+//! that comes back under churn, a full backing store, fallocate and SEEK_DATA/SEEK_HOLE, `du`
+//! against a model, `list` and the daemon log. Each runs the built `nodup` on real mounts.
+
+mod common;
+use common::*;
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::Ordering;
+
+fn fail(o: &std::process::Output) -> String {
+    assert!(!o.status.success(), "expected a failure, got success");
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// One line on stderr that contains `what`, no "os error" noise.
+fn one_line(err: &str, what: &str) {
+    assert_eq!(err.trim().lines().count(), 1, "one line expected: {err:?}");
+    assert!(err.contains(what), "{what:?} expected in {err:?}");
+    assert!(!err.contains("os error"), "errno noise in {err:?}");
+}
+
+fn sha(p: &Path) -> Vec<u8> {
+    fs::read(p).unwrap()
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let n = SEQ.fetch_add(1, Ordering::SeqCst);
+    PathBuf::from(format!(
+        "/dev/shm/nodup-op-{}-{tag}-{n}",
+        std::process::id()
+    ))
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn mkfs_refuses_what_it_would_destroy() {
+    let img = scratch("mk.img");
+    let s = img.to_str().unwrap();
+    ok(nodup(&["mkfs", s, "--size", "16M"]));
+    let before = sha(&img);
+    // An existing image, a file with data, a directory: refused, untouched.
+    one_line(
+        &fail(&nodup(&["mkfs", s, "--size", "16M"])),
+        "already holds a nodup image",
+    );
+    assert!(sha(&img) == before);
+    let data = scratch("data");
+    fs::write(&data, b"precious").unwrap();
+    let e = fail(&nodup(&["mkfs", data.to_str().unwrap(), "--size", "16M"]));
+    one_line(&e, "not empty");
+    assert_eq!(fs::read(&data).unwrap(), b"precious");
+    one_line(
+        &fail(&nodup(&["mkfs", "/dev/shm", "--size", "16M"])),
+        "not a regular file",
+    );
+    // --force overwrites.
+    ok(nodup(&[
+        "mkfs",
+        data.to_str().unwrap(),
+        "--size",
+        "16M",
+        "--force",
+    ]));
+    assert!(nodup_fs::superblock::probe_file(&data).is_ok());
+    // Impossible sizes: one line, nothing left behind.
+    let huge = scratch("huge.img");
+    let h = huge.to_str().unwrap();
+    one_line(&fail(&nodup(&["mkfs", h, "--size", "100T"])), "limited to");
+    assert!(!huge.exists());
+    one_line(&fail(&nodup(&["mkfs", h, "--size", "15T"])), "does not fit");
+    assert!(!huge.exists());
+    one_line(&fail(&nodup(&["mkfs", h, "--size", "1M"])), "at least");
+    one_line(&fail(&nodup(&["mkfs", h, "--size", "12Q"])), "invalid size");
+    assert!(!huge.exists());
+    // Options that mean nothing are refused, not ignored.
+    let e = fail(&nodup(&[
+        "mkfs",
+        h,
+        "--size",
+        "16M",
+        "--policy",
+        "none",
+        "--mem-budget",
+        "1M",
+    ]));
+    one_line(&e, "--mem-budget");
+    one_line(
+        &fail(&nodup(&["mkfs", h, "--size", "16M", "--policy", "smart"])),
+        "not built yet",
+    );
+    assert!(!huge.exists());
+    let help = ok(nodup(&["mkfs", "--help"]));
+    assert!(!help.contains("mem-budget") && !help.contains("encrypt") && !help.contains("smart"));
+    assert!(!help.contains("later issue"));
+    let _ = fs::remove_file(&img);
+    let _ = fs::remove_file(&data);
+}
+
+#[test]
+fn stats_and_fsck_leave_the_image_byte_identical() {
+    if !fuse_available() {
+        return;
+    }
+    for medium in ["pmem", "blockfile"] {
+        let fx = Fixture::new("ro", "32M", &["--medium", medium]);
+        fx.mount(&[]);
+        // 25 distinct blocks (the last one partial), written twice.
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i / 4096 + 1) as u8).collect();
+        fs::write(fx.path("a"), &data).unwrap();
+        fs::write(fx.path("b"), &data).unwrap();
+        fx.umount();
+        let img = fx.img.to_str().unwrap();
+        let before = sha(&fx.img);
+        let st = ok(nodup(&["stats", img]));
+        assert!(st.contains("dedup 2.00x"), "{st}");
+        let js: serde_json::Value =
+            serde_json::from_str(&ok(nodup(&["stats", img, "--json"]))).unwrap();
+        assert_eq!(js["bytes_saved"], 25 * 4096);
+        assert_eq!(js["dedup_factor"].as_f64().unwrap(), 2.0);
+        ok(fx.fsck());
+        assert!(
+            sha(&fx.img) == before,
+            "{medium}: stats/fsck wrote to a clean image"
+        );
+        // A crashed image: stats and fsck report, and still write nothing.
+        fx.mount(&[]);
+        fs::write(fx.path("c"), b"after").unwrap();
+        let pid = daemon_pid(&fx.img);
+        // SAFETY: kill(2) on the daemon this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let _ = Command::new("fusermount3")
+            .arg("-u")
+            .arg("-z")
+            .arg(&fx.mnt)
+            .output();
+        wait_unlocked(&fx.img);
+        let before = sha(&fx.img);
+        ok(nodup(&["stats", img]));
+        let o = fx.fsck();
+        assert!(!o.status.success());
+        assert!(String::from_utf8_lossy(&o.stdout).contains("failure recovery needed"));
+        assert!(
+            sha(&fx.img) == before,
+            "{medium}: checks wrote to a crashed image"
+        );
+        fx.mount(&[]);
+        assert_eq!(fs::read(fx.path("c")).unwrap(), b"after");
+        fx.umount();
+        ok(fx.fsck());
+    }
+    // Not a mount point, not an image: one line, no errno noise.
+    one_line(
+        &fail(&nodup(&["stats", "/tmp"])),
+        "not a mounted nodup file system",
+    );
+    one_line(&fail(&nodup(&["stats", "/nonexistent"])), "no such image");
+}
+
+/// The pid of the daemon holding `img` (the lock in /proc/locks).
+fn daemon_pid(img: &Path) -> i32 {
+    let out = ok(nodup(&["list", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let want = img.canonicalize().unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .find(|m| Path::new(m["image"].as_str().unwrap()) == want)
+        .and_then(|m| m["pid"].as_i64())
+        .expect("the mount is listed with its pid") as i32
+}
+
+fn wait_unlocked(img: &Path) {
+    for _ in 0..200 {
+        if nodup_fs::image::ImageLock::try_lock(img).is_ok() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+}
+
+#[test]
+fn mount_refuses_to_hide_things() {
+    if !fuse_available() {
+        return;
+    }
+    let fx = Fixture::new("hide", "16M", &[]);
+    let img = fx.img.to_str().unwrap();
+    let mnt = fx.mnt.to_str().unwrap();
+    fs::write(fx.mnt.join("underneath"), b"x").unwrap();
+    one_line(&fail(&nodup(&["mount", img, mnt])), "not empty");
+    ok(nodup(&["mount", img, mnt, "--nonempty"]));
+    assert!(!fx.path("underneath").exists());
+    // Its own mount point is now a mount: a second image is refused there.
+    let other = Fixture::new("hide2", "16M", &[]);
+    let e = fail(&nodup(&["mount", other.img.to_str().unwrap(), mnt]));
+    one_line(&e, "already a mount point");
+    one_line(
+        &fail(&nodup(&["mount", img, "/tmp/x-y-z-missing"])),
+        "mount point",
+    );
+    let e = fail(&nodup(&["mount", img, other.mnt.to_str().unwrap()]));
+    one_line(&e, "already mounted");
+    fx.umount();
+    assert!(fx.mnt.join("underneath").exists());
+    fs::remove_file(fx.mnt.join("underneath")).unwrap();
+    let e = fail(&nodup(&["mount", img, mnt, "--threads", "0"]));
+    assert!(e.contains("--threads"), "{e}");
+}
+
+/// Used bytes as df shows them.
+fn df_used(mnt: &Path) -> u64 {
+    let c = std::ffi::CString::new(mnt.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is NUL terminated; `st` is filled by the call.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    (st.f_blocks - st.f_bfree) * st.f_frsize
+}
+
+/// The log must not fill a small image under churn (the old fixed 256 MiB log limit did after
+/// about 30 000 cycles on this image), and the space comes back without a remount.
+#[test]
+fn churn_on_a_small_image_gives_no_false_enospc() {
+    if !fuse_available() {
+        return;
+    }
+    let fx = Fixture::new("churn", "16M", &[]);
+    fx.mount(&[]);
+    let mut live = Vec::new();
+    let mut rng = StdRng::seed_from_u64(3);
+    for _ in 0..(8 << 20) / 8 {
+        live.extend_from_slice(&rng.next().to_le_bytes());
+    }
+    fs::write(fx.path("live"), &live).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let start = df_used(&fx.mnt);
+    let out = ok(nodup(&[
+        "bench",
+        "churn",
+        fx.mnt.to_str().unwrap(),
+        "--cycles",
+        "50000",
+    ]));
+    assert!(out.contains("cycles_per_second"), "{out}");
+    // An idle file system folds its log in within a couple of seconds.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let end = df_used(&fx.mnt);
+    assert!(
+        end.abs_diff(start) <= 1 << 20,
+        "df used {start} before the churn, {end} after"
+    );
+    assert!(fs::read(fx.path("live")).unwrap() == live);
+    fx.umount();
+    ok(fx.fsck());
+}
+
+#[test]
+fn a_full_backing_store_gives_enospc_and_the_daemon_stays_up() {
+    if !fuse_available() || !is_root() {
+        eprintln!("skipping: needs root for a small tmpfs");
+        return;
+    }
+    let dir = PathBuf::from(format!("/tmp/nodup-op-{}-small", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let m = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=32M", "tmpfs"])
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(m.success());
+    let img = dir.join("x.img");
+    let mnt = scratch("small-mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let (i, mp) = (img.to_str().unwrap(), mnt.to_str().unwrap());
+    one_line(
+        &fail(&nodup(&["mkfs", i, "--size", "128M"])),
+        "does not fit",
+    );
+    ok(nodup(&["mkfs", i, "--size", "128M", "--force"]));
+    ok(nodup(&["mount", i, mp]));
+    fs::write(mnt.join("early"), b"written before the disk filled").unwrap();
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut big = vec![0u8; 60 << 20];
+    rng.fill(&mut big);
+    let r = fs::write(mnt.join("big"), &big);
+    let e = r.expect_err("60 MB cannot fit on a 32 MiB tmpfs");
+    assert!(
+        matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EIO)),
+        "{e}"
+    );
+    // The daemon is alive and serves reads.
+    assert_eq!(
+        fs::read(mnt.join("early")).unwrap(),
+        b"written before the disk filled"
+    );
+    ok(nodup(&["stats", mp]));
+    assert!(fs::write(mnt.join("more"), vec![1u8; 1 << 20]).is_err());
+    let _ = Command::new("fusermount3").arg("-u").arg(&mnt).status();
+    wait_unlocked(&img);
+    // More room for the image's file system, then a remount: everything is consistent.
+    let r = Command::new("mount")
+        .args(["-o", "remount,size=256M"])
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(r.success());
+    ok(nodup(&["mount", i, mp]));
+    assert_eq!(
+        fs::read(mnt.join("early")).unwrap(),
+        b"written before the disk filled"
+    );
+    fs::write(mnt.join("after"), b"ok").unwrap();
+    ok(nodup(&["umount", mp]));
+    ok(nodup(&["fsck", i]));
+    let _ = Command::new("umount").arg(&dir).status();
+    let _ = fs::remove_dir(&dir);
+    let _ = fs::remove_dir(&mnt);
+}
+
+#[test]
+fn fallocate_never_claims_a_reservation() {
+    if !fuse_available() {
+        return;
+    }
+    let fx = Fixture::new("falloc", "64M", &[]);
+    fx.mount(&[]);
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(fx.path("f"))
+        .unwrap();
+    let fa = |mode: i32, off: i64, len: i64| {
+        // SAFETY: fallocate on a valid descriptor.
+        let r = unsafe { libc::fallocate(f.as_raw_fd(), mode, off, len) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error().raw_os_error())
+        }
+    };
+    let before = df_used(&fx.mnt);
+    assert_eq!(fa(0, 0, 100 << 30), Err(Some(libc::EOPNOTSUPP)));
+    assert_eq!(
+        fa(libc::FALLOC_FL_KEEP_SIZE, 0, 1 << 20),
+        Err(Some(libc::EOPNOTSUPP))
+    );
+    assert_eq!(f.metadata().unwrap().len(), 0);
+    f.write_all_at(&vec![3u8; 64 << 10], 0).unwrap();
+    let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    assert_eq!(fa(punch, 4096, 8192), Ok(()));
+    assert_eq!(fa(libc::FALLOC_FL_ZERO_RANGE, 16384, 4096), Ok(()));
+    let mut got = vec![0u8; 64 << 10];
+    f.read_exact_at(&mut got, 0).unwrap();
+    for (i, b) in got.iter().enumerate() {
+        let zero = (4096..12288).contains(&i) || (16384..20480).contains(&i);
+        assert_eq!(*b, if zero { 0 } else { 3 }, "byte {i}");
+    }
+    assert!(df_used(&fx.mnt) < before + (1 << 20));
+    drop(f);
+    fx.umount();
+}
+
+#[test]
+fn seek_data_and_hole_skip_holes() {
+    if !fuse_available() {
+        return;
+    }
+    let fx = Fixture::new("seek", "64M", &[]);
+    fx.mount(&[]);
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(fx.path("sparse"))
+        .unwrap();
+    f.set_len(5 << 30).unwrap();
+    f.write_all_at(b"island", 3 << 30).unwrap();
+    f.write_all_at(b"tail", (5 << 30) - 4).unwrap();
+    let seek = |off: i64, whence: i32| {
+        // SAFETY: lseek on a valid descriptor.
+        let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
+        if r < 0 {
+            Err(std::io::Error::last_os_error().raw_os_error())
+        } else {
+            Ok(r)
+        }
+    };
+    assert_eq!(seek(0, libc::SEEK_DATA), Ok(3 << 30));
+    assert_eq!(seek(0, libc::SEEK_HOLE), Ok(0));
+    assert_eq!(seek(3 << 30, libc::SEEK_HOLE), Ok((3 << 30) + 4096));
+    assert_eq!(seek((3 << 30) + 5, libc::SEEK_DATA), Ok((3 << 30) + 5));
+    assert_eq!(
+        seek((3 << 30) + 4096, libc::SEEK_DATA),
+        Ok((5 << 30) - 4096)
+    );
+    assert_eq!(seek((5 << 30) - 1, libc::SEEK_HOLE), Ok(5 << 30));
+    assert_eq!(seek(5 << 30, libc::SEEK_DATA), Err(Some(libc::ENXIO)));
+    drop(f);
+    // cp --sparse=always copies the two data blocks, not 5 GiB.
+    let copy = scratch("sparse-copy");
+    let st = Command::new("cp")
+        .arg("--sparse=always")
+        .arg(fx.path("sparse"))
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let m = fs::metadata(&copy).unwrap();
+    assert_eq!(m.len(), 5 << 30);
+    assert!(
+        m.blocks() * 512 <= 64 << 10,
+        "{} bytes allocated",
+        m.blocks() * 512
+    );
+    let _ = fs::remove_file(&copy);
+    fx.umount();
+}
+
+/// The `du` model: every 4 KiB block of every file (holes excluded, tails zero-padded), with
+/// identical content stored once.
+fn model_du(root: &Path, paths: &[PathBuf]) -> Vec<(u64, u64, u64)> {
+    fn blocks_of(p: &Path, seen: &mut std::collections::HashSet<u64>, out: &mut Vec<Vec<u8>>) {
+        let m = fs::symlink_metadata(p).unwrap();
+        if m.is_dir() {
+            for e in fs::read_dir(p).unwrap() {
+                blocks_of(&e.unwrap().path(), seen, out);
+            }
+        } else if m.is_file() && seen.insert(m.ino()) {
+            let data = fs::read(p).unwrap();
+            for c in data.chunks(4096) {
+                let mut b = c.to_vec();
+                b.resize(4096, 0);
+                // The test never writes an all-zero block as data, so zero = hole.
+                if b.iter().any(|&x| x != 0) {
+                    out.push(b);
+                }
+            }
+        }
+    }
+    let mut all = Vec::new();
+    blocks_of(root, &mut std::collections::HashSet::new(), &mut all);
+    let mut total: HashMap<Vec<u8>, u64> = HashMap::new();
+    for b in all {
+        *total.entry(b).or_default() += 1;
+    }
+    paths
+        .iter()
+        .map(|p| {
+            let mut mine = Vec::new();
+            blocks_of(p, &mut std::collections::HashSet::new(), &mut mine);
+            let logical = mine.len() as u64 * 4096;
+            let mut local: HashMap<Vec<u8>, u64> = HashMap::new();
+            for b in mine {
+                *local.entry(b).or_default() += 1;
+            }
+            let (mut ex, mut sh) = (0, 0);
+            for (b, n) in local {
+                if n == total[&b] {
+                    ex += 4096;
+                } else {
+                    sh += 4096;
+                }
+            }
+            (logical, ex, sh)
+        })
+        .collect()
+}
+
+#[test]
+fn du_matches_a_model_on_random_trees() {
+    if !fuse_available() {
+        return;
+    }
+    let seed = time_seed();
+    eprintln!("du model seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let fx = Fixture::new("du", "64M", &[]);
+    fx.mount(&[]);
+    // A pool of block contents: files draw from it, so blocks are shared within and across
+    // files and directories.
+    let pool: Vec<Vec<u8>> = (0..40)
+        .map(|_| {
+            let mut b = vec![0u8; 4096];
+            rng.fill(&mut b);
+            b
+        })
+        .collect();
+    let dirs = ["a", "a/b", "a/b/c", "d", "e"];
+    for d in dirs {
+        fs::create_dir_all(fx.path(d)).unwrap();
+    }
+    let mut files = Vec::new();
+    for i in 0..40 {
+        let d = dirs[rng.gen_range(0..dirs.len() as u64) as usize];
+        let p = fx.path(&format!("{d}/f{i}"));
+        let nb = rng.gen_range(0..12u64) as usize;
+        let mut data = Vec::new();
+        for _ in 0..nb {
+            data.extend_from_slice(&pool[rng.gen_range(0..pool.len() as u64) as usize]);
+        }
+        if rng.gen_bool(0.3) && !data.is_empty() {
+            data.truncate(data.len() - rng.gen_range(1..4000u64) as usize);
+        }
+        fs::write(&p, &data).unwrap();
+        if rng.gen_bool(0.2) && nb > 2 {
+            // Punch a hole in the middle.
+            let f = fs::OpenOptions::new().write(true).open(&p).unwrap();
+            // SAFETY: fallocate on a valid descriptor.
+            unsafe {
+                libc::fallocate(
+                    f.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    4096,
+                    4096,
+                )
+            };
+        }
+        files.push(p);
+    }
+    // Hard links and copies.
+    for i in 0..5 {
+        let src = &files[rng.gen_range(0..files.len() as u64) as usize];
+        let dst = fx.path(&format!("e/copy{i}"));
+        if i % 2 == 0 {
+            fs::copy(src, &dst).unwrap();
+        } else {
+            let _ = fs::hard_link(src, &dst);
+        }
+    }
+    let mut paths: Vec<PathBuf> = dirs.iter().map(|d| fx.path(d)).collect();
+    paths.push(fx.mnt.clone());
+    paths.extend(files.iter().take(8).cloned());
+    let want = model_du(&fx.mnt, &paths);
+    let mut args = vec!["du", "--json"];
+    let ps: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    args.extend(ps.iter().map(|s| s.as_str()));
+    let got: serde_json::Value = serde_json::from_str(&ok(nodup(&args))).unwrap();
+    for (i, w) in want.iter().enumerate() {
+        let g = &got[i];
+        assert_eq!(g["path"].as_str().unwrap(), ps[i]);
+        let t = (
+            g["logical_bytes"].as_u64().unwrap(),
+            g["exclusive_bytes"].as_u64().unwrap(),
+            g["shared_bytes"].as_u64().unwrap(),
+        );
+        assert_eq!(t, *w, "{} (seed {seed})", ps[i]);
+    }
+    // The whole tree has nothing shared outside itself, and its exclusive bytes are what the
+    // file system stores.
+    let s = fx.stats();
+    assert_eq!(want[5].2, 0);
+    assert_eq!(want[5].1, s["physical_bytes"].as_u64().unwrap());
+    let e = fail(&nodup(&["du", "/tmp"]));
+    one_line(&e, "not on a mounted nodup file system");
+    fx.umount();
+}
+
+#[test]
+fn list_shows_the_mount_and_the_daemon_logs() {
+    if !fuse_available() {
+        return;
+    }
+    let fx = Fixture::new("list", "16M", &[]);
+    let log = scratch("daemon.log");
+    fx.mount(&["--log-file", log.to_str().unwrap()]);
+    let out = ok(nodup(&["list"]));
+    assert!(out.contains(fx.mnt.to_str().unwrap()), "{out}");
+    assert!(out.contains("light"), "{out}");
+    let pid = daemon_pid(&fx.img);
+    assert!(Path::new(&format!("/proc/{pid}")).exists());
+    fs::write(fx.path("x"), b"y").unwrap();
+    nodup_fs::ctl::command(&fx.mnt, "checkpoint").unwrap();
+    fx.umount();
+    let text = fs::read_to_string(&log).unwrap();
+    for want in [
+        "mounting",
+        "clean mount, recovery",
+        "mounted on",
+        "checkpoint",
+        "unmounted cleanly",
+    ] {
+        assert!(
+            text.contains(want),
+            "{want:?} missing from the log:\n{text}"
+        );
+    }
+    let _ = fs::remove_file(&log);
+    let mut f = fs::File::create(fx.mnt.join(".keep")).unwrap();
+    f.write_all(b"").unwrap();
+    fs::remove_file(fx.mnt.join(".keep")).unwrap();
+}
