@@ -4,7 +4,12 @@
 CARGO ?= cargo
 SHELL := /bin/bash
 
-.PHONY: all build release deps test lint unit demo torture bench clean trace-check fs-pjdfstest fs-fsx
+.PHONY: all build release deps test lint unit demo torture bench clean trace-check fs-pjdfstest fs-fsx install install-check
+
+# Where `make install` puts things (DESTDIR for staging). mount(8) looks for helpers in /sbin.
+PREFIX ?= /usr/local
+SBINDIR ?= /sbin
+DESTDIR ?=
 
 all: build
 
@@ -25,8 +30,21 @@ lint:
 unit:
 	$(CARGO) test --workspace --release
 
-test: deps lint unit trace-check fs-pjdfstest fs-fsx torture-quick
+test: deps lint unit trace-check fs-pjdfstest fs-fsx install-check torture-quick
 	@echo "make test: all suites passed"
+
+# The binary, its man pages (generated from the CLI definition) and the mount(8) helper, so
+# `mount -t fuse.nodup IMAGE DIR` and /etc/fstab lines work.
+install: release
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(SBINDIR)
+	install -m 755 target/release/nodup $(DESTDIR)$(PREFIX)/bin/nodup
+	target/release/nodup man $(DESTDIR)$(PREFIX)/share/man/man1
+	ln -sf $(PREFIX)/bin/nodup $(DESTDIR)$(SBINDIR)/mount.fuse.nodup
+	@echo "installed nodup in $(DESTDIR)$(PREFIX)/bin, man pages, and $(DESTDIR)$(SBINDIR)/mount.fuse.nodup"
+
+# make install into a staging directory, then mount through mount(8) and an fstab line.
+install-check: deps release
+	@bash scripts/install-check.sh
 
 # Trace tools acceptance: independent dedup-ratio script, convert round trip, replay hashes (issue 4).
 trace-check:

@@ -35,12 +35,56 @@ enum Command {
     /// Trace tools: statistics, generation, conversion.
     #[command(subcommand)]
     Trace(cmd::trace::TraceCommand),
-    /// Benchmarks of the engine (no FUSE).
+    /// Benchmarks of the engine (no FUSE) and load generators for a mount.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// Write the man pages (nodup.1 and one per subcommand) into DIR (`make install` does).
+    #[command(hide = true)]
+    Man {
+        /// Directory for the pages.
+        dir: std::path::PathBuf,
+    },
+}
+
+/// Write a man page for `cmd` and each of its visible subcommands (`nodup-mkfs.1`, ...).
+fn write_man_pages(cmd: &clap::Command, prefix: &str, dir: &std::path::Path) -> anyhow::Result<()> {
+    let name = if prefix.is_empty() {
+        cmd.get_name().to_string()
+    } else {
+        format!("{prefix}-{}", cmd.get_name())
+    };
+    let page = cmd.clone().name(name.clone());
+    let mut out = Vec::new();
+    clap_mangen::Man::new(page).render(&mut out)?;
+    std::fs::write(dir.join(format!("{name}.1")), out)?;
+    for sub in cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+    {
+        write_man_pages(sub, &name, dir)?;
+    }
+    Ok(())
 }
 
 fn main() {
+    // Called as mount(8)'s helper (`mount -t fuse.nodup`, fstab).
+    let mut args = std::env::args_os();
+    let name = args
+        .next()
+        .map(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        })
+        .unwrap_or_default();
+    if cmd::helper::NAMES.contains(&name.as_str()) {
+        if let Err(e) = cmd::helper::run(args.collect()) {
+            eprintln!("{name}: {}", cmd::plain_error(&e));
+            std::process::exit(1);
+        }
+        return;
+    }
     let cli = Cli::parse();
     let res = match cli.command {
         Command::Mkfs(a) => cmd::mkfs::mkfs(a),
@@ -54,6 +98,12 @@ fn main() {
         Command::Replay(a) => cmd::trace::replay(a),
         Command::Trace(c) => cmd::trace::trace(c),
         Command::Bench(c) => cmd::bench::bench(c),
+        Command::Man { dir } => std::fs::create_dir_all(&dir)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| {
+                use clap::CommandFactory;
+                write_man_pages(&Cli::command(), "", &dir)
+            }),
     };
     if let Err(e) = res {
         eprintln!("nodup: {}", cmd::plain_error(&e));

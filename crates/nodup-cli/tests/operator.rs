@@ -430,38 +430,36 @@ fn seek_data_and_hole_skip_holes() {
     fx.umount();
 }
 
-/// The `du` model: every 4 KiB block of every file (holes excluded, tails zero-padded), with
-/// identical content stored once.
-fn model_du(root: &Path, paths: &[PathBuf]) -> Vec<(u64, u64, u64)> {
-    fn blocks_of(p: &Path, seen: &mut std::collections::HashSet<u64>, out: &mut Vec<Vec<u8>>) {
-        let m = fs::symlink_metadata(p).unwrap();
-        if m.is_dir() {
-            for e in fs::read_dir(p).unwrap() {
-                blocks_of(&e.unwrap().path(), seen, out);
-            }
-        } else if m.is_file() && seen.insert(m.ino()) {
-            let data = fs::read(p).unwrap();
-            for c in data.chunks(4096) {
-                let mut b = c.to_vec();
-                b.resize(4096, 0);
-                // The test never writes an all-zero block as data, so zero = hole.
-                if b.iter().any(|&x| x != 0) {
-                    out.push(b);
-                }
+/// A file of the `du` model: its 4 KiB blocks (None = hole; the tail zero-padded).
+type MFile = Vec<Option<Vec<u8>>>;
+
+/// The `du` model: every stored block of every file (holes excluded), identical content stored
+/// once; `files` maps a path to its inode, `inodes` an inode to its blocks.
+fn model_du(
+    files: &[(PathBuf, usize)],
+    inodes: &[MFile],
+    paths: &[PathBuf],
+) -> Vec<(u64, u64, u64)> {
+    let blocks_under = |root: &Path| -> Vec<Vec<u8>> {
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for (p, ino) in files {
+            if p.starts_with(root) && seen.insert(*ino) {
+                out.extend(inodes[*ino].iter().flatten().cloned());
             }
         }
-    }
-    let mut all = Vec::new();
-    blocks_of(root, &mut std::collections::HashSet::new(), &mut all);
+        out
+    };
     let mut total: HashMap<Vec<u8>, u64> = HashMap::new();
-    for b in all {
-        *total.entry(b).or_default() += 1;
+    for f in inodes {
+        for b in f.iter().flatten() {
+            *total.entry(b.clone()).or_default() += 1;
+        }
     }
     paths
         .iter()
         .map(|p| {
-            let mut mine = Vec::new();
-            blocks_of(p, &mut std::collections::HashSet::new(), &mut mine);
+            let mine = blocks_under(p);
             let logical = mine.len() as u64 * 4096;
             let mut local: HashMap<Vec<u8>, u64> = HashMap::new();
             for b in mine {
@@ -478,6 +476,19 @@ fn model_du(root: &Path, paths: &[PathBuf]) -> Vec<(u64, u64, u64)> {
             (logical, ex, sh)
         })
         .collect()
+}
+
+/// Write `f` to `p`: its data blocks only, so its holes stay holes; `len` bytes long.
+fn write_model_file(p: &Path, f: &MFile, len: u64) {
+    let h = fs::File::create(p).unwrap();
+    h.set_len(len).unwrap();
+    for (i, b) in f.iter().enumerate() {
+        if let Some(b) = b {
+            let off = i as u64 * 4096;
+            let n = (len - off).min(4096) as usize;
+            h.write_all_at(&b[..n], off).unwrap();
+        }
+    }
 }
 
 #[test]
@@ -503,48 +514,51 @@ fn du_matches_a_model_on_random_trees() {
     for d in dirs {
         fs::create_dir_all(fx.path(d)).unwrap();
     }
-    let mut files = Vec::new();
+    let mut inodes: Vec<MFile> = Vec::new();
+    let mut lens: Vec<u64> = Vec::new();
+    let mut files: Vec<(PathBuf, usize)> = Vec::new();
     for i in 0..40 {
         let d = dirs[rng.gen_range(0..dirs.len() as u64) as usize];
         let p = fx.path(&format!("{d}/f{i}"));
         let nb = rng.gen_range(0..12u64) as usize;
-        let mut data = Vec::new();
-        for _ in 0..nb {
-            data.extend_from_slice(&pool[rng.gen_range(0..pool.len() as u64) as usize]);
+        let mut f: MFile = (0..nb)
+            .map(|_| Some(pool[rng.gen_range(0..pool.len() as u64) as usize].clone()))
+            .collect();
+        let mut len = nb as u64 * 4096;
+        if rng.gen_bool(0.3) && nb > 0 {
+            // A partial tail: the stored block is zero-padded.
+            len -= rng.gen_range(1..4000u64);
+            let keep = (len % 4096) as usize;
+            if let Some(Some(b)) = f.last_mut() {
+                b[keep..].fill(0);
+            }
         }
-        if rng.gen_bool(0.3) && !data.is_empty() {
-            data.truncate(data.len() - rng.gen_range(1..4000u64) as usize);
+        if rng.gen_bool(0.3) && nb > 2 {
+            f[1] = None;
         }
-        fs::write(&p, &data).unwrap();
-        if rng.gen_bool(0.2) && nb > 2 {
-            // Punch a hole in the middle.
-            let f = fs::OpenOptions::new().write(true).open(&p).unwrap();
-            // SAFETY: fallocate on a valid descriptor.
-            unsafe {
-                libc::fallocate(
-                    f.as_raw_fd(),
-                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                    4096,
-                    4096,
-                )
-            };
-        }
-        files.push(p);
+        write_model_file(&p, &f, len);
+        inodes.push(f);
+        lens.push(len);
+        files.push((p, i));
     }
-    // Hard links and copies.
-    for i in 0..5 {
-        let src = &files[rng.gen_range(0..files.len() as u64) as usize];
+    // Copies (new inodes with the same blocks and holes) and hard links (the same inode).
+    for i in 0..6 {
+        let (src, ino) = files[rng.gen_range(0..40u64) as usize].clone();
         let dst = fx.path(&format!("e/copy{i}"));
         if i % 2 == 0 {
-            fs::copy(src, &dst).unwrap();
+            write_model_file(&dst, &inodes[ino], lens[ino]);
+            inodes.push(inodes[ino].clone());
+            lens.push(lens[ino]);
+            files.push((dst, inodes.len() - 1));
         } else {
-            let _ = fs::hard_link(src, &dst);
+            fs::hard_link(&src, &dst).unwrap();
+            files.push((dst, ino));
         }
     }
     let mut paths: Vec<PathBuf> = dirs.iter().map(|d| fx.path(d)).collect();
     paths.push(fx.mnt.clone());
-    paths.extend(files.iter().take(8).cloned());
-    let want = model_du(&fx.mnt, &paths);
+    paths.extend(files.iter().take(8).map(|(p, _)| p.clone()));
+    let want = model_du(&files, &inodes, &paths);
     let mut args = vec!["du", "--json"];
     let ps: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
     args.extend(ps.iter().map(|s| s.as_str()));
