@@ -2,6 +2,9 @@
 
 use std::process::{Command, Output};
 
+mod common;
+use common::json;
+
 fn nodup(args: &[&str]) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let mut all: Vec<&str> = args.to_vec();
@@ -14,15 +17,6 @@ fn nodup(args: &[&str]) -> Output {
     // The image is removed when the command ends.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     o
-}
-
-fn json(o: &Output) -> serde_json::Value {
-    assert!(
-        o.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).unwrap()
 }
 
 #[test]

@@ -6,52 +6,30 @@ use std::fs;
 use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
+
+mod common;
+use common::{json, nodup, StdRng};
 
 const BS: usize = 4096;
-
-fn nodup(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nodup"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn json(o: &Output) -> serde_json::Value {
-    assert!(
-        o.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).unwrap()
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// SplitMix64, so the trees are reproducible without a rand dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
+/// `n` random bytes.
+fn bytes(r: &mut StdRng, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    r.fill(&mut v);
+    v
 }
 
 /// A random 4 KiB block named by `seed`.
 fn block(seed: u64) -> Vec<u8> {
-    Rng(seed.wrapping_mul(7919).wrapping_add(1)).bytes(BS)
+    bytes(
+        &mut StdRng::seed_from_u64(seed.wrapping_mul(7919).wrapping_add(1)),
+        BS,
+    )
 }
 
 fn write(path: &Path, data: &[u8]) {
@@ -165,28 +143,28 @@ fn fixed_tree_matches_hand_count() {
 
 /// A random tree with known kinds of sharing, hard links, symlinks, holes and nesting.
 fn random_tree(root: &Path, seed: u64) {
-    let mut r = Rng(seed);
+    let mut r = StdRng::seed_from_u64(seed);
     let pool: Vec<Vec<u8>> = (0..12).map(|i| block(seed * 100 + i)).collect();
     let mut made: Vec<PathBuf> = Vec::new();
     for i in 0..60 {
-        let depth = r.below(4);
+        let depth = r.gen_range(0..4u64);
         let mut p = root.to_path_buf();
         for _ in 0..depth {
-            p.push(format!("d{}", r.below(3)));
+            p.push(format!("d{}", r.gen_range(0..3u64)));
         }
         p.push(format!("f{i}"));
-        match r.below(8) {
+        match r.gen_range(0..8u64) {
             // Identical copy of an earlier file.
             0 if !made.is_empty() => {
-                let src = &made[r.below(made.len() as u64) as usize];
+                let src = &made[r.gen_range(0..made.len() as u64) as usize];
                 let data = fs::read(src).unwrap();
                 write(&p, &data);
             }
             // Hard link or symlink to an earlier file.
             1 if !made.is_empty() => {
-                let src = made[r.below(made.len() as u64) as usize].clone();
+                let src = made[r.gen_range(0..made.len() as u64) as usize].clone();
                 fs::create_dir_all(p.parent().unwrap()).unwrap();
-                if r.below(2) == 0 {
+                if r.gen_range(0..2u64) == 0 {
                     fs::hard_link(&src, &p).unwrap();
                 } else {
                     std::os::unix::fs::symlink(&src, &p).unwrap();
@@ -196,24 +174,24 @@ fn random_tree(root: &Path, seed: u64) {
             // Sparse: a hole-y file with a few random writes.
             2 => {
                 fs::create_dir_all(p.parent().unwrap()).unwrap();
-                let len = (1 + r.below(40)) * BS as u64 + r.below(BS as u64);
-                let off = r.below(len);
-                let n = 1 + r.below(3 * BS as u64) as usize;
-                let data = r.bytes(n);
+                let len = (1 + r.gen_range(0..40u64)) * BS as u64 + r.gen_range(0..BS as u64);
+                let off = r.gen_range(0..len);
+                let n = 1 + r.gen_range(0..3 * BS as u64) as usize;
+                let data = bytes(&mut r, n);
                 sparse(&p, len, off, &data);
             }
             // Pool blocks at aligned offsets, zero blocks, and maybe a partial tail.
             _ => {
                 let mut data = Vec::new();
-                for _ in 0..r.below(8) {
-                    match r.below(6) {
+                for _ in 0..r.gen_range(0..8u64) {
+                    match r.gen_range(0..6u64) {
                         0 => data.extend_from_slice(&[0u8; BS]),
-                        _ => data.extend_from_slice(&pool[r.below(12) as usize]),
+                        _ => data.extend_from_slice(&pool[r.gen_range(0..12u64) as usize]),
                     }
                 }
-                if r.below(2) == 0 {
-                    let n = r.below(BS as u64) as usize;
-                    data.extend_from_slice(&pool[r.below(12) as usize][..n]);
+                if r.gen_range(0..2u64) == 0 {
+                    let n = r.gen_range(0..BS as u64) as usize;
+                    data.extend_from_slice(&pool[r.gen_range(0..12u64) as usize][..n]);
                 }
                 write(&p, &data);
             }

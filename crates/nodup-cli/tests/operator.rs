@@ -38,6 +38,26 @@ fn scratch(tag: &str) -> PathBuf {
     ))
 }
 
+/// A file on a mount opened for reading and writing (created, emptied).
+fn open_rw(p: &Path) -> fs::File {
+    fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(p)
+        .unwrap()
+}
+
+/// A libc return value as a result carrying errno.
+fn sys(r: i64) -> Result<i64, Option<i32>> {
+    if r < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
 fn is_root() -> bool {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() == 0 }
@@ -335,21 +355,10 @@ fn fallocate_never_claims_a_reservation() {
     }
     let fx = Fixture::new("falloc", "64M", &[]);
     fx.mount(&[]);
-    let f = fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(fx.path("f"))
-        .unwrap();
+    let f = open_rw(&fx.path("f"));
     let fa = |mode: i32, off: i64, len: i64| {
         // SAFETY: fallocate on a valid descriptor.
-        let r = unsafe { libc::fallocate(f.as_raw_fd(), mode, off, len) };
-        if r == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error().raw_os_error())
-        }
+        sys(unsafe { libc::fallocate(f.as_raw_fd(), mode, off, len) } as i64).map(|_| ())
     };
     let before = df_used(&fx.mnt);
     assert_eq!(fa(0, 0, 100 << 30), Err(Some(libc::EOPNOTSUPP)));
@@ -380,25 +389,12 @@ fn seek_data_and_hole_skip_holes() {
     }
     let fx = Fixture::new("seek", "64M", &[]);
     fx.mount(&[]);
-    let f = fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(fx.path("sparse"))
-        .unwrap();
+    let f = open_rw(&fx.path("sparse"));
     f.set_len(5 << 30).unwrap();
     f.write_all_at(b"island", 3 << 30).unwrap();
     f.write_all_at(b"tail", (5 << 30) - 4).unwrap();
-    let seek = |off: i64, whence: i32| {
-        // SAFETY: lseek on a valid descriptor.
-        let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
-        if r < 0 {
-            Err(std::io::Error::last_os_error().raw_os_error())
-        } else {
-            Ok(r)
-        }
-    };
+    // SAFETY: lseek on a valid descriptor.
+    let seek = |off: i64, whence: i32| sys(unsafe { libc::lseek(f.as_raw_fd(), off, whence) });
     assert_eq!(seek(0, libc::SEEK_DATA), Ok(3 << 30));
     assert_eq!(seek(0, libc::SEEK_HOLE), Ok(0));
     assert_eq!(seek(3 << 30, libc::SEEK_HOLE), Ok((3 << 30) + 4096));

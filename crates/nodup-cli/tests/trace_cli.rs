@@ -1,23 +1,9 @@
 //! The `nodup trace` / `nodup replay` command contract (JSON keys, exit codes, bad lines).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn nodup(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nodup"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn json(o: &Output) -> serde_json::Value {
-    assert!(
-        o.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).unwrap()
-}
+mod common;
+use common::{json, nodup};
 
 fn sample(name: &str) -> PathBuf {
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

@@ -23,7 +23,8 @@ pub struct BlockMap {
     direct: Vec<BlockNr>,
     chunks: BTreeMap<u64, Box<[BlockNr; CHUNK as usize]>>,
     mapped: u64,
-    dirty: ChunkSet,
+    /// Checkpoint units changed since the last checkpoint took them.
+    pub(crate) dirty: ChunkSet,
 }
 
 /// Checkpoint unit of file block `fb`.
@@ -45,25 +46,6 @@ pub fn unit_start(u: u64) -> u64 {
 }
 
 impl BlockMap {
-    /// Units changed since the last [`BlockMap::take_dirty`].
-    pub fn take_dirty(&mut self) -> Vec<u64> {
-        self.dirty.take()
-    }
-
-    /// Mark unit `u` changed (it is written again by the next checkpoint).
-    pub fn mark_dirty(&mut self, u: u64) {
-        self.dirty.insert(u);
-    }
-
-    /// True when unit `u` is marked changed.
-    pub fn is_dirty(&self, u: u64) -> bool {
-        self.dirty.contains(u)
-    }
-    /// Number of units marked changed.
-    pub fn dirty_units(&self) -> usize {
-        self.dirty.len()
-    }
-
     /// Units that map at least one block, ascending.
     pub fn units(&self) -> Vec<u64> {
         let mut v = Vec::with_capacity(self.chunks.len() + 1);

@@ -113,11 +113,7 @@ impl Builder {
     fn take(&mut self, n: &mut Inode) {
         n.ck.queued = false;
         n.ck.est = 0;
-        let units = match &mut n.body {
-            Body::File(m) => m.take_dirty(),
-            Body::Dir(d) => d.take_dirty(),
-            _ => Vec::new(),
-        };
+        let units = n.unit_dirt_mut().map(|d| d.take()).unwrap_or_default();
         // Unit 0 lives in the head, and a unit that appears or disappears changes the head's list.
         let head = std::mem::take(&mut n.ck.head_dirty) || !units.is_empty();
         if head {
@@ -159,22 +155,14 @@ struct VictimUnit {
 /// True when the copy of `v` in segment `gen` is the current one and unchanged since: it can be
 /// copied as it is. (A changed unit is encoded from memory by the cut instead.)
 fn still_current(n: &Inode, v: &VictimUnit, gen: u64) -> bool {
-    let units_dirty = match &n.body {
-        Body::File(m) => m.dirty_units() > 0,
-        Body::Dir(d) => d.dirty_units() > 0,
-        _ => false,
-    };
+    let units_dirty = n.unit_dirt().is_some_and(|d| !d.is_empty());
     match v.kind {
         // The head is rewritten whenever anything of the inode changed.
         UnitKind::Head => {
             n.ck.head.is_some_and(|l| l.gen == gen) && !n.ck.head_dirty && !units_dirty
         }
         _ => {
-            let dirty = match &n.body {
-                Body::File(m) => m.is_dirty(v.unit),
-                Body::Dir(d) => d.is_dirty(v.unit),
-                _ => true,
-            };
+            let dirty = n.unit_dirt().is_none_or(|d| d.contains(v.unit));
             n.ck.units.get(&v.unit).is_some_and(|l| l.gen == gen) && !dirty
         }
     }
@@ -233,7 +221,8 @@ impl FileSystem {
         for (_, g) in by_ratio {
             let s = &segs[&g];
             let over = total as f64 > live as f64 / (1.0 - GARBAGE_RATIO) + slack;
-            if s.live > 0 && (!over || spent + s.live > budget) {
+            let eager = self.eager_cleaning && s.live < s.bytes as u64;
+            if s.live > 0 && !eager && (!over || spent + s.live > budget) {
                 continue;
             }
             spent += s.live;
@@ -340,13 +329,7 @@ impl FileSystem {
             // Nobody can hold a handle after the final unmount: unlinked inodes go now, so a
             // clean image never carries one.
             let mut t = self.tables.write();
-            let orphans: Vec<u64> = t
-                .inodes
-                .iter()
-                .filter(|(_, n)| n.read().attr.nlink == 0)
-                .map(|(&i, _)| i)
-                .collect();
-            for ino in orphans {
+            for ino in t.unlinked() {
                 if let Some(n) = t.remove_inode(ino) {
                     let mut n = n.write();
                     let mapped = n.map().map_or(0, |m| m.mapped());
@@ -641,10 +624,8 @@ impl FileSystem {
                         Some(l) => n.ck.units.insert(u, l),
                         None => n.ck.units.remove(&u),
                     };
-                    match &mut n.body {
-                        Body::File(m) => m.mark_dirty(u),
-                        Body::Dir(d) => d.mark_dirty(u),
-                        _ => {}
+                    if let Some(d) = n.unit_dirt_mut() {
+                        d.insert(u);
                     }
                 }
             }

@@ -18,7 +18,8 @@ pub struct Directory {
     next_cookie: u64,
     /// Entries per checkpoint unit (only units that hold entries).
     unit_len: BTreeMap<u64, u32>,
-    dirty: ChunkSet,
+    /// Checkpoint units changed since the last checkpoint took them.
+    pub(crate) dirty: ChunkSet,
 }
 
 /// Two directories are equal when they hold the same names for the same inodes under the same
@@ -116,22 +117,6 @@ impl Directory {
                 .get(name)
                 .map(|&(ino, _)| (c, name.as_slice(), ino))
         })
-    }
-    /// Units changed since the last [`Directory::take_dirty`].
-    pub fn take_dirty(&mut self) -> Vec<u64> {
-        self.dirty.take()
-    }
-    /// Mark unit `u` changed (it is written again by the next checkpoint).
-    pub fn mark_dirty(&mut self, u: u64) {
-        self.dirty.insert(u);
-    }
-    /// True when unit `u` is marked changed.
-    pub fn is_dirty(&self, u: u64) -> bool {
-        self.dirty.contains(u)
-    }
-    /// Number of units marked changed.
-    pub fn dirty_units(&self) -> usize {
-        self.dirty.len()
     }
     /// Number of entries (without "." and "..").
     pub fn len(&self) -> usize {

@@ -45,6 +45,9 @@ pub struct FsOptions {
     /// Log bytes that trigger a checkpoint; 0 derives the limit from the image and its free
     /// space (see [`FileSystem::log_limit`]).
     pub checkpoint_log_bytes: u64,
+    /// Clean every checkpoint segment that holds any garbage, at every checkpoint (tests: puts
+    /// segment cleaning into every crash state of a torture run).
+    pub eager_cleaning: bool,
 }
 
 /// Who performs an operation (owner of new inodes).
@@ -134,6 +137,8 @@ pub struct FileSystem {
     pub(crate) read_only: bool,
     /// Log limit from the options (0 = derived from the image, see `log_limit`).
     pub(crate) fixed_log_limit: u64,
+    /// See [`FsOptions::eager_cleaning`].
+    pub(crate) eager_cleaning: bool,
     pub(crate) gate: RwLock<()>,
     pub(crate) tables: RwLock<Tables>,
     /// The checkpoint bookkeeping shared with `tables`.
@@ -189,6 +194,7 @@ impl FileSystem {
             area,
             read_only: opts.read_only,
             fixed_log_limit: opts.checkpoint_log_bytes,
+            eager_cleaning: opts.eager_cleaning,
             gate: RwLock::new(()),
             tables: RwLock::new(tables),
             persist,

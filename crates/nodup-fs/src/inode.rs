@@ -169,12 +169,15 @@ pub enum Body {
     Special,
 }
 
+/// Extended attributes by name.
+pub type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
+
 /// One inode in DRAM.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inode {
     pub ino: u64,
     pub attr: Attr,
-    pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    pub xattrs: Xattrs,
     pub body: Body,
     /// Open file handles (runtime only): an unlinked inode lives until the last one closes.
     pub open_count: u32,
@@ -228,6 +231,56 @@ impl Inode {
             _ => None,
         }
     }
+    /// The checkpoint units of a file's map or a directory that changed since the last
+    /// checkpoint took them (`None` for other kinds, which have only their head).
+    pub fn unit_dirt(&self) -> Option<&crate::persist::ChunkSet> {
+        match &self.body {
+            Body::File(m) => Some(&m.dirty),
+            Body::Dir(d) => Some(&d.dirty),
+            _ => None,
+        }
+    }
+
+    /// See [`Inode::unit_dirt`].
+    pub fn unit_dirt_mut(&mut self) -> Option<&mut crate::persist::ChunkSet> {
+        match &mut self.body {
+            Body::File(m) => Some(&mut m.dirty),
+            Body::Dir(d) => Some(&mut d.dirty),
+            _ => None,
+        }
+    }
+
+    /// Checkpoint units that hold map entries or directory entries, ascending.
+    pub fn units(&self) -> Vec<u64> {
+        match &self.body {
+            Body::File(m) => m.units(),
+            Body::Dir(d) => d.units(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Attributes and extended attributes, as heads of checkpoints encode them.
+    pub fn enc_attr_xattrs(&self, e: &mut Enc) {
+        self.attr.enc(e);
+        e.u32(self.xattrs.len() as u32);
+        for (k, v) in &self.xattrs {
+            e.bytes(k);
+            e.bytes(v);
+        }
+    }
+
+    /// Decode what [`Inode::enc_attr_xattrs`] wrote.
+    pub fn dec_attr_xattrs(d: &mut Dec) -> Result<(Attr, Xattrs)> {
+        let attr = Attr::dec(d)?;
+        let n = d.u32()?;
+        let mut xattrs = BTreeMap::new();
+        for _ in 0..n {
+            let k = d.bytes()?;
+            xattrs.insert(k, d.bytes()?);
+        }
+        Ok((attr, xattrs))
+    }
+
     /// Data blocks referenced by this inode (once per reference).
     pub fn data_blocks(&self) -> Vec<u64> {
         self.map().map(|m| m.blocks().collect()).unwrap_or_default()

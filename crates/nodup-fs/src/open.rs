@@ -84,14 +84,8 @@ fn load_metadata(m: &dyn Medium, sb: &Superblock) -> Result<Found> {
     })?;
     // Inodes without links were open when the image was last written; nobody can reach them
     // any more. (A version-2 checkpoint never holds one: they are not reachable.)
-    let orphans: Vec<u64> = tables
-        .inodes
-        .iter()
-        .filter(|(_, n)| n.read().attr.nlink == 0)
-        .map(|(&i, _)| i)
-        .collect();
     let mut orphan_blocks = Vec::new();
-    for ino in orphans {
+    for ino in tables.unlinked() {
         if let Some(n) = tables.remove_inode(ino) {
             orphan_blocks.extend(n.read().data_blocks());
         }

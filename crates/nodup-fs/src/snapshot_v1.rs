@@ -15,9 +15,8 @@ use crate::codec::Dec;
 use crate::codec::Enc;
 use crate::dir::Directory;
 use crate::error::{FsError, Result};
-use crate::inode::{Attr, Body, Inode};
+use crate::inode::{Body, Inode};
 use crate::state::Tables;
-use std::collections::BTreeMap;
 
 /// Format version of the snapshots this module reads.
 const SNAPSHOT_VERSION: u32 = 1;
@@ -30,12 +29,7 @@ pub const HEADER: usize = 40;
 #[cfg(test)]
 fn enc_inode(e: &mut Enc, n: &Inode) {
     e.u64(n.ino);
-    n.attr.enc(e);
-    e.u32(n.xattrs.len() as u32);
-    for (k, v) in &n.xattrs {
-        e.bytes(k);
-        e.bytes(v);
-    }
+    n.enc_attr_xattrs(e);
     match &n.body {
         Body::File(m) => {
             // Runs of consecutive mapped file blocks.
@@ -75,13 +69,7 @@ fn enc_inode(e: &mut Enc, n: &Inode) {
 
 fn dec_inode(d: &mut Dec) -> Result<Inode> {
     let ino = d.u64()?;
-    let attr = Attr::dec(d)?;
-    let nx = d.u32()?;
-    let mut xattrs = BTreeMap::new();
-    for _ in 0..nx {
-        let k = d.bytes()?;
-        xattrs.insert(k, d.bytes()?);
-    }
+    let (attr, xattrs) = Inode::dec_attr_xattrs(d)?;
     let body = match attr.kind {
         crate::inode::Kind::File => {
             let mut m = BlockMap::default();
@@ -179,14 +167,7 @@ pub fn decode(payload: &[u8]) -> Result<Tables> {
     let mut d = Dec::new(body);
     for _ in 0..count {
         let mut n = dec_inode(&mut d)?;
-        if let Some(m) = n.map_mut() {
-            for u in m.units() {
-                m.mark_dirty(u);
-            }
-        }
-        let units = n.map().map(|m| m.dirty_units()).unwrap_or(0)
-            + n.dir().map(|d| d.dirty_units()).unwrap_or(0);
-        t.persist.touch(&mut n, units);
+        t.persist.touch_all(&mut n);
         t.insert(n);
     }
     t.next_ino = t.next_ino.max(next_ino);
@@ -196,7 +177,7 @@ pub fn decode(payload: &[u8]) -> Result<Tables> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inode::{Kind, Ts};
+    use crate::inode::{Attr, Kind, Ts};
     use crate::log::record::Record;
 
     #[test]

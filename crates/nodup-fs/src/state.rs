@@ -26,10 +26,7 @@ pub struct Tables {
 
 /// Units marked changed in an inode's map or directory.
 fn dirty_units(n: &Inode) -> usize {
-    n.map()
-        .map(|m| m.dirty_units())
-        .or_else(|| n.dir().map(|d| d.dirty_units()))
-        .unwrap_or(0)
+    n.unit_dirt().map_or(0, |d| d.len())
 }
 
 /// Apply `f` to `n` and record the change for the next checkpoint.
@@ -257,6 +254,15 @@ impl Tables {
                 apply_inode(&mut n, rec, &self.persist)
             }
         }
+    }
+
+    /// Inodes without links (unlinked while open), which a clean checkpoint and a reopen drop.
+    pub fn unlinked(&self) -> Vec<u64> {
+        self.inodes
+            .iter()
+            .filter(|(_, n)| n.read().attr.nlink == 0)
+            .map(|(&i, _)| i)
+            .collect()
     }
 
     /// An independent copy (fsck repairs a copy): same inodes, sharing nothing, with fresh

@@ -141,7 +141,12 @@ fn record(seed: u64, cfg: &CrashConfig) -> Result<Recorded, String> {
     } else {
         sim.clone()
     };
-    let opts = FsOptions::default();
+    // Every other workload cleans segments at each checkpoint, so crash states fall inside
+    // segment cleaning too.
+    let opts = FsOptions {
+        eager_cleaning: seed % 2 == 1,
+        ..FsOptions::default()
+    };
     let fs = FileSystem::format(
         medium,
         MediumKind::Pmem,

@@ -27,6 +27,8 @@ pub struct FaultStats {
     pub violations: u64,
     /// Fired faults the operation did not report (it returned success).
     pub swallowed: u64,
+    /// Of those, the ones the engine counted as absorbed (`media_errors_absorbed` in the stats).
+    pub counted_absorbed: u64,
     /// Known finding 1: operations that completed after an EIO inside a log append were lost
     /// by recovery (the log writer keeps its advanced position after a failed append).
     pub lost_after_eio: u64,
@@ -43,6 +45,7 @@ impl FaultStats {
         self.trials += t.trials;
         self.fired += t.fired;
         self.swallowed += t.swallowed;
+        self.counted_absorbed += t.counted_absorbed;
         self.violations += t.violations;
         self.lost_after_eio += t.lost_after_eio;
         self.live_inconsistent += t.live_inconsistent;
@@ -118,13 +121,21 @@ pub fn trial(seed: u64, spec: &WorkloadSpec, k: usize, nth: u64, short: bool) ->
         rule = rule.short_write((nth as usize * 37) % 4096);
     }
     s.fm.add_rule(rule);
+    let absorbed0 = s.fs.engine().stats().media_errors_absorbed;
     let r = run_op(&s.fs, &ops[k]);
+    let absorbed = s.fs.engine().stats().media_errors_absorbed > absorbed0;
     let fired = s.fm.injected() > 0;
     s.fm.clear_rules();
     if fired {
         st.fired += 1;
         match &r {
-            Ok(()) => st.swallowed += 1,
+            Ok(()) => {
+                st.swallowed += 1;
+                st.counted_absorbed += u64::from(absorbed);
+                if !absorbed && std::env::var_os("NODUP_TORTURE_SWALLOWED").is_some() {
+                    st.note(format!("{what}: swallowed by op {:?}", ops[k]));
+                }
+            }
             Err(e) if e.errno() != libc::EIO => st.violation(format!(
                 "{what}: error {e} reaches the caller as errno {}",
                 e.errno()

@@ -28,6 +28,16 @@ pub fn nodup(args: &[&str]) -> Output {
         .expect("running nodup")
 }
 
+/// The JSON a successful command printed.
+pub fn json(o: &Output) -> serde_json::Value {
+    assert!(
+        o.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
 pub fn ok(o: Output) -> String {
     assert!(
         o.status.success(),

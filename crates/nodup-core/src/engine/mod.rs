@@ -601,6 +601,7 @@ impl Engine {
         add_nonzero(&c.meta_written, t.meta_written);
         add_nonzero(&c.media_read, t.data_read);
         add_nonzero(&c.media_written, t.data_written);
+        add_nonzero(&c.media_errors_absorbed, t.errors_absorbed);
     }
 
     /// Give a fresh writer context its id and pools.

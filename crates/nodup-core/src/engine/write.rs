@@ -337,8 +337,19 @@ impl Engine {
                 n,
                 &mut ctx.slots,
             );
-            if matches!(r, Err(Error::Io(_))) {
-                self.c.media_errors_absorbed.fetch_add(1, Ordering::Relaxed);
+            if matches!(r, Err(Error::Io(_))) && ctx.slots.is_empty() {
+                let one = self.layout.alloc_entry(
+                    &self.meta,
+                    t,
+                    fp,
+                    ctx.pool,
+                    &self.alloc,
+                    &mut ctx.apool,
+                );
+                if one.is_ok() {
+                    t.errors_absorbed += 1;
+                }
+                return one;
             }
         }
         match ctx.slots.pop_front() {

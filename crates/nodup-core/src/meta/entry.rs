@@ -98,6 +98,9 @@ impl MetaLayout for EntryLayout {
             let loc = self.loc(slot as u64);
             if let Err(e) = super::reserve_slot(io, t, loc) {
                 free.push(slot);
+                if k > 0 && matches!(e, Error::Io(_)) {
+                    t.errors_absorbed += 1;
+                }
                 return if k > 0 { Ok(k) } else { Err(e) };
             }
             out.push_back(loc);

@@ -18,6 +18,8 @@ pub struct IoTally {
     pub data_read: u64,
     /// Data block bytes written.
     pub data_written: u64,
+    /// Media errors worked around without failing the call (see `EngineStats`).
+    pub errors_absorbed: u64,
 }
 
 /// The medium handle used for metadata.

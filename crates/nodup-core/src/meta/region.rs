@@ -338,7 +338,13 @@ impl MetaLayout for RegionLayout {
         for k in 0..n {
             match self.claim(&mut cur, io, t, alloc, apool) {
                 Ok(loc) => out.push_back(loc),
-                Err(_) if k > 0 => return Ok(k),
+                // The slots claimed so far serve; a media error is noted as absorbed.
+                Err(e) if k > 0 => {
+                    if matches!(e, crate::Error::Io(_)) {
+                        t.errors_absorbed += 1;
+                    }
+                    return Ok(k);
+                }
                 Err(e) => return Err(e),
             }
         }

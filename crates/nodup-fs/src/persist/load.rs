@@ -164,7 +164,7 @@ fn build(u: &mut Units, t: &mut Tables, segs: &mut SegTable) -> Result<()> {
                     n.ck.units.insert(k, loc);
                     live(segs, loc);
                 }
-                map.take_dirty();
+                map.dirty.take();
                 n.body = Body::File(map);
             }
             HeadBody::Dir {
@@ -201,7 +201,7 @@ fn build(u: &mut Units, t: &mut Tables, segs: &mut SegTable) -> Result<()> {
                     n.ck.units.insert(k, loc);
                     live(segs, loc);
                 }
-                d.take_dirty();
+                d.dirty.take();
                 n.body = Body::Dir(d);
             }
             HeadBody::Symlink(target) => n.body = Body::Symlink(target),

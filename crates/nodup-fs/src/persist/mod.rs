@@ -157,22 +157,14 @@ impl Persist {
     /// Record that every unit of `n` must be written again (it has no persisted copy).
     pub fn touch_all(&self, n: &mut crate::inode::Inode) {
         n.ck = CkState::default();
-        let units = match &mut n.body {
-            crate::inode::Body::File(m) => {
-                for u in m.units() {
-                    m.mark_dirty(u);
-                }
-                m.dirty_units()
+        let units = n.units();
+        if let Some(d) = n.unit_dirt_mut() {
+            for u in units {
+                d.insert(u);
             }
-            crate::inode::Body::Dir(d) => {
-                for u in d.units() {
-                    d.mark_dirty(u);
-                }
-                d.dirty_units()
-            }
-            _ => 0,
-        };
-        self.touch(n, units);
+        }
+        let k = n.unit_dirt().map_or(0, |d| d.len());
+        self.touch(n, k);
     }
 
     /// Take the queue of changed inodes (at a checkpoint's cut) and reset the estimate.

@@ -218,12 +218,7 @@ fn dec_dir_entries(d: &mut Dec, unit: u64) -> Result<DirEntries> {
 /// Append the head unit of `n` to `out`; returns its frame length.
 pub fn encode_head(out: &mut Vec<u8>, n: &Inode) -> u32 {
     frame(out, UnitKind::Head, n.ino, 0, |e| {
-        n.attr.enc(e);
-        e.u32(n.xattrs.len() as u32);
-        for (k, v) in &n.xattrs {
-            e.bytes(k);
-            e.bytes(v);
-        }
+        n.enc_attr_xattrs(e);
         match &n.body {
             Body::File(m) => {
                 let units: Vec<u64> = m.units().into_iter().filter(|&u| u != 0).collect();
@@ -288,13 +283,7 @@ fn max_map_unit() -> u64 {
 /// Decode a head body.
 pub fn decode_head(body: &[u8]) -> Result<Head> {
     let mut d = Dec::new(body);
-    let attr = Attr::dec(&mut d)?;
-    let nx = d.u32()?;
-    let mut xattrs = BTreeMap::new();
-    for _ in 0..nx {
-        let k = d.bytes()?;
-        xattrs.insert(k, d.bytes()?);
-    }
+    let (attr, xattrs) = Inode::dec_attr_xattrs(&mut d)?;
     use crate::inode::Kind;
     let body = match attr.kind {
         Kind::File => HeadBody::File {
