@@ -85,7 +85,30 @@ fn main() {
         }
         return;
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                e.exit();
+            }
+            // One line, like every other error: the message without clap's usage block.
+            let text = e.to_string();
+            let msg: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(|l| l.trim())
+                .collect();
+            let msg = msg.join(" ");
+            eprintln!("nodup: {} (see --help)", msg.trim_start_matches("error: "));
+            std::process::exit(2);
+        }
+    };
     let res = match cli.command {
         Command::Mkfs(a) => cmd::mkfs::mkfs(a),
         Command::Mount(a) => cmd::mount::mount(a),

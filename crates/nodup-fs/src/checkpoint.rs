@@ -83,9 +83,16 @@ enum Change {
     Unit(u64, u64, Option<Loc>),
 }
 
+/// Segment buffers kept between checkpoints (their capacity, at most this many): a fresh buffer
+/// would be fresh memory, and first-touch page faults then made the cut several times longer
+/// on a busy VM.
+const BUF_POOL: usize = 32;
+
 /// New segments being assembled by a cut.
 struct Builder {
     seg_bytes: usize,
+    /// Empty buffers to use before allocating.
+    pool: Vec<Vec<u8>>,
     segs: Vec<Vec<u8>>,
     /// (inode, unit or None for the head, segment index, frame length) per unit written.
     placed: Vec<(u64, Option<u64>, usize, u32)>,
@@ -96,7 +103,9 @@ struct Builder {
 impl Builder {
     fn cur(&mut self) -> (usize, &mut Vec<u8>) {
         if self.segs.last().is_none_or(|s| s.len() >= self.seg_bytes) {
-            self.segs.push(Vec::with_capacity(64 << 10));
+            let cap = self.seg_bytes + (64 << 10);
+            let buf = self.pool.pop().unwrap_or_else(|| Vec::with_capacity(cap));
+            self.segs.push(buf);
         }
         let i = self.segs.len() - 1;
         (i, &mut self.segs[i])
@@ -339,8 +348,10 @@ impl FileSystem {
             }
         }
         let t = self.tables.read();
+        let t_lock = tc.elapsed().as_secs_f64();
         let mut b = Builder {
             seg_bytes: self.seg_bytes(),
+            pool: std::mem::take(&mut *self.seg_bufs.lock()),
             segs: Vec::new(),
             placed: Vec::new(),
             gone: Vec::new(),
@@ -369,12 +380,14 @@ impl FileSystem {
                 inodes += 1;
             }
         }
+        let t_enc = tc.elapsed().as_secs_f64();
         let (pos, cut_counts) = {
             let mut log = self.log.lock();
             let pos = log.position();
             (pos, log.mark_cut())
         };
         let next_ino = t.next_ino;
+        let t_log = tc.elapsed().as_secs_f64();
         // Generations: one per new segment and one for the manifest.
         let (gen0, man_gen) = {
             let mut meta = self.meta.lock();
@@ -411,6 +424,7 @@ impl FileSystem {
             changes.push(Change::Unit(ino, u, old));
         }
         drop(t);
+        let t_locs = tc.elapsed().as_secs_f64();
         self.persist.forget(dead.iter().copied());
         let (manifest, dropped) = {
             let mut segs = self.persist.segs.lock();
@@ -447,13 +461,17 @@ impl FileSystem {
         let pause = tc.elapsed().as_secs_f64();
         let detail = format!(
             "{} inodes, {} units copied from {} cleaned segments, {} bytes; pause {:.1} ms \
-             (cleaning {:.1} ms)",
+             (at {:.1} locked, {:.1} copied, {:.1} encoded, {:.1} cut, {:.1} moved)",
             inodes,
             copied,
             victims.len(),
             b.segs.iter().map(|s| s.len()).sum::<usize>(),
             pause * 1e3,
+            t_lock * 1e3,
             t_mark * 1e3,
+            t_enc * 1e3,
+            t_log * 1e3,
+            t_locs * 1e3,
         );
         let gate = if clean {
             Some(gate)
@@ -469,6 +487,7 @@ impl FileSystem {
             Err(e) => {
                 self.undo_cut(&changes, &b, gen0, cut_counts);
                 drop(gate);
+                self.keep_buffers(b);
                 return Err(e);
             }
         };
@@ -502,6 +521,7 @@ impl FileSystem {
         if !free.is_empty() {
             self.engine.free_meta(&free)?;
         }
+        self.keep_buffers(b);
         // Releases waiting for durability are covered by the fence before the switch.
         self.engine.release_batch(&pending)?;
         if !released.is_empty() {
@@ -509,6 +529,17 @@ impl FileSystem {
         }
         let _ = t0;
         Ok(())
+    }
+
+    /// Keep the segment buffers of a finished cut for the next one.
+    fn keep_buffers(&self, b: Builder) {
+        let mut pool = self.seg_bufs.lock();
+        for mut v in b.segs.into_iter().chain(b.pool) {
+            if pool.len() < BUF_POOL {
+                v.clear();
+                pool.push(v);
+            }
+        }
     }
 
     /// Step 2: segments, manifest, fence, superblock. Returns the manifest's blocks and the

@@ -148,6 +148,8 @@ pub struct FileSystem {
     /// Held by the one checkpoint that may run at a time.
     pub(crate) ckpt_lock: Mutex<()>,
     pub(crate) ckpt_stats: Mutex<CkptStats>,
+    /// Segment buffers kept between checkpoints (see `checkpoint::BUF_POOL`).
+    pub(crate) seg_bufs: Mutex<Vec<Vec<u8>>>,
     pub(crate) pending: Mutex<Vec<BlockNr>>,
     ctxs: Mutex<Vec<WriteCtx>>,
     mapped: AtomicU64,
@@ -202,6 +204,7 @@ impl FileSystem {
             meta: Mutex::new(meta),
             ckpt_lock: Mutex::new(()),
             ckpt_stats: Mutex::new(CkptStats::default()),
+            seg_bufs: Mutex::new(Vec::new()),
             pending: Mutex::new(Vec::new()),
             ctxs: Mutex::new(Vec::new()),
             mapped: AtomicU64::new(mapped),

@@ -121,6 +121,22 @@ fn dec_unit_list(d: &mut Dec, max_unit: u64) -> Result<Vec<u64>> {
     Ok(v)
 }
 
+/// Append `v` as little-endian u64s (one copy on little-endian machines: a map unit is mostly
+/// this, and the cut that encodes it pauses operations).
+fn put_u64s(out: &mut Vec<u8>, v: &[u64]) {
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: a u64 slice is 8 * len initialised bytes with no padding; reading them as
+        // bytes is their little-endian encoding on this target.
+        let bytes = unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 8) };
+        out.extend_from_slice(bytes);
+    }
+    #[cfg(not(target_endian = "little"))]
+    for &b in v {
+        out.extend_from_slice(&b.to_le_bytes());
+    }
+}
+
 /// Encode the non-zero slots of a unit as runs of consecutive mapped blocks.
 fn enc_map_slots(e: &mut Enc, slots: &[BlockNr]) {
     let at = e.buf.len();
@@ -138,10 +154,7 @@ fn enc_map_slots(e: &mut Enc, slots: &[BlockNr]) {
         }
         e.u32(start as u32);
         e.u32((i - start) as u32);
-        e.buf.reserve(8 * (i - start));
-        for &b in &slots[start..i] {
-            e.buf.extend_from_slice(&b.to_le_bytes());
-        }
+        put_u64s(&mut e.buf, &slots[start..i]);
         runs += 1;
     }
     e.buf[at..at + 4].copy_from_slice(&runs.to_le_bytes());
