@@ -39,6 +39,9 @@ else
 fi
 echo "demo: source tree $SRC ($(du -sh --apparent-size "$SRC" 2>/dev/null | cut -f1))"
 
+echo "demo: nodup estimate (what one copy would save, reading only)"
+"$NODUP" estimate "$SRC"
+
 # A stale mount or image from an interrupted run goes first.
 cleanup
 mkdir -p "$MNT"

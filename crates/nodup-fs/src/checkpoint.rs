@@ -330,6 +330,18 @@ impl FileSystem {
             victim_data.push((*g, payload, units));
         }
 
+        // Buffers for the segments, faulted in now: fresh memory touched under the gate made
+        // the cut wait for page faults (slow on a VM whose memory is under pressure).
+        let seg_bytes = self.seg_bytes();
+        let mut pool = std::mem::take(&mut *self.seg_bufs.lock());
+        let want = (self.persist.estimate() as usize + copy_bytes(&victim_data)) / seg_bytes + 2;
+        while pool.len() < want.min(BUF_POOL) {
+            let mut v: Vec<u8> = Vec::with_capacity(seg_bytes + (64 << 10));
+            v.resize(v.capacity(), 0);
+            v.clear();
+            pool.push(v);
+        }
+
         // ---- 1. the cut
         let gate = self.gate.write();
         let tc = Instant::now();
@@ -350,8 +362,8 @@ impl FileSystem {
         let t = self.tables.read();
         let t_lock = tc.elapsed().as_secs_f64();
         let mut b = Builder {
-            seg_bytes: self.seg_bytes(),
-            pool: std::mem::take(&mut *self.seg_bufs.lock()),
+            seg_bytes,
+            pool,
             segs: Vec::new(),
             placed: Vec::new(),
             gone: Vec::new(),
@@ -374,9 +386,13 @@ impl FileSystem {
         let t_mark = tc.elapsed().as_secs_f64();
         let queue = self.persist.take_queue();
         let mut inodes = 0u64;
+        let mut lock_wait = 0f64;
         for &ino in &queue {
             if let Some(node) = t.get(ino) {
-                b.take(&mut node.write());
+                let tw = Instant::now();
+                let mut n = node.write();
+                lock_wait += tw.elapsed().as_secs_f64();
+                b.take(&mut n);
                 inodes += 1;
             }
         }
@@ -461,7 +477,8 @@ impl FileSystem {
         let pause = tc.elapsed().as_secs_f64();
         let detail = format!(
             "{} inodes, {} units copied from {} cleaned segments, {} bytes; pause {:.1} ms \
-             (at {:.1} locked, {:.1} copied, {:.1} encoded, {:.1} cut, {:.1} moved)",
+             (at {:.1} locked, {:.1} copied, {:.1} encoded ({:.1} waiting for inodes), {:.1} cut, \
+             {:.1} moved)",
             inodes,
             copied,
             victims.len(),
@@ -470,6 +487,7 @@ impl FileSystem {
             t_lock * 1e3,
             t_mark * 1e3,
             t_enc * 1e3,
+            lock_wait * 1e3,
             t_log * 1e3,
             t_locs * 1e3,
         );
@@ -828,6 +846,11 @@ impl FileSystem {
         self.top_up_reserve();
         Ok(())
     }
+}
+
+/// Bytes of the victims' units (an upper bound of what cleaning copies).
+fn copy_bytes(victims: &[(u64, Vec<u8>, Vec<VictimUnit>)]) -> usize {
+    victims.iter().map(|(_, p, _)| p.len()).sum()
 }
 
 /// Encoded bytes of a manifest listing `n` segments.

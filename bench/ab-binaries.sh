@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# A/B of two nodup binaries on the mounted write path: fio (sync writes, one job, end_fsync)
+# on a fresh pmem image in /dev/shm per run, the two binaries interleaved run by run so machine
+# noise hits both alike; prints each point's median MiB/s and the ratio B/A.
+# Usage: bench/ab-binaries.sh OLD_BINARY NEW_BINARY   (RUNS=5 SIZE=512m POINTS="1m:0 1m:75 4k:0")
+set -euo pipefail
+cd "$(dirname "$0")/.."
+A=${1:?old binary}
+B=${2:?new binary}
+RUNS=${RUNS:-5}
+SIZE=${SIZE:-512m}
+POINTS=${POINTS:-"1m:0 1m:75 4k:0"}
+IMG=/dev/shm/nodup-ab.img
+MNT=/tmp/nodup-ab-mnt
+mkdir -p "$MNT"
+source bench/lib.sh
+cleanup() { mountpoint -q "$MNT" && fusermount3 -u -z "$MNT" || true; rm -f "$IMG"; }
+trap cleanup EXIT
+one() { # one BINARY BS DUP: MiB/s of one fio run
+  local bin=$1 bs=$2 dup=$3 out
+  rm -f "$IMG"
+  "$bin" mkfs "$IMG" --size 2G >/dev/null
+  "$bin" mount "$IMG" "$MNT" >/dev/null
+  out=$(fio --name=w --directory="$MNT" --rw=write --bs="$bs" --size="$SIZE" --ioengine=psync \
+    --end_fsync=1 --dedupe_percentage="$dup" --output-format=json)
+  "$bin" umount "$MNT"
+  python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["jobs"][0]["write"]["bw"]/1024)' <<<"$out"
+}
+echo "| point | A MiB/s | B MiB/s | B/A |"
+echo "|---|---:|---:|---:|"
+for p in $POINTS; do
+  bs=${p%%:*}; dup=${p##*:}
+  ra=() rb=()
+  for r in $(seq "$RUNS"); do
+    if ((r % 2)); then ra+=("$(one "$A" "$bs" "$dup")"); rb+=("$(one "$B" "$bs" "$dup")")
+    else rb+=("$(one "$B" "$bs" "$dup")"); ra+=("$(one "$A" "$bs" "$dup")"); fi
+  done
+  ma=$(printf '%s\n' "${ra[@]}" | median); mb=$(printf '%s\n' "${rb[@]}" | median)
+  echo "| $bs ${dup}% | $(printf '%.1f' "$ma") | $(printf '%.1f' "$mb") | $(python3 -c "print('%.3f' % ($mb / $ma))") |"
+done
