@@ -259,7 +259,8 @@ pub fn read_chain(
 ) -> Result<(Vec<BlockNr>, Vec<u8>)> {
     let mut r = ChainReader::new(m, head, kind, gen, 0);
     let mut blocks = Vec::new();
-    let mut payload = Vec::new();
+    // A caller that knows the length (segments) gets its buffer in one allocation.
+    let mut payload = Vec::with_capacity(max_bytes.min(64 << 20) as usize);
     while (payload.len() as u64) < max_bytes {
         let Some((b, _, p)) = r.next_block()? else {
             break;

@@ -336,8 +336,8 @@ impl FileSystem {
         let mut pool = std::mem::take(&mut *self.seg_bufs.lock());
         let want = (self.persist.estimate() as usize + copy_bytes(&victim_data)) / seg_bytes + 2;
         while pool.len() < want.min(BUF_POOL) {
-            let mut v: Vec<u8> = Vec::with_capacity(seg_bytes + (64 << 10));
-            v.resize(v.capacity(), 0);
+            // Non-zero fill: a zeroed allocation would map untouched zero pages.
+            let mut v = vec![1u8; seg_bytes + (64 << 10)];
             v.clear();
             pool.push(v);
         }

@@ -64,8 +64,11 @@ impl Directory {
         old
     }
     fn put(&mut self, name: &[u8], ino: u64, c: u64) {
-        self.by_name.insert(name.to_vec(), (ino, c));
-        self.by_cookie.insert(c, name.to_vec());
+        self.put_owned(name.to_vec(), ino, c);
+    }
+    fn put_owned(&mut self, name: Vec<u8>, ino: u64, c: u64) {
+        self.by_cookie.insert(c, name.clone());
+        self.by_name.insert(name, (ino, c));
         *self.unit_len.entry(c / UNIT_COOKIES).or_default() += 1;
         self.dirty.insert(c / UNIT_COOKIES);
     }
@@ -85,15 +88,15 @@ impl Directory {
     }
     /// Add an entry with a known cookie (loading a checkpoint). Refused (false) when the name or
     /// the cookie is taken, or the cookie is not below `next_cookie`.
-    pub fn load_entry(&mut self, name: &[u8], ino: u64, cookie: u64) -> bool {
+    pub fn load_entry(&mut self, name: Vec<u8>, ino: u64, cookie: u64) -> bool {
         if cookie < FIRST_COOKIE
             || cookie >= self.next_cookie
-            || self.by_name.contains_key(name)
+            || self.by_name.contains_key(&name)
             || self.by_cookie.contains_key(&cookie)
         {
             return false;
         }
-        self.put(name, ino, cookie);
+        self.put_owned(name, ino, cookie);
         true
     }
     /// Cookie the next entry gets.

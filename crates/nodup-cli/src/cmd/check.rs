@@ -174,8 +174,15 @@ fn human(v: &Value, from: &str) -> String {
     ));
     line(String::new());
     line("Memory:".into());
-    if let Some(rss) = v["daemon_rss_bytes"].as_u64() {
-        line(format!("  daemon resident  {}", bytes(rss)));
+    if let (Some(anon), Some(rss)) = (
+        v["daemon_anon_bytes"].as_u64(),
+        v["daemon_rss_bytes"].as_u64(),
+    ) {
+        line(format!(
+            "  daemon resident  {} of its own (+ {} of mapped image pages)",
+            bytes(anon),
+            bytes(rss.saturating_sub(anon))
+        ));
     }
     let entries = u(v, "index_entries");
     let per = if entries == 0 {

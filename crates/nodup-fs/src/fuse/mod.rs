@@ -628,7 +628,10 @@ impl Filesystem for Adapter {
         let r = if ino.0 == ROOT_INO && name.as_bytes() == STATS_XATTR.as_bytes() {
             let mut v = self.fs.stats_json();
             if let Some(o) = v.as_object_mut() {
-                o.insert("daemon_rss_bytes".into(), resident_bytes().into());
+                // The daemon's own memory (anonymous), apart from the pages of a mapped (pmem)
+                // image that show in its resident set too.
+                o.insert("daemon_rss_bytes".into(), status_bytes("VmRSS").into());
+                o.insert("daemon_anon_bytes".into(), status_bytes("RssAnon").into());
             }
             Ok(v.to_string().into_bytes())
         } else if name.as_bytes() == USAGE_XATTR.as_bytes() {
@@ -751,13 +754,13 @@ impl Filesystem for Adapter {
     }
 }
 
-/// Resident memory of this process (VmRSS), 0 when /proc cannot tell.
-fn resident_bytes() -> u64 {
+/// A field of /proc/self/status in bytes (`VmRSS`, `RssAnon`, ...), 0 when it cannot tell.
+fn status_bytes(field: &str) -> u64 {
     let Ok(s) = std::fs::read_to_string("/proc/self/status") else {
         return 0;
     };
     s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
 }
