@@ -43,7 +43,7 @@ pub const LOG_LIMIT_MAX: u64 = 64 << 20;
 /// Estimated checkpoint bytes at which the tick takes a checkpoint (twice this, and an
 /// operation takes it itself). The cut encodes what changed while operations wait, so this
 /// bounds that pause (a few milliseconds).
-pub const DIRTY_LIMIT: u64 = 8 << 20;
+pub const DIRTY_LIMIT: u64 = 4 << 20;
 /// A file system idle this long with changes not yet checkpointed takes a checkpoint.
 pub const IDLE_MS: u64 = 1000;
 
@@ -78,7 +78,7 @@ pub struct CkptStats {
 const LOG_EVERY_SECS: u64 = 60;
 
 /// A unit whose location a checkpoint changed, and what it was before (for undo).
-enum Change {
+pub(crate) enum Change {
     Head(u64, Option<Loc>),
     Unit(u64, u64, Option<Loc>),
 }
@@ -87,6 +87,27 @@ enum Change {
 /// would be fresh memory, and first-touch page faults then made the cut several times longer
 /// on a busy VM.
 const BUF_POOL: usize = 32;
+
+/// Working vectors of a cut, kept between checkpoints with their capacity (see [`BUF_POOL`]:
+/// memory freshly taken from the system under the gate costs page faults, which a VM short
+/// of memory serves slowly).
+#[derive(Default)]
+pub(crate) struct CutScratch {
+    placed: Vec<(u64, Option<u64>, usize, u32)>,
+    gone: Vec<(u64, u64)>,
+    changes: Vec<Change>,
+    dead: Vec<Loc>,
+}
+
+impl CutScratch {
+    /// Make room for about `units` units without allocating under the gate.
+    fn reserve(&mut self, units: usize) {
+        self.placed.reserve(units);
+        self.changes.reserve(units);
+        self.dead.reserve(units);
+        self.gone.reserve(units / 8 + 16);
+    }
+}
 
 /// New segments being assembled by a cut.
 struct Builder {
@@ -335,6 +356,8 @@ impl FileSystem {
         let seg_bytes = self.seg_bytes();
         let mut pool = std::mem::take(&mut *self.seg_bufs.lock());
         let want = (self.persist.estimate() as usize + copy_bytes(&victim_data)) / seg_bytes + 2;
+        let mut scratch = std::mem::take(&mut *self.cut_scratch.lock());
+        scratch.reserve(want * (seg_bytes / 1024 + 1));
         while pool.len() < want.min(BUF_POOL) {
             // Non-zero fill: a zeroed allocation would map untouched zero pages.
             let mut v = vec![1u8; seg_bytes + (64 << 10)];
@@ -345,6 +368,7 @@ impl FileSystem {
         // ---- 1. the cut
         let gate = self.gate.write();
         let tc = Instant::now();
+        let cpu0 = thread_cpu_secs();
         let mut released = Vec::new();
         if clean {
             // Nobody can hold a handle after the final unmount: unlinked inodes go now, so a
@@ -365,8 +389,8 @@ impl FileSystem {
             seg_bytes,
             pool,
             segs: Vec::new(),
-            placed: Vec::new(),
-            gone: Vec::new(),
+            placed: std::mem::take(&mut scratch.placed),
+            gone: std::mem::take(&mut scratch.gone),
         };
         let mut copied = 0usize;
         for (g, payload, units) in &victim_data {
@@ -412,8 +436,8 @@ impl FileSystem {
             (g, g + b.segs.len() as u64)
         };
         // Point every written unit at its new copy; remember the old one.
-        let mut changes: Vec<Change> = Vec::with_capacity(b.placed.len() + b.gone.len());
-        let mut dead: Vec<Loc> = Vec::new();
+        let mut changes = std::mem::take(&mut scratch.changes);
+        let mut dead = std::mem::take(&mut scratch.dead);
         let mut new_live = vec![0u64; b.segs.len()];
         for &(ino, u, si, len) in &b.placed {
             let Some(node) = t.get(ino) else { continue };
@@ -475,8 +499,10 @@ impl FileSystem {
             (man, dropped)
         };
         let pause = tc.elapsed().as_secs_f64();
+        let pause_cpu = thread_cpu_secs() - cpu0;
         let detail = format!(
-            "{} inodes, {} units copied from {} cleaned segments, {} bytes; pause {:.1} ms \
+            "{} inodes, {} units copied from {} cleaned segments, {} bytes; pause {:.1} ms, \
+             {:.1} ms of it on the CPU \
              (at {:.1} locked, {:.1} copied, {:.1} encoded ({:.1} waiting for inodes), {:.1} cut, \
              {:.1} moved)",
             inodes,
@@ -484,6 +510,7 @@ impl FileSystem {
             victims.len(),
             b.segs.iter().map(|s| s.len()).sum::<usize>(),
             pause * 1e3,
+            pause_cpu * 1e3,
             t_lock * 1e3,
             t_mark * 1e3,
             t_enc * 1e3,
@@ -505,7 +532,7 @@ impl FileSystem {
             Err(e) => {
                 self.undo_cut(&changes, &b, gen0, cut_counts);
                 drop(gate);
-                self.keep_buffers(b);
+                self.keep_buffers(b, changes, dead);
                 return Err(e);
             }
         };
@@ -539,7 +566,7 @@ impl FileSystem {
         if !free.is_empty() {
             self.engine.free_meta(&free)?;
         }
-        self.keep_buffers(b);
+        self.keep_buffers(b, changes, dead);
         // Releases waiting for durability are covered by the fence before the switch.
         self.engine.release_batch(&pending)?;
         if !released.is_empty() {
@@ -550,7 +577,7 @@ impl FileSystem {
     }
 
     /// Keep the segment buffers of a finished cut for the next one.
-    fn keep_buffers(&self, b: Builder) {
+    fn keep_buffers(&self, b: Builder, mut changes: Vec<Change>, mut dead: Vec<Loc>) {
         let mut pool = self.seg_bufs.lock();
         for mut v in b.segs.into_iter().chain(b.pool) {
             if pool.len() < BUF_POOL {
@@ -558,6 +585,17 @@ impl FileSystem {
                 pool.push(v);
             }
         }
+        let (mut placed, mut gone) = (b.placed, b.gone);
+        placed.clear();
+        gone.clear();
+        changes.clear();
+        dead.clear();
+        *self.cut_scratch.lock() = CutScratch {
+            placed,
+            gone,
+            changes,
+            dead,
+        };
     }
 
     /// Step 2: segments, manifest, fence, superblock. Returns the manifest's blocks and the
@@ -846,6 +884,14 @@ impl FileSystem {
         self.top_up_reserve();
         Ok(())
     }
+}
+
+/// CPU time of the calling thread, seconds (tells a slow cut from a preempted one in the log).
+fn thread_cpu_secs() -> f64 {
+    // SAFETY: clock_gettime fills the timespec it is given.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 /// Bytes of the victims' units (an upper bound of what cleaning copies).

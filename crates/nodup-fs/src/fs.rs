@@ -150,6 +150,8 @@ pub struct FileSystem {
     pub(crate) ckpt_stats: Mutex<CkptStats>,
     /// Segment buffers kept between checkpoints (see `checkpoint::BUF_POOL`).
     pub(crate) seg_bufs: Mutex<Vec<Vec<u8>>>,
+    /// Working vectors of the cut, kept between checkpoints.
+    pub(crate) cut_scratch: Mutex<crate::checkpoint::CutScratch>,
     pub(crate) pending: Mutex<Vec<BlockNr>>,
     ctxs: Mutex<Vec<WriteCtx>>,
     mapped: AtomicU64,
@@ -205,6 +207,7 @@ impl FileSystem {
             ckpt_lock: Mutex::new(()),
             ckpt_stats: Mutex::new(CkptStats::default()),
             seg_bufs: Mutex::new(Vec::new()),
+            cut_scratch: Mutex::new(Default::default()),
             pending: Mutex::new(Vec::new()),
             ctxs: Mutex::new(Vec::new()),
             mapped: AtomicU64::new(mapped),
