@@ -66,6 +66,7 @@ impl Engine {
         {
             return Err(corrupt("sizes out of range"));
         }
+        let t_sa = std::time::Instant::now();
         let nwords = (nb + ni + nl) as usize;
         let mut payload = vec![0u8; nwords * 8];
         self.meta
@@ -77,6 +78,9 @@ impl Engine {
         let (bitmap, rest) = words.split_at(nb as usize);
         let (locs, lw) = rest.split_at(ni as usize);
         self.alloc.load_words(bitmap)?;
+        if std::env::var_os("NODUP_LOAD_DEBUG").is_some() {
+            eprintln!("save area read and allocator loaded: {:?}", t_sa.elapsed());
+        }
         self.reload_index(&mut t, locs)?;
         self.layout.load_state(lw)?;
         self.c.physical_blocks.store(phys, Ordering::Relaxed);
@@ -107,6 +111,19 @@ impl Engine {
             }
             Ok((out, t))
         };
+        let tr = std::time::Instant::now();
+        // Entries are read in medium order: saved in hash order they were random reads across
+        // the region blocks (a cache miss and often a page fault each). Saves since this build
+        // are sorted already.
+        let sorted;
+        let locs = if locs.is_sorted() {
+            locs
+        } else {
+            let mut v = locs.to_vec();
+            v.sort_unstable();
+            sorted = v;
+            &sorted[..]
+        };
         let half = locs.len() / 2;
         let (a, b) = if locs.len() < 1 << 16 {
             (read_part(locs)?, (Vec::new(), IoTally::default()))
@@ -124,16 +141,48 @@ impl Engine {
             t.meta_read += x.meta_read;
             t.meta_written += x.meta_written;
         }
-        let mut per = vec![0usize; crate::index::SHARDS];
+        // Group the entries by shard (a counting sort), so each shard's table is filled while
+        // it sits in the cache, and let two threads fill half the shards each.
+        let shards = crate::index::SHARDS;
+        let mut start = vec![0usize; shards + 1];
         for &(fp, _) in a.0.iter().chain(b.0.iter()) {
-            per[self.index.shard_of(fp)] += 1;
+            start[self.index.shard_of(fp) + 1] += 1;
         }
-        for (i, &n) in per.iter().enumerate() {
-            self.index.lock_shard(i).table.reserve_total(n);
+        for i in 0..shards {
+            self.index.lock_shard(i).table.reserve_total(start[i + 1]);
+            start[i + 1] += start[i];
         }
+        let mut grouped = vec![(0u64, 0u64); start[shards]];
+        let mut at = start.clone();
         for &(fp, loc) in a.0.iter().chain(b.0.iter()) {
-            let (mut sh, hh) = self.index.lock(fp);
-            sh.table.insert(hh, ent_of(loc));
+            let sh = self.index.shard_of(fp);
+            grouped[at[sh]] = (fp, loc);
+            at[sh] += 1;
+        }
+        drop((a, b));
+        let t_read = tr.elapsed();
+        let fill = |from: usize, to: usize| {
+            for i in from..to {
+                let mut sh = self.index.lock_shard(i);
+                for &(fp, loc) in &grouped[start[i]..start[i + 1]] {
+                    sh.table.insert(crate::index::mix(fp), ent_of(loc));
+                }
+            }
+        };
+        if grouped.len() < 1 << 16 {
+            fill(0, shards);
+        } else {
+            std::thread::scope(|sc| {
+                sc.spawn(|| fill(shards / 2, shards));
+                fill(0, shards / 2);
+            });
+        }
+        if std::env::var_os("NODUP_LOAD_DEBUG").is_some() {
+            eprintln!(
+                "index reload: entries read {:?}, inserted {:?}",
+                t_read,
+                tr.elapsed() - t_read
+            );
         }
         Ok(())
     }
@@ -145,7 +194,9 @@ impl Engine {
         self.set_state(STATE_SHUT);
         let mut t = IoTally::default();
         let bitmap = self.alloc.save_words();
-        let locs = self.index.locations();
+        let mut locs = self.index.locations();
+        // Medium order, so the next open reads the entries sequentially.
+        locs.sort_unstable();
         let lw = self.layout.save_state();
         let cap_words = (self.geo.save_blocks - 1) * (BLOCK_SIZE as u64 / 8);
         if (bitmap.len() + locs.len() + lw.len()) as u64 > cap_words {
