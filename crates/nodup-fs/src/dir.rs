@@ -72,6 +72,18 @@ impl Directory {
         *self.unit_len.entry(c / UNIT_COOKIES).or_default() += 1;
         self.dirty.insert(c / UNIT_COOKIES);
     }
+    /// Rename `old` to `new` keeping its cookie, so a readdir in progress returns the entry
+    /// once, at its old place (a renaming loop over readdir ends). `new` must be free; returns
+    /// false when `old` is missing.
+    pub fn rename_in_place(&mut self, old: &[u8], new: &[u8]) -> bool {
+        let Some((ino, c)) = self.by_name.remove(old) else {
+            return false;
+        };
+        self.by_name.insert(new.to_vec(), (ino, c));
+        self.by_cookie.insert(c, new.to_vec());
+        self.dirty.insert(c / UNIT_COOKIES);
+        true
+    }
     /// Remove `name`; returns its inode.
     pub fn remove(&mut self, name: &[u8]) -> Option<u64> {
         let (ino, c) = self.by_name.remove(name)?;

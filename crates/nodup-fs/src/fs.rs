@@ -430,12 +430,15 @@ impl FileSystem {
         }
         let t = self.tables.read();
         let p = t.get(parent).ok_or(FsError::Errno(libc::ENOENT))?;
+        if name == b"." {
+            // Any inode: the kernel resolves a file handle by looking up "." in its node.
+            let attr = p.read().attr.clone();
+            return Ok((parent, attr));
+        }
         let ino = {
             let pn = p.read();
             let d = pn.dir().ok_or(FsError::Errno(libc::ENOTDIR))?;
-            if name == b"." {
-                parent
-            } else if name == b".." {
+            if name == b".." {
                 d.parent
             } else {
                 d.get(name).ok_or(FsError::Errno(libc::ENOENT))?

@@ -216,24 +216,36 @@ impl Tables {
                     eff.merge(self.drop_link(t, *now)?);
                 }
                 let ps = &self.persist;
-                changing(ps, &mut p.write(), |g| {
-                    g.dir_mut().map(|d| d.remove(name));
-                    g.attr.mtime = *now;
-                    g.attr.ctime = *now;
-                    if src_is_dir && parent != newparent {
-                        g.attr.nlink = g.attr.nlink.saturating_sub(1);
-                    }
-                });
-                changing(ps, &mut np.write(), |g| {
-                    if let Some(d) = g.dir_mut() {
-                        d.insert(newname, src);
-                    }
-                    g.attr.mtime = *now;
-                    g.attr.ctime = *now;
-                    if src_is_dir && parent != newparent {
-                        g.attr.nlink += 1;
-                    }
-                });
+                if parent == newparent {
+                    // Within one directory the entry keeps its cookie (readdir offsets stay
+                    // stable under rename).
+                    changing(ps, &mut p.write(), |g| {
+                        if let Some(d) = g.dir_mut() {
+                            d.rename_in_place(name, newname);
+                        }
+                        g.attr.mtime = *now;
+                        g.attr.ctime = *now;
+                    });
+                } else {
+                    changing(ps, &mut p.write(), |g| {
+                        g.dir_mut().map(|d| d.remove(name));
+                        g.attr.mtime = *now;
+                        g.attr.ctime = *now;
+                        if src_is_dir {
+                            g.attr.nlink = g.attr.nlink.saturating_sub(1);
+                        }
+                    });
+                    changing(ps, &mut np.write(), |g| {
+                        if let Some(d) = g.dir_mut() {
+                            d.insert(newname, src);
+                        }
+                        g.attr.mtime = *now;
+                        g.attr.ctime = *now;
+                        if src_is_dir {
+                            g.attr.nlink += 1;
+                        }
+                    });
+                }
                 let s = self.need(src)?;
                 changing(ps, &mut s.write(), |sg| {
                     sg.attr.ctime = *now;

@@ -176,9 +176,13 @@ impl Filesystem for Adapter {
         // suid/sgid bit nor security xattr, write() stops asking us for `security.capability`
         // (a GETXATTR round trip per write syscall otherwise, which halved 4 KiB write speed).
         // In exchange we clear suid/sgid ourselves on writes flagged FUSE_WRITE_KILL_SUIDGID.
+        // EXPORT_SUPPORT: inode numbers are stable and never reused (generation 0), so a file
+        // handle (open_by_handle_at, an NFS export) stays valid after the kernel evicts the
+        // inode and across remounts: the kernel finds it again by looking up "." in it.
         let mut caps = InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2
+            | InitFlags::FUSE_EXPORT_SUPPORT;
         if self.writeback {
             caps |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
@@ -505,8 +509,27 @@ impl Filesystem for Adapter {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.getattr(ino.0) {
-            Ok(a) if a.kind == Kind::Dir => reply.opened(FileHandle(0), FopenFlags::empty()),
+            // An open directory holds its inode like an open file: removed or replaced by a
+            // rename, it stays valid (nlink 0) until the last handle closes.
+            Ok(a) if a.kind == Kind::Dir => match self.fs.open_handle(ino.0) {
+                Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+                Err(e) => reply.error(err(e)),
+            },
             Ok(_) => reply.error(Errno::ENOTDIR),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.release_handle(ino.0) {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
     }
@@ -739,7 +762,7 @@ impl Filesystem for Adapter {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -748,7 +771,14 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         match self.fs.fallocate(ino.0, offset, length, mode) {
-            Ok(()) => reply.ok(),
+            Ok(()) => {
+                // Punching or zeroing changes the data: like a write, it drops the set-id bits
+                // unless the caller may keep them (CAP_FSETID, taken to be root here).
+                if self.killpriv && req.uid() != 0 {
+                    self.kill_suidgid(ino.0, req.gid());
+                }
+                reply.ok()
+            }
             Err(e) => reply.error(err(e)),
         }
     }

@@ -1,0 +1,208 @@
+//! POSIX behaviour beyond pjdfstest and fsx (issue 14), on real mounts: set-id bits dropped by
+//! an unprivileged punch or zero-range, an open directory that outlives its removal, readdir
+//! under renames, and file handles that survive inode eviction and remounts.
+
+mod common;
+use common::*;
+
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::process::Command;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn mode(p: &Path) -> u32 {
+    fs::metadata(p).unwrap().mode() & 0o7777
+}
+
+#[test]
+fn unprivileged_punch_and_zero_range_drop_setid_bits() {
+    if !fuse_available() || !is_root() {
+        eprintln!("skipping: needs FUSE and root (to act as another user)");
+        return;
+    }
+    let fx = Fixture::new("setid", "32M", &[]);
+    fx.mount(&[]);
+    for (flag, what) in [("-p", "punch hole"), ("-z", "zero range")] {
+        let f = fx.path(&format!("suid{flag}"));
+        fs::write(&f, vec![7u8; 64 << 10]).unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o6777)).unwrap();
+        assert_eq!(mode(&f), 0o6777);
+        let st = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(["fallocate", flag, "-o", "4096", "-l", "8192"])
+            .arg(&f)
+            .status()
+            .unwrap();
+        assert!(st.success(), "{what} as nobody failed");
+        assert_eq!(
+            mode(&f),
+            0o777,
+            "{what} by an unprivileged caller kept set-id bits"
+        );
+        // Root (CAP_FSETID) keeps them.
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o6777)).unwrap();
+        let st = Command::new("fallocate")
+            .args([flag, "-o", "4096", "-l", "8192"])
+            .arg(&f)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        assert_eq!(mode(&f), 0o6777, "{what} by root dropped set-id bits");
+    }
+    fx.umount();
+}
+
+#[test]
+fn an_open_directory_outlives_its_removal() {
+    if !fuse_available() {
+        return;
+    }
+    let fx = Fixture::new("opendir", "32M", &[]);
+    fx.mount(&[]);
+    let d = fx.path("gone");
+    fs::create_dir(&d).unwrap();
+    let h = fs::File::open(&d).unwrap();
+    fs::remove_dir(&d).unwrap();
+    let m = h.metadata().expect("fstat of an open, removed directory");
+    assert!(m.is_dir());
+    assert_eq!(m.nlink(), 0);
+    drop(h);
+    // Replaced by a rename.
+    fs::create_dir(fx.path("a")).unwrap();
+    fs::create_dir(fx.path("b")).unwrap();
+    let hb = fs::File::open(fx.path("b")).unwrap();
+    fs::rename(fx.path("a"), fx.path("b")).unwrap();
+    let m = hb
+        .metadata()
+        .expect("fstat of an open directory replaced by a rename");
+    assert!(m.is_dir());
+    assert_eq!(m.nlink(), 0);
+    drop(hb);
+    fx.umount();
+    ok(fx.fsck());
+}
+
+#[test]
+fn readdir_that_renames_every_entry_sees_each_once() {
+    if !fuse_available() {
+        return;
+    }
+    let fx = Fixture::new("rdren", "64M", &[]);
+    fx.mount(&[]);
+    let dir = fx.path("d");
+    fs::create_dir(&dir).unwrap();
+    let n = 5000;
+    for i in 0..n {
+        fs::write(dir.join(format!("f{i}")), b"").unwrap();
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut count = 0;
+    for e in fs::read_dir(&dir).unwrap() {
+        let e = e.unwrap();
+        count += 1;
+        assert!(count <= n, "readdir returned more than {n} entries");
+        let name = e.file_name();
+        assert!(seen.insert(name.clone()), "{name:?} returned twice");
+        let mut to = b"r-".to_vec();
+        to.extend_from_slice(name.as_bytes());
+        fs::rename(e.path(), dir.join(std::ffi::OsStr::from_bytes(&to))).unwrap();
+    }
+    assert_eq!(count, n);
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), n);
+    // The entries keep their order across a remount (cookies are persisted).
+    let before: Vec<_> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    fx.umount();
+    fx.mount(&[]);
+    let after: Vec<_> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(before, after);
+    fx.umount();
+}
+
+/// A `struct file_handle` with room for the handle bytes.
+#[repr(C)]
+struct Handle {
+    bytes: u32,
+    kind: i32,
+    data: [u8; 128],
+}
+
+#[test]
+fn file_handles_survive_eviction_and_remount() {
+    if !fuse_available() || !is_root() {
+        eprintln!("skipping: needs FUSE and root (open_by_handle_at)");
+        return;
+    }
+    let fx = Fixture::new("fh", "32M", &[]);
+    fx.mount(&[]);
+    let f = fx.path("kept");
+    fs::write(&f, b"reachable by handle").unwrap();
+    let mut h = Handle {
+        bytes: 128,
+        kind: 0,
+        data: [0; 128],
+    };
+    let mut mount_id = 0;
+    let c = std::ffi::CString::new(f.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `h` has room for 128 handle bytes as declared; the path is NUL terminated.
+    let r = unsafe {
+        libc::name_to_handle_at(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            &mut h as *mut Handle as *mut libc::file_handle,
+            &mut mount_id,
+            0,
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "name_to_handle_at: {}",
+        std::io::Error::last_os_error()
+    );
+    let read_by_handle = |h: &mut Handle| -> std::io::Result<Vec<u8>> {
+        let root = fs::File::open(&fx.mnt)?;
+        // SAFETY: a handle filled by name_to_handle_at and a descriptor on the mount.
+        let fd = unsafe {
+            libc::open_by_handle_at(
+                root.as_raw_fd(),
+                h as *mut Handle as *mut libc::file_handle,
+                libc::O_RDONLY,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor we own.
+        let file = unsafe { <fs::File as std::os::unix::io::FromRawFd>::from_raw_fd(fd) };
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut &file, &mut v)?;
+        Ok(v)
+    };
+    assert_eq!(read_by_handle(&mut h).unwrap(), b"reachable by handle");
+    // The kernel forgets the inode (dentries and inodes dropped), then a remount.
+    fs::write("/proc/sys/vm/drop_caches", b"2").unwrap();
+    assert_eq!(
+        read_by_handle(&mut h).expect("handle after the kernel dropped the inode"),
+        b"reachable by handle"
+    );
+    fx.umount();
+    fx.mount(&[]);
+    assert_eq!(
+        read_by_handle(&mut h).expect("handle after a remount"),
+        b"reachable by handle"
+    );
+    fx.umount();
+}
