@@ -206,3 +206,93 @@ fn file_handles_survive_eviction_and_remount() {
     );
     fx.umount();
 }
+
+#[test]
+fn copy_file_range_shares_blocks_and_copies_stay_independent() {
+    if !fuse_available() {
+        return;
+    }
+    let fx = Fixture::new("cfr", "256M", &[]);
+    fx.mount(&[]);
+    let mut rng = StdRng::seed_from_u64(time_seed());
+    let mut data = vec![0u8; 64 << 20];
+    rng.fill(&mut data);
+    // An unaligned tail, so the last partial block goes through the write path.
+    data.truncate((64 << 20) - 1000);
+    let orig = fx.path("orig");
+    fs::write(&orig, &data).unwrap();
+    let before = fx.stats();
+    let phys0 = before["physical_bytes"].as_u64().unwrap();
+    let shared0 = before["copy_shared_bytes"].as_u64().unwrap();
+    // coreutils cp uses copy_file_range; call it directly as well so the test does not depend
+    // on cp's choice.
+    let st = Command::new("cp")
+        .arg(&orig)
+        .arg(fx.path("by-cp"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    {
+        let src = fs::File::open(&orig).unwrap();
+        let dst = fs::File::create(fx.path("by-call")).unwrap();
+        let mut left = data.len();
+        while left > 0 {
+            // SAFETY: two open descriptors; null offsets use and advance the file positions.
+            let n = unsafe {
+                libc::copy_file_range(
+                    src.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    dst.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    left,
+                    0,
+                )
+            };
+            assert!(
+                n > 0,
+                "copy_file_range: {}",
+                std::io::Error::last_os_error()
+            );
+            left -= n as usize;
+        }
+    }
+    let after = fx.stats();
+    let whole = (data.len() as u64 / 4096) * 4096;
+    assert!(
+        after["copy_shared_bytes"].as_u64().unwrap() - shared0 >= 2 * whole,
+        "copies did not share blocks: {after}"
+    );
+    let grew = after["physical_bytes"].as_u64().unwrap() - phys0;
+    assert!(grew < 1 << 20, "two copies grew physical bytes by {grew}");
+    // Writing into the middle of one copy leaves the others intact.
+    {
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(fx.path("by-cp"))
+            .unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, &[0xA5; 4096], 32 << 20).unwrap();
+        let f = fs::OpenOptions::new().write(true).open(&orig).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, &[0x5A; 4096], 16 << 20).unwrap();
+    }
+    let check = |fx: &Fixture| {
+        let mut want_cp = data.clone();
+        want_cp[32 << 20..(32 << 20) + 4096].fill(0xA5);
+        let mut want_orig = data.clone();
+        want_orig[16 << 20..(16 << 20) + 4096].fill(0x5A);
+        assert!(
+            fs::read(fx.path("by-call")).unwrap() == data,
+            "by-call changed"
+        );
+        assert!(
+            fs::read(fx.path("by-cp")).unwrap() == want_cp,
+            "by-cp wrong"
+        );
+        assert!(fs::read(&orig).unwrap() == want_orig, "orig wrong");
+    };
+    check(&fx);
+    fx.umount();
+    ok(fx.fsck());
+    fx.mount(&[]);
+    check(&fx);
+    fx.umount();
+}

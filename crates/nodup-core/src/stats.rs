@@ -45,4 +45,8 @@ pub struct EngineStats {
     /// entry slots ahead of need that failed, then a single claim that worked).
     #[serde(default)]
     pub media_errors_absorbed: u64,
+    /// Blocks given another reference by a server-side copy (`copy_file_range`) instead of
+    /// being written.
+    #[serde(default)]
+    pub blocks_shared: u64,
 }

@@ -148,6 +148,8 @@ pub struct FileSystem {
     /// Held by the one checkpoint that may run at a time.
     pub(crate) ckpt_lock: Mutex<()>,
     pub(crate) ckpt_stats: Mutex<CkptStats>,
+    /// Blocks a server-side copy shared instead of writing.
+    pub(crate) copy_shared: AtomicU64,
     /// Segment buffers kept between checkpoints (see `checkpoint::BUF_POOL`).
     pub(crate) seg_bufs: Mutex<Vec<Vec<u8>>>,
     /// Working vectors of the cut, kept between checkpoints.
@@ -206,6 +208,7 @@ impl FileSystem {
             meta: Mutex::new(meta),
             ckpt_lock: Mutex::new(()),
             ckpt_stats: Mutex::new(CkptStats::default()),
+            copy_shared: AtomicU64::new(0),
             seg_bufs: Mutex::new(Vec::new()),
             cut_scratch: Mutex::new(Default::default()),
             pending: Mutex::new(Vec::new()),
@@ -306,7 +309,7 @@ impl FileSystem {
 
     // ---------------------------------------------------------------- plumbing
 
-    fn append(&self, rec: &Record) -> Result<()> {
+    pub(crate) fn append(&self, rec: &Record) -> Result<()> {
         if self.read_only {
             return errno(libc::EROFS);
         }
@@ -319,7 +322,7 @@ impl FileSystem {
     }
 
     /// Give references back to the engine once the record that dropped them is durable.
-    fn finish(&self, eff: Effects) -> Result<()> {
+    pub(crate) fn finish(&self, eff: Effects) -> Result<()> {
         if eff.mapped_delta >= 0 {
             self.mapped
                 .fetch_add(eff.mapped_delta as u64, Ordering::Relaxed);
@@ -345,7 +348,7 @@ impl FileSystem {
         Ok(())
     }
 
-    fn node(&self, ino: u64) -> Result<InodeRef> {
+    pub(crate) fn node(&self, ino: u64) -> Result<InodeRef> {
         self.tables
             .read()
             .get(ino)
@@ -391,7 +394,7 @@ impl FileSystem {
         Ok(r)
     }
 
-    fn engine_write(&self, blocks: &[&[u8]]) -> Result<Vec<BlockNr>> {
+    pub(crate) fn engine_write(&self, blocks: &[&[u8]]) -> Result<Vec<BlockNr>> {
         let mut ctx = self.ctxs.lock().pop().unwrap_or_default();
         let r = self.engine.write(&mut ctx, blocks);
         self.ctxs.lock().push(ctx);
@@ -1236,6 +1239,10 @@ impl FileSystem {
             o.insert("log_bytes".into(), log_bytes.into());
             o.insert("log_records".into(), log_records.into());
             o.insert("log_blocks".into(), (log_blocks as u64).into());
+            o.insert(
+                "copy_shared_bytes".into(),
+                (self.copy_shared.load(Ordering::Relaxed) * BS).into(),
+            );
             o.insert("log_spare_blocks".into(), (log_spare as u64).into());
             o.insert("reserve_blocks".into(), (reserve as u64).into());
             o.insert("ckpt_estimate".into(), self.persist.estimate().into());

@@ -33,6 +33,7 @@ pub mod blockmap;
 pub mod chain;
 pub mod checkpoint;
 pub mod codec;
+pub mod copy;
 pub mod ctl;
 pub mod dir;
 pub mod error;

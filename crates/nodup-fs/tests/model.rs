@@ -78,6 +78,8 @@ enum Op {
     Link(usize, usize),
     Unlink(usize),
     Checkpoint,
+    /// copy_file_range(a, off_in, b, off_out, len)
+    Copy(usize, u64, usize, u64, u64),
     Reopen,
     Crash,
 }
@@ -93,8 +95,12 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (name.clone(), 0u64..80_000, 1u64..40_000).prop_map(|(n, o, l)| Op::Punch(n, o, l)),
         1 => (name.clone(), name.clone()).prop_map(|(a, b)| Op::Rename(a, b)),
         1 => (name.clone(), name.clone()).prop_map(|(a, b)| Op::Link(a, b)),
-        1 => name.prop_map(Op::Unlink),
+        1 => name.clone().prop_map(Op::Unlink),
         2 => Just(Op::Checkpoint),
+        2 => (name.clone(), prop_oneof![3 => (0u64..16).prop_map(|b| b * BS), 1 => 0u64..70_000],
+              name.clone(), prop_oneof![3 => (0u64..16).prop_map(|b| b * BS), 1 => 0u64..70_000],
+              1u64..90_000)
+            .prop_map(|(a, oi, b, oo, l)| Op::Copy(a, oi, b, oo, l)),
         1 => Just(Op::Reopen),
         1 => Just(Op::Crash),
     ]
@@ -261,6 +267,36 @@ fn run(ops: Vec<Op>) {
                 }
             }
             Op::Checkpoint => fs.checkpoint(false).unwrap(),
+            Op::Copy(a, oi, b, oo, l) => {
+                if let (Some(&ia), Some(&ib)) = (m.names.get(&a), m.names.get(&b)) {
+                    let (sa, _) = fs.lookup(ROOT_INO, &fname(a)).unwrap();
+                    let (sb, _) = fs.lookup(ROOT_INO, &fname(b)).unwrap();
+                    let src = m.files[&ia].clone();
+                    let n = l.min(src.size.saturating_sub(oi));
+                    let overlap = ia == ib && n > 0 && oi < oo + n && oo < oi + n;
+                    let r = fs.copy_range(sa, oi, sb, oo, l);
+                    if overlap {
+                        assert!(r.is_err(), "overlapping copy within one file accepted");
+                    } else {
+                        let n = r.unwrap();
+                        let want = l.min(src.size.saturating_sub(oi));
+                        assert_eq!(n, want);
+                        if n > 0 {
+                            let mut data = vec![0u8; n as usize];
+                            for (fb, blk) in &src.blocks {
+                                let (s0, e0) = (fb * BS, fb * BS + BS);
+                                let (lo, hi) = (s0.max(oi), e0.min(oi + n));
+                                if lo < hi {
+                                    data[(lo - oi) as usize..(hi - oi) as usize].copy_from_slice(
+                                        &blk[(lo - s0) as usize..(hi - s0) as usize],
+                                    );
+                                }
+                            }
+                            m.files.get_mut(&ib).unwrap().write(oo, &data);
+                        }
+                    }
+                }
+            }
             Op::Reopen | Op::Crash => {
                 let (f2, m2) = reopen(fs, &medium, matches!(op, Op::Crash));
                 fs = f2;

@@ -18,6 +18,7 @@
 
 pub mod audit;
 pub mod recovery;
+mod share;
 pub mod superblock;
 mod write;
 
@@ -205,6 +206,8 @@ struct Counters {
     hint_misses: AtomicU64,
     /// Media errors worked around without failing the operation.
     media_errors_absorbed: AtomicU64,
+    /// References added by [`Engine::share`] (server-side copies).
+    blocks_shared: AtomicU64,
     /// Data blocks in use (distinct, whatever their reference count).
     physical_blocks: AtomicU64,
 }
@@ -524,6 +527,7 @@ impl Engine {
             hint_hits: ld(&c.hint_hits),
             hint_misses: ld(&c.hint_misses),
             media_errors_absorbed: ld(&c.media_errors_absorbed),
+            blocks_shared: ld(&c.blocks_shared),
         }
     }
 

@@ -742,6 +742,35 @@ impl Filesystem for Adapter {
         }
     }
 
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        // The reply carries a 32-bit count; callers loop over larger copies.
+        let len = len.min(u32::MAX as u64 & !(nodup_core::BLOCK_SIZE as u64 - 1));
+        match self
+            .fs
+            .copy_range(ino_in.0, offset_in, ino_out.0, offset_out, len)
+        {
+            Ok(n) => {
+                if self.killpriv && req.uid() != 0 {
+                    self.kill_suidgid(ino_out.0, req.gid());
+                }
+                reply.written(n as u32)
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
     fn lseek(
         &self,
         _req: &Request,
