@@ -296,3 +296,117 @@ fn copy_file_range_shares_blocks_and_copies_stay_independent() {
     check(&fx);
     fx.umount();
 }
+
+fn times(p: &Path) -> (i64, i64) {
+    let m = fs::metadata(p).unwrap();
+    (
+        m.atime() * 1_000_000_000 + m.atime_nsec(),
+        m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+    )
+}
+
+/// Set atime and mtime of `p` to seconds since the epoch.
+fn set_times(p: &Path, atime: i64, mtime: i64) {
+    let f = fs::File::open(p).unwrap();
+    let ts = [
+        libc::timespec {
+            tv_sec: atime,
+            tv_nsec: 0,
+        },
+        libc::timespec {
+            tv_sec: mtime,
+            tv_nsec: 0,
+        },
+    ];
+    // SAFETY: an open descriptor and two valid timespecs.
+    assert_eq!(unsafe { libc::futimens(f.as_raw_fd(), ts.as_ptr()) }, 0);
+}
+
+#[test]
+fn a_later_write_never_carries_an_earlier_mtime() {
+    if !fuse_available() {
+        return;
+    }
+    // With the writeback cache the kernel stamps written files itself, from its coarse clock.
+    let fx = Fixture::new("clock", "64M", &[]);
+    fx.mount(&["--writeback-cache"]);
+    let d = fx.path("d");
+    fs::create_dir(&d).unwrap();
+    for i in 0..300 {
+        let p = d.join(format!("f{i}"));
+        let f = fs::File::create(&p).unwrap();
+        let created = f.metadata().unwrap();
+        let dir_after_create = fs::metadata(&d).unwrap();
+        std::io::Write::write_all(&mut &f, b"x").unwrap();
+        let written = f.metadata().unwrap();
+        let t = |m: &fs::Metadata| m.mtime() * 1_000_000_000 + m.mtime_nsec();
+        assert!(
+            t(&written) >= t(&created),
+            "file {i}: write stamped mtime {} before its creation {}",
+            t(&written),
+            t(&created)
+        );
+        assert!(
+            t(&written) >= t(&dir_after_create),
+            "file {i}: write stamped mtime {} before the directory change {} that preceded it",
+            t(&written),
+            t(&dir_after_create)
+        );
+    }
+    fx.umount();
+}
+
+#[test]
+fn reads_update_atime_as_relatime_strictatime_and_noatime_say() {
+    if !fuse_available() {
+        return;
+    }
+    let read = |p: &Path| {
+        fs::read(p).unwrap();
+    };
+    let long_ago = 1_000_000_000; // 2001
+    for mode in ["relatime", "strictatime", "noatime"] {
+        let fx = Fixture::new("atime", "32M", &[]);
+        fx.mount(&["--atime", mode]);
+        let f = fx.path("f");
+        fs::write(&f, b"data").unwrap();
+        // atime older than mtime: relatime and strictatime update it on the next read.
+        set_times(&f, long_ago, long_ago + 10);
+        // Past the tick of the ctime that set_times stamped (an atime equal to ctime is
+        // "not newer" and relatime would refresh it again).
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        read(&f);
+        let (a1, _) = times(&f);
+        match mode {
+            "noatime" => assert_eq!(a1, long_ago * 1_000_000_000, "{mode}: read set atime"),
+            _ => assert!(
+                a1 > (long_ago + 10) * 1_000_000_000,
+                "{mode}: read after a change left atime at {a1}"
+            ),
+        }
+        // A second read, later: only strictatime updates again.
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        read(&f);
+        let (a2, _) = times(&f);
+        match mode {
+            "strictatime" => assert!(a2 > a1, "{mode}: second read kept atime"),
+            _ => assert_eq!(a2, a1, "{mode}: second read changed atime"),
+        }
+        // A listing is an access of the directory.
+        let d = fx.path("d");
+        fs::create_dir(&d).unwrap();
+        set_times(&d, long_ago, long_ago + 10);
+        fs::read_dir(&d).unwrap().for_each(drop);
+        let (da, _) = times(&d);
+        assert_eq!(
+            da > (long_ago + 10) * 1_000_000_000,
+            mode != "noatime",
+            "{mode}: listing left directory atime at {da}"
+        );
+        // The updated atime is persistent.
+        fx.umount();
+        fx.mount(&["--atime", "noatime"]);
+        assert_eq!(times(&f).0, a2, "{mode}: atime lost at remount");
+        fx.umount();
+    }
+}

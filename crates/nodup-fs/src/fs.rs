@@ -374,7 +374,7 @@ impl FileSystem {
     }
 
     /// A change of one inode appending at most `log_bytes` to the log.
-    fn inode_op<R>(
+    pub(crate) fn inode_op<R>(
         &self,
         ino: u64,
         log_bytes: usize,

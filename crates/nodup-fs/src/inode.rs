@@ -18,14 +18,22 @@ pub struct Ts {
 }
 
 impl Ts {
-    /// The current wall-clock time.
+    /// The current wall-clock time, from the kernel's coarse clock (`CLOCK_REALTIME_COARSE`,
+    /// one tick of resolution): with the writeback cache the kernel stamps mtime/ctime of
+    /// written files itself from that clock, and a finer one here would let a later write
+    /// carry an earlier time than a change the daemon stamped a moment before.
     pub fn now() -> Ts {
-        match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-            Ok(d) => Ts {
-                sec: d.as_secs() as i64,
-                nsec: d.subsec_nanos(),
-            },
-            Err(_) => Ts::default(),
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `t` is a valid timespec to fill; the clock id is a constant.
+        if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut t) } != 0 {
+            return Ts::default();
+        }
+        Ts {
+            sec: t.tv_sec,
+            nsec: t.tv_nsec as u32,
         }
     }
     /// Convert to a `SystemTime` (for FUSE attributes).

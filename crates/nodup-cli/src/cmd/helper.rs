@@ -13,10 +13,9 @@ pub const NAMES: [&str; 2] = ["mount.fuse.nodup", "mount.nodup"];
 
 /// Options mount(8) and fstab pass that mean nothing to a nodup mount, or that it already
 /// does (a FUSE mount is always nosuid/nodev unless asked, which nodup asks).
-const IGNORED: [&str; 21] = [
+const IGNORED: [&str; 18] = [
     "rw", "defaults", "auto", "noauto", "user", "users", "nouser", "owner", "group", "nofail",
-    "_netdev", "exec", "noexec", "suid", "nosuid", "dev", "nodev", "relatime", "noatime", "atime",
-    "async",
+    "_netdev", "exec", "noexec", "suid", "nosuid", "dev", "nodev", "async",
 ];
 
 /// Run as a mount helper with the arguments after the program name.
@@ -64,6 +63,7 @@ pub fn run(args: Vec<OsString>) -> Result<()> {
         mem_budget: None,
         encrypt_key_file: None,
         threads: 4,
+        atime: "relatime".into(),
         nonempty: false,
         log_file: None,
         ready_fd: None,
@@ -89,9 +89,11 @@ pub fn run(args: Vec<OsString>) -> Result<()> {
                 _ => bail!("writeback_cache={v}: true or false"),
             },
             ("nonempty", None) => m.nonempty = true,
+            ("relatime" | "atime", None) => m.atime = "relatime".into(),
+            ("strictatime" | "noatime", None) => m.atime = k.into(),
             ("log_file" | "log-file", Some(v)) => m.log_file = Some(v.into()),
             _ if sloppy => {}
-            _ => bail!("unknown mount option {o:?} (nodup takes prefetch=, threads=, writeback_cache, nonempty, log_file=)"),
+            _ => bail!("unknown mount option {o:?} (nodup takes prefetch=, threads=, writeback_cache, nonempty, log_file=, relatime, strictatime, noatime)"),
         }
     }
     if fake {

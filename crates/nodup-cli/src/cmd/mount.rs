@@ -6,6 +6,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use nodup_core::policy::PrefetchMode;
 use nodup_core::OpenOptions;
+use nodup_fs::atime::AtimeMode;
 use nodup_fs::fuse::MountOptions;
 use nodup_fs::image::{self, ImageLock};
 use nodup_fs::logging::{self, Sink};
@@ -38,6 +39,10 @@ pub struct MountArgs {
     /// Key file for encrypted images (not built yet).
     #[arg(long, value_name = "FILE", hide = true)]
     pub encrypt_key_file: Option<PathBuf>,
+    /// When reads update access times: relatime (when older than the last change, or a day
+    /// old), strictatime (every read; one log record each) or noatime.
+    #[arg(long, default_value = "relatime", value_parser = ["relatime", "strictatime", "noatime"])]
+    pub atime: String,
     /// Threads serving FUSE requests (1 to 64).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub threads: u16,
@@ -160,6 +165,8 @@ fn spawn_daemon(a: &MountArgs) -> Result<()> {
         &a.prefetch,
         "--threads",
         &a.threads.to_string(),
+        "--atime",
+        &a.atime,
         "--ready-fd",
         "3",
     ]);
@@ -279,6 +286,8 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
         fsname: fsname.to_string_lossy().into_owned(),
         // SAFETY: geteuid cannot fail.
         allow_other: unsafe { libc::geteuid() } == 0,
+        atime: AtimeMode::from_name(&a.atime)
+            .ok_or_else(|| anyhow!("--atime {}: relatime, strictatime or noatime", a.atime))?,
     };
     let fs = Arc::new(fs);
     let mut ready_taken = ready.take();

@@ -1,6 +1,7 @@
 //! FUSE adapter: translates kernel requests (served by several threads, fuser's multi-threaded
 //! session) into [`FileSystem`] calls, and runs the mount until it is unmounted or signalled.
 
+use crate::atime::AtimeMode;
 use crate::ctl::{CTL_XATTR, STATS_XATTR, USAGE_XATTR};
 use crate::error::FsError;
 use crate::fs::{Caller, FileSystem, SetAttr};
@@ -35,6 +36,8 @@ pub struct MountOptions {
     pub fsname: String,
     /// Allow other users to access the mount (needed for permission tests as root).
     pub allow_other: bool,
+    /// When reads and listings update access times.
+    pub atime: AtimeMode,
 }
 
 /// The `fuser::Filesystem` implementation over a [`FileSystem`].
@@ -46,6 +49,7 @@ pub struct Adapter {
     /// Tells the kernel to drop cached attributes we changed behind its back (set once the
     /// session exists, which is after the adapter is built).
     notifier: Arc<OnceLock<Notifier>>,
+    atime: AtimeMode,
 }
 
 /// `perm` without the set-id bits the kernel would drop when a file is modified by a caller in
@@ -86,12 +90,13 @@ fn time(t: Option<TimeOrNow>) -> Option<Ts> {
 
 impl Adapter {
     /// An adapter serving `fs`.
-    pub fn new(fs: Arc<FileSystem>, writeback: bool) -> Adapter {
+    pub fn new(fs: Arc<FileSystem>, writeback: bool, atime: AtimeMode) -> Adapter {
         Adapter {
             fs,
             writeback,
             killpriv: false,
             notifier: Arc::new(OnceLock::new()),
+            atime,
         }
     }
 
@@ -110,6 +115,14 @@ impl Adapter {
             ..Default::default()
         };
         if self.fs.setattr(ino, &req).is_ok() {
+            self.forget_attr(ino);
+        }
+    }
+
+    /// Note an access to `ino` (a read, an open for reading, a listing) under the atime mode.
+    fn touch(&self, ino: u64) {
+        // A failed atime update (a full device) must not fail the read.
+        if let Ok(true) = self.fs.accessed(ino, self.atime) {
             self.forget_attr(ino);
         }
     }
@@ -414,9 +427,15 @@ impl Filesystem for Adapter {
         self.entry(reply, r);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.open_handle(ino.0) {
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Ok(_) => {
+                // Reads may be served from the page cache without reaching us.
+                if flags.0 & libc::O_ACCMODE != libc::O_WRONLY {
+                    self.touch(ino.0);
+                }
+                reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE)
+            }
             Err(e) => reply.error(err(e)),
         }
     }
@@ -433,7 +452,10 @@ impl Filesystem for Adapter {
         reply: ReplyData,
     ) {
         match self.fs.read(ino.0, offset, size as usize) {
-            Ok(d) => reply.data(&d),
+            Ok(d) => {
+                self.touch(ino.0);
+                reply.data(&d)
+            }
             Err(e) => reply.error(err(e)),
         }
     }
@@ -544,6 +566,9 @@ impl Filesystem for Adapter {
     ) {
         match self.fs.readdir(ino.0, offset, 1024) {
             Ok(entries) => {
+                if offset == 0 {
+                    self.touch(ino.0);
+                }
                 for (off, child, kind, name) in entries {
                     if reply.add(INodeNo(child), off, ftype(kind), OsStr::from_bytes(&name)) {
                         break;
@@ -565,6 +590,9 @@ impl Filesystem for Adapter {
     ) {
         match self.fs.readdir(ino.0, offset, 256) {
             Ok(entries) => {
+                if offset == 0 {
+                    self.touch(ino.0);
+                }
                 for (off, child, _kind, name) in entries {
                     let Ok(a) = self.fs.getattr(child) else {
                         continue;
@@ -864,6 +892,10 @@ pub fn serve(
         MountOption::Dev,
         MountOption::Suid,
     ];
+    if opts.atime == AtimeMode::Noatime {
+        // Shown in /proc/mounts; the updates themselves are ours (FUSE inodes are S_NOATIME).
+        config.mount_options.push(MountOption::NoAtime);
+    }
     config.acl = if opts.allow_other {
         SessionACL::All
     } else {
@@ -871,7 +903,7 @@ pub fn serve(
     };
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
-    let adapter = Adapter::new(fs.clone(), opts.writeback_cache);
+    let adapter = Adapter::new(fs.clone(), opts.writeback_cache, opts.atime);
     let notifier = adapter.notifier.clone();
     let mut session = fuser::Session::new(adapter, mountpoint, &config)?;
     let _ = notifier.set(session.notifier());
