@@ -410,3 +410,46 @@ fn reads_update_atime_as_relatime_strictatime_and_noatime_say() {
         fx.umount();
     }
 }
+
+#[test]
+fn enospc_with_the_writeback_cache_is_reported_by_write() {
+    if !fuse_available() {
+        return;
+    }
+    let fx = Fixture::new("wbfull", "64M", &[]);
+    fx.mount(&["--writeback-cache"]);
+    let mut rng = StdRng::seed_from_u64(time_seed());
+    for round in 0..2 {
+        let p = fx.path("fill");
+        let mut f = fs::File::create(&p).unwrap();
+        let mut kept = Vec::new();
+        let err = loop {
+            let mut chunk = vec![0u8; 1 << 20];
+            rng.fill(&mut chunk);
+            match std::io::Write::write_all(&mut f, &chunk) {
+                Ok(()) => kept.extend_from_slice(&chunk),
+                Err(e) => break e,
+            }
+            assert!(kept.len() <= 64 << 20, "round {round}: wrote past the image size");
+        };
+        assert_eq!(
+            err.raw_os_error(),
+            Some(libc::ENOSPC),
+            "round {round}: {err}"
+        );
+        // What write(2) accepted is stored: fsync and close report nothing.
+        f.sync_all()
+            .unwrap_or_else(|e| panic!("round {round}: fsync after ENOSPC: {e}"));
+        drop(f);
+        let got = fs::read(&p).unwrap();
+        assert!(
+            got.len() >= kept.len() && got[..kept.len()] == kept[..],
+            "round {round}: accepted data lost"
+        );
+        assert!(kept.len() > 48 << 20, "round {round}: only {} bytes fit", kept.len());
+        // Deleting the file makes room again.
+        fs::remove_file(&p).unwrap();
+    }
+    fx.umount();
+    ok(fx.fsck());
+}

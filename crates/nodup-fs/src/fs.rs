@@ -1278,6 +1278,12 @@ impl FileSystem {
         }
     }
 
+    /// Bytes free for file data (what writes may still allocate), cheap enough for every write.
+    pub fn free_data_bytes(&self) -> u64 {
+        let free = self.engine.allocator().free_blocks();
+        free.saturating_sub(LOG_HEADROOM) * BS
+    }
+
     /// How the image was found at open.
     pub fn recovery(&self) -> &RecoveryInfo {
         &self.recovery

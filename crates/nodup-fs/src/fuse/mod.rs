@@ -1,6 +1,9 @@
 //! FUSE adapter: translates kernel requests (served by several threads, fuser's multi-threaded
 //! session) into [`FileSystem`] calls, and runs the mount until it is unmounted or signalled.
 
+mod space;
+
+use self::space::{SpaceGuard, WRITER_FH};
 use crate::atime::AtimeMode;
 use crate::ctl::{CTL_XATTR, STATS_XATTR, USAGE_XATTR};
 use crate::error::FsError;
@@ -50,6 +53,8 @@ pub struct Adapter {
     /// session exists, which is after the adapter is built).
     notifier: Arc<OnceLock<Notifier>>,
     atime: AtimeMode,
+    /// Room for the kernel's dirty pages (writeback cache): ENOSPC at write(2).
+    space: Arc<SpaceGuard>,
 }
 
 /// `perm` without the set-id bits the kernel would drop when a file is modified by a caller in
@@ -97,6 +102,7 @@ impl Adapter {
             killpriv: false,
             notifier: Arc::new(OnceLock::new()),
             atime,
+            space: Arc::new(SpaceGuard::default()),
         }
     }
 
@@ -125,6 +131,29 @@ impl Adapter {
         if let Ok(true) = self.fs.accessed(ino, self.atime) {
             self.forget_attr(ino);
         }
+    }
+
+    /// How long the kernel may cache `a`: not at all for files while the mount is tight, so
+    /// every buffered write asks first (see [`space`]).
+    fn ttl(&self, a: &Attr) -> Duration {
+        if a.kind == Kind::File && self.space.is_tight() {
+            Duration::ZERO
+        } else {
+            TTL
+        }
+    }
+
+    /// Note the free space after a change; when the mount becomes tight, writers' cached
+    /// attributes are dropped so that their next write asks. Returns the free bytes.
+    fn observe_space(&self) -> u64 {
+        if self.space.window() == 0 {
+            return u64::MAX;
+        }
+        let free = self.fs.free_data_bytes();
+        for ino in self.space.observe(free) {
+            self.forget_attr(ino);
+        }
+        free
     }
 
     /// Drop the kernel's cached attributes of `ino` (negative offset: attributes only, the
@@ -167,7 +196,7 @@ impl Adapter {
 
     fn entry(&self, reply: ReplyEntry, r: crate::Result<(u64, Attr)>) {
         match r {
-            Ok((ino, a)) => reply.entry(&TTL, &self.attr(ino, &a), Generation(0)),
+            Ok((ino, a)) => reply.entry(&self.ttl(&a), &self.attr(ino, &a), Generation(0)),
             Err(e) => reply.error(err(e)),
         }
     }
@@ -243,9 +272,17 @@ impl Filesystem for Adapter {
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        // With a handle this is the kernel asking before a buffered write (or a read past the
+        // cached end of file, or lseek to the end): refuse writers when the room is gone.
+        if let Some(fh) = fh {
+            let free = self.observe_space();
+            if self.space.refuse(fh.0, free) {
+                return reply.error(Errno::ENOSPC);
+            }
+        }
         match self.fs.getattr(ino.0) {
-            Ok(a) => reply.attr(&TTL, &self.attr(ino.0, &a)),
+            Ok(a) => reply.attr(&self.ttl(&a), &self.attr(ino.0, &a)),
             Err(e) => reply.error(err(e)),
         }
     }
@@ -295,7 +332,7 @@ impl Filesystem for Adapter {
             ctime: ctime.map(Ts::from_system),
         };
         match self.fs.setattr(ino.0, &sa) {
-            Ok(a) => reply.attr(&TTL, &self.attr(ino.0, &a)),
+            Ok(a) => reply.attr(&self.ttl(&a), &self.attr(ino.0, &a)),
             Err(e) => reply.error(err(e)),
         }
     }
@@ -431,10 +468,17 @@ impl Filesystem for Adapter {
         match self.fs.open_handle(ino.0) {
             Ok(_) => {
                 // Reads may be served from the page cache without reaching us.
-                if flags.0 & libc::O_ACCMODE != libc::O_WRONLY {
+                let mode = flags.0 & libc::O_ACCMODE;
+                if mode != libc::O_WRONLY {
                     self.touch(ino.0);
                 }
-                reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE)
+                let fh = if mode == libc::O_RDONLY {
+                    0
+                } else {
+                    self.space.opened(ino.0);
+                    WRITER_FH
+                };
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
             }
             Err(e) => reply.error(err(e)),
         }
@@ -472,7 +516,9 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(ino.0, offset, data) {
+        let r = self.fs.write(ino.0, offset, data);
+        self.observe_space();
+        match r {
             Ok(n) => {
                 // The kernel sets the flag only when the writer lacks CAP_FSETID and the file
                 // has a set-id bit to lose.
@@ -503,12 +549,15 @@ impl Filesystem for Adapter {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if fh.0 == WRITER_FH {
+            self.space.closed(ino.0);
+        }
         match self.fs.release_handle(ino.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
@@ -601,7 +650,7 @@ impl Filesystem for Adapter {
                         INodeNo(child),
                         off,
                         OsStr::from_bytes(&name),
-                        &TTL,
+                        &self.ttl(&a),
                         &self.attr(child, &a),
                         Generation(0),
                     ) {
@@ -759,13 +808,16 @@ impl Filesystem for Adapter {
             )
             .and_then(|(ino, _)| self.fs.open_handle(ino).map(|a| (ino, a)));
         match r {
-            Ok((ino, a)) => reply.created(
-                &TTL,
-                &self.attr(ino, &a),
-                Generation(0),
-                FileHandle(0),
-                FopenFlags::FOPEN_KEEP_CACHE,
-            ),
+            Ok((ino, a)) => {
+                self.space.opened(ino);
+                reply.created(
+                    &self.ttl(&a),
+                    &self.attr(ino, &a),
+                    Generation(0),
+                    FileHandle(WRITER_FH),
+                    FopenFlags::FOPEN_KEEP_CACHE,
+                )
+            }
             Err(e) => reply.error(err(e)),
         }
     }
@@ -905,7 +957,24 @@ pub fn serve(
     config.clone_fd = true;
     let adapter = Adapter::new(fs.clone(), opts.writeback_cache, opts.atime);
     let notifier = adapter.notifier.clone();
+    let space = adapter.space.clone();
     let mut session = fuser::Session::new(adapter, mountpoint, &config)?;
+    if opts.writeback_cache {
+        let capacity = fs.statfs().blocks * nodup_core::BLOCK_SIZE as u64;
+        let w = match space::set_dirty_window(mountpoint, capacity) {
+            Ok(w) => w,
+            Err(e) => {
+                crate::logging::warn(&format!("dirty window unknown ({e}); assuming 64 MiB"));
+                64 << 20
+            }
+        };
+        space.enable(w);
+        crate::logging::info(&format!(
+            "writeback cache: up to {} MiB dirty in the kernel; buffered writes get ENOSPC below {} MiB free",
+            w >> 20,
+            (space::REFUSE_WINDOWS * space.window()) >> 20
+        ));
+    }
     let _ = notifier.set(session.notifier());
     let mut unmounter = session.unmount_callable();
     std::thread::Builder::new()
