@@ -430,7 +430,10 @@ fn enospc_with_the_writeback_cache_is_reported_by_write() {
                 Ok(()) => kept.extend_from_slice(&chunk),
                 Err(e) => break e,
             }
-            assert!(kept.len() <= 64 << 20, "round {round}: wrote past the image size");
+            assert!(
+                kept.len() <= 64 << 20,
+                "round {round}: wrote past the image size"
+            );
         };
         assert_eq!(
             err.raw_os_error(),
@@ -446,7 +449,11 @@ fn enospc_with_the_writeback_cache_is_reported_by_write() {
             got.len() >= kept.len() && got[..kept.len()] == kept[..],
             "round {round}: accepted data lost"
         );
-        assert!(kept.len() > 48 << 20, "round {round}: only {} bytes fit", kept.len());
+        assert!(
+            kept.len() > 48 << 20,
+            "round {round}: only {} bytes fit",
+            kept.len()
+        );
         // Deleting the file makes room again.
         fs::remove_file(&p).unwrap();
     }

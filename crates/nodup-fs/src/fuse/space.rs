@@ -128,13 +128,11 @@ pub fn set_dirty_window(mountpoint: &Path, capacity: u64) -> Result<u64, String>
 fn mount_device(mountpoint: &Path) -> Option<String> {
     let want = std::fs::canonicalize(mountpoint).ok()?;
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            (f.len() > 4 && unescape(f[4]) == want.as_os_str().as_encoded_bytes())
-                .then(|| f[2].to_string())
-        })
-        .last()
+    info.lines().rev().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        (f.len() > 4 && unescape(f[4]) == want.as_os_str().as_encoded_bytes())
+            .then(|| f[2].to_string())
+    })
 }
 
 /// Undo mountinfo's octal escapes (`\040` for a space).
