@@ -12,6 +12,8 @@ command -v xz >/dev/null 2>&1 || need+=(xz-utils)
 command -v rsync >/dev/null 2>&1 || need+=(rsync)
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
+# setfacl/getfacl for the POSIX ACL test.
+command -v setfacl >/dev/null 2>&1 || need+=(acl)
 if ((${#need[@]})); then
   echo "deps: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

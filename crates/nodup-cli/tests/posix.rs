@@ -460,3 +460,71 @@ fn enospc_with_the_writeback_cache_is_reported_by_write() {
     fx.umount();
     ok(fx.fsck());
 }
+
+/// Run the ACL workload in `dir` and return what it printed.
+fn acl_workload(dir: &Path) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/acl-script.sh");
+    let out = Command::new("bash").arg(script).arg(dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// ACLs and modes of everything under `dir`, in name order.
+fn acl_listing(dir: &Path) -> String {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg("find . | sort | xargs -d '\\n' getfacl -p; find . -printf '%p %M %u %g\\n' | sort")
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn posix_acls_behave_as_on_tmpfs() {
+    if !fuse_available() || !is_root() {
+        eprintln!("skipping: needs FUSE and root (to act as another user)");
+        return;
+    }
+    // tmpfs (which implements POSIX ACLs in the kernel) is the reference.
+    let reference =
+        std::path::PathBuf::from(format!("/dev/shm/nodup-acl-ref-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&reference);
+    fs::create_dir(&reference).unwrap();
+    fs::set_permissions(&reference, fs::Permissions::from_mode(0o777)).unwrap();
+    let want = acl_workload(&reference);
+    fs::remove_dir_all(&reference).unwrap();
+    assert!(
+        want.contains("user:nobody:rw-"),
+        "the reference has no ACLs:\n{want}"
+    );
+
+    let fx = Fixture::new("acl", "64M", &[]);
+    fx.mount(&[]);
+    fs::set_permissions(&fx.mnt, fs::Permissions::from_mode(0o777)).unwrap();
+    let got = acl_workload(&fx.mnt);
+    if got != want {
+        let (w, g) = (want.lines(), got.lines());
+        let first = w
+            .zip(g)
+            .position(|(a, b)| a != b)
+            .unwrap_or(want.lines().count().min(got.lines().count()));
+        panic!("ACLs differ from tmpfs from line {first}:\n--- tmpfs\n{want}\n--- nodup\n{got}");
+    }
+    // They are persistent, and the image checks clean.
+    let before = acl_listing(&fx.mnt);
+    fx.umount();
+    ok(fx.fsck());
+    fx.mount(&[]);
+    assert_eq!(
+        acl_listing(&fx.mnt),
+        before,
+        "ACLs changed across a remount"
+    );
+    fx.umount();
+}

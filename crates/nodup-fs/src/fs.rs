@@ -5,6 +5,7 @@
 //! -> one inode's lock -> `log` (the append itself, always last). A data write holds only its
 //! inode's lock across the engine call, so writes to different files run in parallel.
 
+use crate::acl::{Acl, ACL_ACCESS, ACL_DEFAULT};
 use crate::checkpoint::CkptStats;
 use crate::error::{errno, FsError, Result};
 use crate::inode::{Attr, Body, Inode, Kind, Ts, ROOT_INO};
@@ -55,6 +56,9 @@ pub struct FsOptions {
 pub struct Caller {
     pub uid: u32,
     pub gid: u32,
+    /// The creating process's umask, applied to new inodes unless the parent directory has a
+    /// default ACL (which then decides instead, as POSIX says).
+    pub umask: u32,
 }
 
 /// How the last open found the image, for logs and `nodup stats`.
@@ -848,6 +852,9 @@ impl FileSystem {
         if value.len() > 65536 {
             return errno(libc::E2BIG);
         }
+        if (name == ACL_ACCESS || name == ACL_DEFAULT) && Acl::parse(value).is_none() {
+            return errno(libc::EINVAL);
+        }
         self.inode_op(ino, 64 + name.len() + value.len(), |n| {
             let exists = n.xattrs.contains_key(name);
             if flags & libc::XATTR_CREATE != 0 && exists {
@@ -898,7 +905,10 @@ impl FileSystem {
         if pn.attr.kind != Kind::Dir {
             return errno(libc::ENOTDIR);
         }
-        let mut perm = perm & 0o7777;
+        let mut perm = match pn.xattrs.get(ACL_DEFAULT).and_then(|d| Acl::parse(d)) {
+            Some(acl) if kind != Kind::Symlink => acl.create_mode(perm & 0o7777),
+            _ => perm & 0o7777 & !who.umask,
+        };
         let gid = if pn.attr.perm & libc::S_ISGID != 0 {
             if kind == Kind::Dir {
                 perm |= libc::S_ISGID;

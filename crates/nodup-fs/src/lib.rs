@@ -29,6 +29,7 @@
 //! - **Durability**: Pmem images are durable when a call returns; BlockFile images after fsync.
 //! - **Stats from a mount**: the virtual xattr [`ctl::STATS_XATTR`] on the root directory.
 
+pub mod acl;
 pub mod atime;
 pub mod blockmap;
 pub mod chain;

@@ -3,6 +3,7 @@
 //! The running file system and log replay share these apply functions, so replaying the log
 //! reproduces exactly the state that was live when the records were appended.
 
+use crate::acl::{self, ACL_ACCESS, ACL_DEFAULT};
 use crate::error::{FsError, Result};
 use crate::inode::{Inode, Kind, ROOT_INO};
 use crate::log::record::Record;
@@ -120,6 +121,11 @@ impl Tables {
                 if pn.dir().is_none() {
                     return Err(corrupt("a non-directory parent"));
                 }
+                let inherit = pn
+                    .xattrs
+                    .get(ACL_DEFAULT)
+                    .map(|d| acl::inherited(d, attr.kind, attr.perm))
+                    .unwrap_or_default();
                 changing(&self.persist, &mut pn, |pn| {
                     if let Some(d) = pn.dir_mut() {
                         d.insert(name, *ino);
@@ -132,6 +138,7 @@ impl Tables {
                 });
                 drop(pn);
                 let mut n = Inode::new(*ino, attr.clone(), *parent, target);
+                n.xattrs.extend(inherit);
                 changing(&self.persist, &mut n, |_| {});
                 self.insert(n);
                 Ok(Effects::default())
@@ -366,6 +373,16 @@ fn apply_inode_inner(n: &mut Inode, rec: &Record) -> Result<Effects> {
             ctime,
             ..
         } => {
+            // A mode change carries over to the access ACL (chmod).
+            if (n.attr.perm ^ *perm) & 0o777 != 0 {
+                if let Some(v) = n
+                    .xattrs
+                    .get(ACL_ACCESS)
+                    .and_then(|v| acl::on_chmod(v, *perm))
+                {
+                    n.xattrs.insert(ACL_ACCESS.to_vec(), v);
+                }
+            }
             n.attr.perm = *perm;
             n.attr.uid = *uid;
             n.attr.gid = *gid;
@@ -429,7 +446,23 @@ fn apply_inode_inner(n: &mut Inode, rec: &Record) -> Result<Effects> {
         Record::SetXattr {
             name, value, now, ..
         } => {
-            n.xattrs.insert(name.clone(), value.clone());
+            // An access ACL sets the mode bits; one the mode says in full is not kept.
+            match (name.as_slice() == ACL_ACCESS)
+                .then(|| acl::on_set_access(n.attr.perm, value))
+                .flatten()
+            {
+                Some((perm, keep)) => {
+                    n.attr.perm = perm;
+                    if keep {
+                        n.xattrs.insert(name.clone(), value.clone());
+                    } else {
+                        n.xattrs.remove(name);
+                    }
+                }
+                None => {
+                    n.xattrs.insert(name.clone(), value.clone());
+                }
+            }
             n.attr.ctime = *now;
         }
         Record::RemoveXattr { name, now, .. } => {

@@ -192,7 +192,11 @@ fn run(ops: Vec<Op>) {
     let mut medium = Arc::new(MemMedium::new(48 << 20));
     let mut fs = fresh(&medium);
     let mut m = Model::default();
-    let who = Caller { uid: 0, gid: 0 };
+    let who = Caller {
+        uid: 0,
+        gid: 0,
+        umask: 0,
+    };
     for (step, op) in ops.into_iter().enumerate() {
         match op {
             Op::Create(i) => {
@@ -698,4 +702,112 @@ fn directory_operations_survive_replay() {
     expect(&fs);
     let (fs, _) = reopen(fs, &m2, false);
     expect(&fs);
+}
+
+/// An ACL value: (tag, perm, id) entries in the kernel's xattr format (the id of entries
+/// other than named users and groups is written as "undefined", as the kernel does).
+fn acl_value(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        let id = if tag == 2 || tag == 8 { id } else { u32::MAX };
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+#[test]
+fn acl_rules_are_the_same_after_replay() {
+    use nodup_fs::acl::{ACL_ACCESS, ACL_DEFAULT};
+    let medium = Arc::new(MemMedium::new(32 << 20));
+    let fs = fresh(&medium);
+    let who = Caller {
+        uid: 0,
+        gid: 0,
+        umask: 0o022,
+    };
+    let (d, _) = fs
+        .mknod(ROOT_INO, b"d", Kind::Dir, 0o777, 0, b"", who)
+        .unwrap();
+    assert_eq!(
+        fs.getattr(d).unwrap().perm,
+        0o755,
+        "umask applies without a default ACL"
+    );
+    let def = acl_value(&[(1, 7, 0), (2, 7, 99), (4, 5, 0), (0x10, 7, 0), (0x20, 0, 0)]);
+    fs.setxattr(d, ACL_DEFAULT, &def, 0).unwrap();
+    // Invalid ACLs are refused before anything is logged.
+    assert_eq!(
+        fs.setxattr(d, ACL_ACCESS, b"\x02\0\0\0junk", 0)
+            .map_err(|e| e.errno()),
+        Err(libc::EINVAL)
+    );
+    let (f, _) = fs.mknod(d, b"f", Kind::File, 0o666, 0, b"", who).unwrap();
+    let (s, _) = fs.mknod(d, b"s", Kind::Dir, 0o777, 0, b"", who).unwrap();
+    let (g, _) = fs
+        .mknod(ROOT_INO, b"g", Kind::File, 0o644, 0, b"", who)
+        .unwrap();
+    fs.setxattr(
+        g,
+        ACL_ACCESS,
+        &acl_value(&[(1, 6, 0), (2, 4, 7), (4, 4, 0), (0x10, 4, 0), (0x20, 0, 0)]),
+        0,
+    )
+    .unwrap();
+    let set = |ino, mode| {
+        let req = nodup_fs::fs::SetAttr {
+            mode: Some(mode),
+            ..Default::default()
+        };
+        fs.setattr(ino, &req).unwrap();
+    };
+    set(g, 0o751);
+    let (h, _) = fs
+        .mknod(ROOT_INO, b"h", Kind::File, 0o644, 0, b"", who)
+        .unwrap();
+    // An ACL of the base entries only sets the mode and is not kept.
+    fs.setxattr(
+        h,
+        ACL_ACCESS,
+        &acl_value(&[(1, 4, 0), (4, 0, 0), (0x20, 0, 0)]),
+        0,
+    )
+    .unwrap();
+    let state = |fs: &FileSystem| {
+        [d, f, s, g, h]
+            .iter()
+            .map(|&i| {
+                (
+                    fs.getattr(i).unwrap().perm,
+                    fs.getxattr(i, ACL_ACCESS).ok(),
+                    fs.getxattr(i, ACL_DEFAULT).ok(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let before = state(&fs);
+    assert_eq!(
+        before[1].0, 0o660,
+        "file mode from the default ACL, not the umask"
+    );
+    assert!(before[1].1.is_some() && before[1].2.is_none());
+    assert_eq!(before[2].0, 0o770);
+    assert_eq!(
+        before[2].2.as_deref(),
+        Some(&def[..]),
+        "subdirectory inherits the default"
+    );
+    assert_eq!(before[3].0, 0o751, "chmod after the ACL");
+    assert_eq!(
+        before[3].1.as_deref(),
+        Some(&acl_value(&[(1, 7, 0), (2, 4, 7), (4, 4, 0), (0x10, 5, 0), (0x20, 1, 0)])[..]),
+        "chmod rewrote owner, mask and other"
+    );
+    assert_eq!((before[4].0, before[4].1.is_none()), (0o400, true));
+    // The same after a crash (log replay) and after a clean reopen (checkpoint).
+    let (fs, m2) = reopen(fs, &medium, true);
+    assert_eq!(state(&fs), before, "after replay");
+    let (fs, _) = reopen(fs, &m2, false);
+    assert_eq!(state(&fs), before, "after a checkpoint");
 }

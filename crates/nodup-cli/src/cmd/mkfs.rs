@@ -143,6 +143,7 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
         Caller {
             uid: libc::getuid(),
             gid: libc::getgid(),
+            umask: 0,
         }
     };
     let made = (|| -> Result<()> {

@@ -4,6 +4,7 @@
 mod space;
 
 use self::space::{SpaceGuard, WRITER_FH};
+use crate::acl::ACL_ACCESS;
 use crate::atime::AtimeMode;
 use crate::ctl::{CTL_XATTR, STATS_XATTR, USAGE_XATTR};
 use crate::error::FsError;
@@ -206,6 +207,30 @@ fn caller(req: &Request) -> Caller {
     Caller {
         uid: req.uid(),
         gid: req.gid(),
+        umask: 0,
+    }
+}
+
+/// Whether the process behind `req` has `gid` as its group or a supplementary group.
+fn in_group(req: &Request, gid: u32) -> bool {
+    if req.gid() == gid {
+        return true;
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
+}
+
+/// The caller of a request that creates an inode with `umask` (FUSE_DONT_MASK: the kernel
+/// leaves the umask to us, so that a default ACL can take its place).
+fn creator(req: &Request, umask: u32) -> Caller {
+    Caller {
+        umask,
+        ..caller(req)
     }
 }
 
@@ -224,7 +249,9 @@ impl Filesystem for Adapter {
         let mut caps = InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2
-            | InitFlags::FUSE_EXPORT_SUPPORT;
+            | InitFlags::FUSE_EXPORT_SUPPORT
+            | InitFlags::FUSE_POSIX_ACL
+            | InitFlags::FUSE_DONT_MASK;
         if self.writeback {
             caps |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
@@ -364,10 +391,10 @@ impl Filesystem for Adapter {
             parent.0,
             name.as_bytes(),
             kind,
-            mode & !umask,
+            mode,
             rdev,
             b"",
-            caller(req),
+            creator(req, umask),
         );
         self.entry(reply, r);
     }
@@ -385,10 +412,10 @@ impl Filesystem for Adapter {
             parent.0,
             name.as_bytes(),
             Kind::Dir,
-            mode & !umask,
+            mode,
             0,
             b"",
-            caller(req),
+            creator(req, umask),
         );
         self.entry(reply, r);
     }
@@ -694,7 +721,7 @@ impl Filesystem for Adapter {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -717,6 +744,22 @@ impl Filesystem for Adapter {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(err(e)),
             };
+        }
+        // Setting an access ACL drops set-group-ID when the caller is neither in the file's
+        // group nor privileged (the kernel would tell us with FUSE_SETXATTR_EXT, which fuser
+        // does not parse).
+        if name.as_bytes() == ACL_ACCESS && req.uid() != 0 {
+            if let Ok(a) = self.fs.getattr(ino.0) {
+                if a.perm & libc::S_ISGID != 0 && !in_group(req, a.gid) {
+                    let sa = SetAttr {
+                        mode: Some(a.perm & !libc::S_ISGID),
+                        ..Default::default()
+                    };
+                    if let Err(e) = self.fs.setattr(ino.0, &sa) {
+                        return reply.error(err(e));
+                    }
+                }
+            }
         }
         match self.fs.setxattr(ino.0, name.as_bytes(), value, flags) {
             Ok(()) => reply.ok(),
@@ -801,10 +844,10 @@ impl Filesystem for Adapter {
                 parent.0,
                 name.as_bytes(),
                 kind,
-                mode & !umask,
+                mode,
                 0,
                 b"",
-                caller(req),
+                creator(req, umask),
             )
             .and_then(|(ino, _)| self.fs.open_handle(ino).map(|a| (ino, a)));
         match r {
