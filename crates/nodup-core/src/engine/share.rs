@@ -1,12 +1,23 @@
 //! Sharing blocks a caller already references (server-side copy, `copy_file_range`): one more
 //! reference on each block's dedup entry, no data written.
+//!
+//! A copy shares thousands of blocks per call, so the metadata is read and written in spans:
+//! the reverse-map slots and the entries of neighbouring blocks are each one medium access
+//! (on a blockfile image every access is a system call, and per-block accesses made a 1 GiB
+//! copy take 0.6 s instead of a few hundredths).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use super::Engine;
+use crate::index::SHARDS;
 use crate::meta::io::IoTally;
-use crate::meta::record::OFF_REFCOUNT;
+use crate::meta::record::{DedupEntry, ENTRY_SIZE, OFF_REFCOUNT};
+use crate::meta::revmap::SLOT;
 use crate::{BlockNr, Error, Result};
+
+/// Largest gap (bytes) read through rather than split into two accesses.
+const MAX_GAP: u64 = 512;
 
 impl Engine {
     /// Add one reference to each of `blocks`, which the caller references already (it must hold
@@ -15,47 +26,129 @@ impl Engine {
     /// count a second reference, and the caller copies its data instead. Durable on return.
     pub fn share(&self, blocks: &[BlockNr]) -> Result<Vec<bool>> {
         self.check_ready()?;
+        if let Some(&b) = blocks.iter().find(|&&b| !self.in_data(b)) {
+            return Err(Error::Invalid(format!("block {b} is not in the data area")));
+        }
         let mut t = IoTally::default();
-        let mut out = Vec::with_capacity(blocks.len());
-        let mut shared = 0u64;
-        let r = (|| -> Result<()> {
-            for &b in blocks {
-                if !self.in_data(b) {
-                    return Err(Error::Invalid(format!("block {b} is not in the data area")));
-                }
-                let loc = self.revmap.get(&self.meta, &mut t, b)?;
-                if loc == 0 || !self.layout.is_entry_loc(loc) {
-                    out.push(false);
-                    continue;
-                }
-                let e = self.meta.read_entry(&mut t, loc)?;
-                if !e.is_valid() || e.blocknr != b {
-                    out.push(false);
-                    continue;
-                }
-                // The entry's shard lock serialises every change of its count (writes that
-                // deduplicate against it, releases).
-                let (_sh, _) = self.index.lock(e.fp);
-                let now = self.meta.read_entry(&mut t, loc)?;
-                if !now.is_valid() || now.blocknr != b || now.fp != e.fp || now.refcount == u64::MAX
-                {
-                    out.push(false);
-                    continue;
-                }
-                self.meta
-                    .write_u64(&mut t, loc + OFF_REFCOUNT, now.refcount + 1)?;
-                self.meta.flush(loc + OFF_REFCOUNT, 8);
-                out.push(true);
-                shared += 1;
-            }
-            Ok(())
-        })();
+        let r = self.share_inner(&mut t, blocks);
         // The counts written so far must be durable either way: the caller gives back the
         // references of the blocks reported shared when it fails.
         let f = self.meta.fence();
         self.merge_tally(&t);
+        let out = r?;
+        f?;
+        let shared = out.iter().filter(|&&s| s).count() as u64;
         self.c.blocks_shared.fetch_add(shared, Ordering::Relaxed);
-        r.and(f)?;
         Ok(out)
     }
+
+    fn share_inner(&self, t: &mut IoTally, blocks: &[BlockNr]) -> Result<Vec<bool>> {
+        // Reverse-map slots: block -> entry offset.
+        let mut uniq: Vec<BlockNr> = blocks.to_vec();
+        uniq.sort_unstable();
+        uniq.dedup();
+        let slots: Vec<u64> = uniq.iter().map(|&b| self.revmap.slot_off(b)).collect();
+        let raw = self.read_spans(t, &slots, SLOT)?;
+        let loc_of: BTreeMap<BlockNr, u64> = uniq
+            .iter()
+            .zip(raw.chunks_exact(SLOT as usize))
+            .map(|(&b, s)| (b, u64::from_le_bytes(s.try_into().unwrap_or([0; 8]))))
+            .collect();
+        // References wanted per entry (a block can be listed more than once).
+        let mut want: BTreeMap<u64, (BlockNr, u64)> = BTreeMap::new();
+        for b in blocks {
+            let loc = loc_of.get(b).copied().unwrap_or(0);
+            if loc != 0 && self.layout.is_entry_loc(loc) {
+                want.entry(loc).or_insert((*b, 0)).1 += 1;
+            }
+        }
+        let locs: Vec<u64> = want.keys().copied().collect();
+        // Unlocked read: the fingerprints say which shard locks to take. The caller's
+        // references keep every one of these entries valid meanwhile; only counts change.
+        let first = self.read_spans(t, &locs, ENTRY_SIZE)?;
+        let fps: Vec<u64> = first
+            .chunks_exact(ENTRY_SIZE as usize)
+            .map(entry_of)
+            .map(|e| e.fp)
+            .collect();
+        let mut shards: Vec<usize> = fps.iter().map(|&fp| self.index.shard_of(fp)).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        debug_assert!(shards.len() <= SHARDS);
+        // Every path but this one holds one shard lock at a time, so taking several in
+        // ascending order cannot deadlock.
+        let _guards: Vec<_> = shards.iter().map(|&s| self.index.lock_shard(s)).collect();
+        // Under the locks: the current counts, validated, incremented in place.
+        let mut now = self.read_spans(t, &locs, ENTRY_SIZE)?;
+        let mut ok = vec![false; locs.len()];
+        for (k, &(b, n)) in want.values().enumerate() {
+            let at = k * ENTRY_SIZE as usize;
+            let e = entry_of(&now[at..at + ENTRY_SIZE as usize]);
+            if !e.is_valid() || e.blocknr != b || e.fp != fps[k] {
+                continue;
+            }
+            let Some(count) = e.refcount.checked_add(n).filter(|&c| c != u64::MAX) else {
+                continue;
+            };
+            let r = at + OFF_REFCOUNT as usize;
+            now[r..r + 8].copy_from_slice(&count.to_le_bytes());
+            ok[k] = true;
+        }
+        // Write back runs of adjacent entries that were all incremented. Their other fields
+        // are rewritten with what was just read under the locks; only a prefetch hint, which
+        // writers update without a lock as performance state, can be set back.
+        let mut k = 0;
+        while k < locs.len() {
+            if !ok[k] {
+                k += 1;
+                continue;
+            }
+            let mut j = k + 1;
+            while j < locs.len() && ok[j] && locs[j] == locs[j - 1] + ENTRY_SIZE {
+                j += 1;
+            }
+            let (a, z) = (k * ENTRY_SIZE as usize, j * ENTRY_SIZE as usize);
+            self.meta.write(t, locs[k], &now[a..z])?;
+            self.meta.flush(locs[k], (z - a) as u64);
+            k = j;
+        }
+        let granted: BTreeMap<u64, bool> = locs.iter().copied().zip(ok).collect();
+        Ok(blocks
+            .iter()
+            .map(|b| {
+                let loc = loc_of.get(b).copied().unwrap_or(0);
+                granted.get(&loc).copied().unwrap_or(false)
+            })
+            .collect())
+    }
+
+    /// Read `item` bytes at each of `offs` (sorted, distinct), neighbours in one access;
+    /// returns the items concatenated in the order of `offs`.
+    fn read_spans(&self, t: &mut IoTally, offs: &[u64], item: u64) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(offs.len() * item as usize);
+        let mut buf = Vec::new();
+        let mut i = 0;
+        while i < offs.len() {
+            let mut j = i + 1;
+            while j < offs.len() && offs[j] - (offs[j - 1] + item) <= MAX_GAP {
+                j += 1;
+            }
+            let start = offs[i];
+            buf.resize((offs[j - 1] + item - start) as usize, 0);
+            self.meta.read(t, start, &mut buf)?;
+            for &o in &offs[i..j] {
+                let at = (o - start) as usize;
+                out.extend_from_slice(&buf[at..at + item as usize]);
+            }
+            i = j;
+        }
+        Ok(out)
+    }
+}
+
+/// Decode an entry from a 32-byte slice.
+fn entry_of(b: &[u8]) -> DedupEntry {
+    let mut a = [0u8; ENTRY_SIZE as usize];
+    a.copy_from_slice(&b[..ENTRY_SIZE as usize]);
+    DedupEntry::from_bytes(&a)
 }
