@@ -53,6 +53,9 @@ pub enum Op {
     Rename(FPath, FPath),
     /// New hard link `to` of `from`.
     Link(FPath, FPath),
+    /// copy_file_range(from, off_in, to, off_out, len) between two different files at block
+    /// aligned offsets: whole blocks are shared (one record), a partial last block is written.
+    Copy(FPath, u64, FPath, u64, u64),
     /// fsync / sync.
     Sync,
     /// Write a checkpoint (switches the superblock; the riskiest step for crash consistency).
@@ -215,6 +218,32 @@ impl Model {
                 let id = self.names[a];
                 self.names.insert(b.clone(), id);
             }
+            Op::Copy(a, off_in, b, off_out, len) => {
+                let src = self.files[&self.names[a]].data.clone();
+                let size = src.len() as u64;
+                if *off_in < size {
+                    let n = (*len).min(size - off_in);
+                    let whole = n / BS * BS;
+                    let dst = self.names[b];
+                    let put = |m: &mut Model, at: u64, from: u64, to: u64| {
+                        let d = &mut m.files.get_mut(&dst).expect("model file").data;
+                        let end = (at + to - from) as usize;
+                        if d.len() < end {
+                            d.resize(end, 0);
+                        }
+                        d[at as usize..end].copy_from_slice(&src[from as usize..to as usize]);
+                    };
+                    if whole > 0 {
+                        put(self, *off_out, *off_in, off_in + whole);
+                        if n > whole {
+                            out.push(self.snapshot());
+                        }
+                    }
+                    if n > whole {
+                        put(self, off_out + whole, off_in + whole, off_in + n);
+                    }
+                }
+            }
             Op::Sync | Op::Checkpoint => {}
         }
         out.push(self.snapshot());
@@ -305,6 +334,9 @@ pub fn run_op(fs: &FileSystem, op: &Op) -> Result<(), FsError> {
         )?,
         Op::Link(a, b) => {
             fs.link(ino_of(fs, a)?, parent_of(fs, b)?, b.name.as_bytes())?;
+        }
+        Op::Copy(a, off_in, b, off_out, len) => {
+            fs.copy_range(ino_of(fs, a)?, *off_in, ino_of(fs, b)?, *off_out, *len)?;
         }
         Op::Sync => fs.sync()?,
         Op::Checkpoint => fs.checkpoint(false)?,

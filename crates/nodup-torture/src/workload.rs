@@ -93,7 +93,7 @@ pub fn generate(seed: u64, spec: &WorkloadSpec) -> Vec<Op> {
                 }
                 Op::Create(p)
             }
-            12..=49 => {
+            12..=44 => {
                 let p = pick(&mut rng);
                 let aligned = rng.gen_bool(0.6);
                 let off = if aligned {
@@ -107,6 +107,16 @@ pub fn generate(seed: u64, spec: &WorkloadSpec) -> Vec<Op> {
                     rng.gen_range(1..=spec.max_blocks * BS)
                 };
                 Op::Write(p, off, data(&mut rng, spec, len, &mut unique))
+            }
+            45..=49 => {
+                let (a, b) = (pick(&mut rng), pick(&mut rng));
+                if m.same_file(&a, &b) {
+                    continue;
+                }
+                let off_in = rng.gen_range(0..spec.max_offset_blocks) * BS as u64;
+                let off_out = rng.gen_range(0..spec.max_offset_blocks) * BS as u64;
+                let len = (rng.gen_range(1..=spec.max_blocks) * BS) as u64;
+                Op::Copy(a, off_in, b, off_out, len)
             }
             50..=59 => {
                 let p = pick(&mut rng);
