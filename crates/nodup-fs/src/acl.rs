@@ -163,10 +163,11 @@ impl Acl {
         a
     }
 
-    /// True when the mode says everything this ACL says (no named users or groups): such an
-    /// access ACL is not kept once set.
+    /// True when the mode says everything this ACL says (no named users or groups, no mask:
+    /// a mask below the owning group's entry limits that group, which the mode cannot say);
+    /// such an access ACL is not kept once set.
     pub fn is_equivalent_to_mode(&self) -> bool {
-        !self.has(TAG_USER) && !self.has(TAG_GROUP)
+        !self.has(TAG_USER) && !self.has(TAG_GROUP) && !self.has(TAG_MASK)
     }
 
     /// The permission bits of a new inode asked with `mode` under this default ACL: the rwx
@@ -192,8 +193,8 @@ pub fn on_chmod(value: &[u8], perm: u32) -> Option<Vec<u8>> {
 }
 
 /// The ACL xattrs a new inode of `kind` with `perm` inherits from its parent's default ACL
-/// `default` (value as stored): the access ACL unless it would say no more than the mode
-/// (no named entries and no mask), and for a directory the default ACL itself.
+/// `default` (value as stored): the access ACL unless it would say no more than the mode,
+/// and for a directory the default ACL itself.
 pub fn inherited(default: &[u8], kind: Kind, perm: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
     let Some(acl) = Acl::parse(default) else {
         return Vec::new();
@@ -202,7 +203,7 @@ pub fn inherited(default: &[u8], kind: Kind, perm: u32) -> Vec<(Vec<u8>, Vec<u8>
         return Vec::new();
     }
     let mut out = Vec::new();
-    if !acl.is_equivalent_to_mode() || acl.has(TAG_MASK) {
+    if !acl.is_equivalent_to_mode() {
         out.push((ACL_ACCESS.to_vec(), acl.with_mode(perm).encode()));
     }
     if kind == Kind::Dir {

@@ -41,7 +41,9 @@ impl AtimeMode {
     pub fn needs_update(self, a: &Attr, now: Ts) -> bool {
         match self {
             AtimeMode::Noatime => false,
-            AtimeMode::Strictatime => a.atime != now,
+            // Already stamped in this tick: nothing to write (as the kernel decides).
+            _ if a.atime == now => false,
+            AtimeMode::Strictatime => true,
             AtimeMode::Relatime => {
                 a.atime <= a.mtime || a.atime <= a.ctime || now.sec - a.atime.sec >= RELATIME_SECS
             }

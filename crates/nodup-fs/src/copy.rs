@@ -39,6 +39,9 @@ impl FileSystem {
             Kind::Dir => return errno(libc::EISDIR),
             _ => return errno(libc::EINVAL),
         }
+        if self.read_only {
+            return errno(libc::EROFS);
+        }
         if off_in >= src_size || len == 0 {
             return Ok(0);
         }
@@ -53,28 +56,45 @@ impl FileSystem {
             return errno(libc::EINVAL);
         }
         let mut done = 0u64;
+        let r = self.copy_steps(src, off_in, dst, off_out, len, &mut done);
+        // Like write(2): bytes already copied are reported, the error only when none were.
+        match r {
+            Err(e) if done == 0 => Err(e),
+            _ => Ok(done),
+        }
+    }
+
+    /// The steps of [`FileSystem::copy_range`], counting the bytes copied in `done`.
+    fn copy_steps(
+        &self,
+        src: u64,
+        off_in: u64,
+        dst: u64,
+        off_out: u64,
+        len: u64,
+        done: &mut u64,
+    ) -> Result<()> {
         // Whole blocks can be shared when both offsets are block aligned.
         if off_in.is_multiple_of(BS) && off_out.is_multiple_of(BS) {
             let whole = len / BS;
-            let mut fb = 0u64;
-            while fb < whole {
+            while *done < whole * BS {
+                let fb = *done / BS;
                 let n = (whole - fb).min(SHARE_BATCH);
                 self.share_blocks(src, off_in / BS + fb, dst, off_out / BS + fb, n)?;
-                fb += n;
+                *done += n * BS;
             }
-            done = whole * BS;
         }
         // The rest (a partial last block, or an unaligned range) is read and written.
-        while done < len {
-            let n = (len - done).min(1 << 20) as usize;
-            let data = self.read(src, off_in + done, n)?;
+        while *done < len {
+            let n = (len - *done).min(1 << 20) as usize;
+            let data = self.read(src, off_in + *done, n)?;
             if data.is_empty() {
                 break;
             }
-            self.write(dst, off_out + done, &data)?;
-            done += data.len() as u64;
+            self.write(dst, off_out + *done, &data)?;
+            *done += data.len() as u64;
         }
-        Ok(done)
+        Ok(())
     }
 
     /// Map file blocks `[dfb, dfb+n)` of `dst` to the blocks of `[sfb, sfb+n)` of `src`: each
@@ -84,8 +104,11 @@ impl FileSystem {
         // Shared blocks take no space; blocks that must be copied find out in the write path.
         self.ensure_space(0, true, 64 + 8 * n as usize)?;
         let _g = self.gate.read();
-        // Take the references while the source still maps the blocks.
-        let (mut phys, ok) = {
+        let dnode = self.node(dst)?;
+        // Take the references while the source still maps the blocks, and read the blocks
+        // that cannot be shared then too: once the lock is dropped a write to the source may
+        // free them (a block without a dedup entry is freed at its last release).
+        let (mut phys, ok, unshared) = {
             let node = self.node(src)?;
             let s = node.read();
             let Body::File(m) = &s.body else {
@@ -94,33 +117,56 @@ impl FileSystem {
             let phys: Vec<BlockNr> = (sfb..sfb + n).map(|fb| m.get(fb)).collect();
             let mapped: Vec<BlockNr> = phys.iter().copied().filter(|&b| b != 0).collect();
             let ok = self.engine.share(&mapped)?;
-            (phys, ok)
+            let mut unshared = Vec::new();
+            for (&b, _) in mapped.iter().zip(&ok).filter(|(_, &ok)| !ok) {
+                let mut buf = vec![0u8; BLOCK_SIZE];
+                if let Err(e) = self.engine.read(b, &mut buf) {
+                    let granted: Vec<BlockNr> = mapped
+                        .iter()
+                        .zip(&ok)
+                        .filter(|(_, &ok)| ok)
+                        .map(|(&b, _)| b)
+                        .collect();
+                    let _ = self.engine.release_batch(&granted);
+                    return Err(e.into());
+                }
+                unshared.push(buf);
+            }
+            (phys, ok, unshared)
         };
-        // Blocks that could not be shared are copied through the write path.
-        let mut okit = ok.iter();
+        // Blocks that could not be shared are written anew (deduplicated as any write).
         let mut owned: Vec<BlockNr> = Vec::new();
         let mut shared = 0u64;
-        let mut buf = vec![0u8; BLOCK_SIZE];
-        let r = (|| -> Result<()> {
-            for b in phys.iter_mut().filter(|b| **b != 0) {
-                if *okit.next().unwrap_or(&false) {
-                    owned.push(*b);
-                    shared += 1;
-                } else {
-                    self.engine.read(*b, &mut buf)?;
-                    let nb = self.engine_write(&[&buf])?[0];
-                    owned.push(nb);
-                    *b = nb;
-                }
+        let new = if unshared.is_empty() {
+            Ok(Vec::new())
+        } else {
+            let refs: Vec<&[u8]> = unshared.iter().map(|b| b.as_slice()).collect();
+            self.engine_write(&refs)
+        };
+        let new = match new {
+            Ok(v) => v,
+            Err(e) => {
+                let granted: Vec<BlockNr> = phys
+                    .iter()
+                    .filter(|&&b| b != 0)
+                    .zip(&ok)
+                    .filter(|(_, &ok)| ok)
+                    .map(|(&b, _)| b)
+                    .collect();
+                let _ = self.engine.release_batch(&granted);
+                return Err(e);
             }
-            Ok(())
-        })();
-        if let Err(e) = r {
-            let _ = self.engine.release_batch(&owned);
-            return Err(e);
+        };
+        let (mut okit, mut newit) = (ok.iter(), new.into_iter());
+        for b in phys.iter_mut().filter(|b| **b != 0) {
+            if *okit.next().unwrap_or(&false) {
+                shared += 1;
+            } else if let Some(nb) = newit.next() {
+                *b = nb;
+            }
+            owned.push(*b);
         }
-        let node = self.node(dst)?;
-        let mut d = node.write();
+        let mut d = dnode.write();
         let size = d.attr.size.max((dfb + n) * BS);
         let rec = Record::Write {
             ino: dst,

@@ -54,7 +54,9 @@ pub struct FsOptions {
 /// Who performs an operation (owner of new inodes).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Caller {
+    /// Owner of new inodes.
     pub uid: u32,
+    /// Group of new inodes (unless the parent directory is set-group-ID).
     pub gid: u32,
     /// The creating process's umask, applied to new inodes unless the parent directory has a
     /// default ACL (which then decides instead, as POSIX says).
@@ -313,6 +315,7 @@ impl FileSystem {
 
     // ---------------------------------------------------------------- plumbing
 
+    /// Append `rec` to the log (durable on return on a pmem image).
     pub(crate) fn append(&self, rec: &Record) -> Result<()> {
         if self.read_only {
             return errno(libc::EROFS);
@@ -352,6 +355,7 @@ impl FileSystem {
         Ok(())
     }
 
+    /// The inode `ino` (ENOENT when there is none).
     pub(crate) fn node(&self, ino: u64) -> Result<InodeRef> {
         self.tables
             .read()
@@ -387,6 +391,11 @@ impl FileSystem {
         self.ensure_space(0, false, log_bytes)?;
         let _g = self.gate.read();
         let node = self.node(ino)?;
+        // A directory's change is ordered with the namespace operations in it, which hold the
+        // tables lock from building their record to applying it: a create must be applied in
+        // log order with a change of its parent's default ACL, or replay would disagree with
+        // what ran. (Lock order as in meta_op: tables, then the inode.)
+        let _t = (node.read().attr.kind == Kind::Dir).then(|| self.tables.read());
         let mut n = node.write();
         let (rec, r) = build(&n)?;
         if let Some(rec) = rec {
@@ -398,6 +407,7 @@ impl FileSystem {
         Ok(r)
     }
 
+    /// Store `blocks` through the engine (deduplicated); one physical block each, in order.
     pub(crate) fn engine_write(&self, blocks: &[&[u8]]) -> Result<Vec<BlockNr>> {
         let mut ctx = self.ctxs.lock().pop().unwrap_or_default();
         let r = self.engine.write(&mut ctx, blocks);

@@ -9,6 +9,8 @@ touch g; chmod 600 g; setfacl -m u:nobody:r g; chmod 640 g
 touch h; setfacl -m u:nobody:rwx h; setfacl -m m::r h; setfacl -m g::--- h
 touch i; setfacl -m u::r,g::r,o::- i
 touch j; setfacl -m u:nobody:r j; setfacl -b j
+touch m; setfacl -m m::rwx m
+touch m2; chmod 664 m2; setfacl -m m::r-- m2
 mkdir d; setfacl -d -m u:nobody:rwx d; setfacl -d -m g::r-x d
 touch d/x; mkdir d/sub; touch d/sub/y; mknod d/fifo p; ln -s x d/link
 mkdir s; chgrp nogroup s; chmod 2775 s; setfacl -d -m g:nogroup:rwx s

@@ -24,6 +24,8 @@ impl Engine {
     /// them while this runs). Returns, per block, whether it got the reference: a block without
     /// a dedup entry (a policy that keeps none, or a block recovery left without one) cannot
     /// count a second reference, and the caller copies its data instead. Durable on return.
+    /// On an error no reference is granted: counts already written stay too high, so the
+    /// engine asks for failure recovery (which recounts from the files) before more writes.
     pub fn share(&self, blocks: &[BlockNr]) -> Result<Vec<bool>> {
         self.check_ready()?;
         if let Some(&b) = blocks.iter().find(|&&b| !self.in_data(b)) {
@@ -31,10 +33,11 @@ impl Engine {
         }
         let mut t = IoTally::default();
         let r = self.share_inner(&mut t, blocks);
-        // The counts written so far must be durable either way: the caller gives back the
-        // references of the blocks reported shared when it fails.
         let f = self.meta.fence();
         self.merge_tally(&t);
+        if r.is_err() || f.is_err() {
+            self.set_state(super::STATE_NEEDS_RECOVERY);
+        }
         let out = r?;
         f?;
         let shared = out.iter().filter(|&&s| s).count() as u64;

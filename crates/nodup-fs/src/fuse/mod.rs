@@ -1,26 +1,28 @@
 //! FUSE adapter: translates kernel requests (served by several threads, fuser's multi-threaded
 //! session) into [`FileSystem`] calls, and runs the mount until it is unmounted or signalled.
 
+mod caller;
+mod session;
 mod space;
+mod xattr;
+
+use self::caller::{caller, creator, killed_suidgid};
+pub use self::session::{serve, MountOptions};
 
 use self::space::{SpaceGuard, WRITER_FH};
-use crate::acl::ACL_ACCESS;
 use crate::atime::AtimeMode;
-use crate::ctl::{CTL_XATTR, STATS_XATTR, USAGE_XATTR};
 use crate::error::FsError;
-use crate::fs::{Caller, FileSystem, SetAttr};
-use crate::inode::{Attr, Kind, Ts, ROOT_INO};
+use crate::fs::{FileSystem, SetAttr};
+use crate::inode::{Attr, Kind, Ts};
 use fuser::{
-    AccessFlags, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, Notifier, OpenFlags, RenameFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow,
-    WriteFlags,
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -28,21 +30,6 @@ use std::time::Duration;
 const TTL: Duration = Duration::from_secs(1);
 /// Largest write request negotiated with the kernel (256 pages).
 pub const MAX_WRITE: u32 = 1 << 20;
-
-/// Options of one mount.
-#[derive(Debug, Clone)]
-pub struct MountOptions {
-    /// Let the kernel cache writes and send them in large batches (durability at fsync/close).
-    pub writeback_cache: bool,
-    /// Threads serving requests.
-    pub threads: usize,
-    /// Source name shown in /proc/mounts (the image path; `nodup umount` finds the image by it).
-    pub fsname: String,
-    /// Allow other users to access the mount (needed for permission tests as root).
-    pub allow_other: bool,
-    /// When reads and listings update access times.
-    pub atime: AtimeMode,
-}
 
 /// The `fuser::Filesystem` implementation over a [`FileSystem`].
 pub struct Adapter {
@@ -56,16 +43,6 @@ pub struct Adapter {
     atime: AtimeMode,
     /// Room for the kernel's dirty pages (writeback cache): ENOSPC at write(2).
     space: Arc<SpaceGuard>,
-}
-
-/// `perm` without the set-id bits the kernel would drop when a file is modified by a caller in
-/// group `gid` (suid always; sgid when group-executable or the caller is not in the group).
-fn killed_suidgid(perm: u32, file_gid: u32, gid: u32) -> u32 {
-    let mut kill = libc::S_ISUID;
-    if perm & libc::S_IXGRP != 0 || file_gid != gid {
-        kill |= libc::S_ISGID;
-    }
-    perm & !kill
 }
 
 fn err(e: FsError) -> Errno {
@@ -124,6 +101,20 @@ impl Adapter {
         if self.fs.setattr(ino, &req).is_ok() {
             self.forget_attr(ino);
         }
+    }
+
+    /// The handle number of a new open of `ino` with open `flags`: [`WRITER_FH`] for opens
+    /// that may write (their writes are checked against the free space when it is short; an
+    /// open now must not rely on attributes cached before that), 0 for read-only ones.
+    fn handle_for(&self, ino: u64, flags: i32) -> u64 {
+        if flags & libc::O_ACCMODE == libc::O_RDONLY {
+            return 0;
+        }
+        self.space.opened(ino);
+        if self.space.is_tight() {
+            self.forget_attr(ino);
+        }
+        WRITER_FH
     }
 
     /// Note an access to `ino` (a read, an open for reading, a listing) under the atime mode.
@@ -200,37 +191,6 @@ impl Adapter {
             Ok((ino, a)) => reply.entry(&self.ttl(&a), &self.attr(ino, &a), Generation(0)),
             Err(e) => reply.error(err(e)),
         }
-    }
-}
-
-fn caller(req: &Request) -> Caller {
-    Caller {
-        uid: req.uid(),
-        gid: req.gid(),
-        umask: 0,
-    }
-}
-
-/// Whether the process behind `req` has `gid` as its group or a supplementary group.
-fn in_group(req: &Request, gid: u32) -> bool {
-    if req.gid() == gid {
-        return true;
-    }
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
-}
-
-/// The caller of a request that creates an inode with `umask` (FUSE_DONT_MASK: the kernel
-/// leaves the umask to us, so that a default ACL can take its place).
-fn creator(req: &Request, umask: u32) -> Caller {
-    Caller {
-        umask,
-        ..caller(req)
     }
 }
 
@@ -499,12 +459,7 @@ impl Filesystem for Adapter {
                 if mode != libc::O_WRONLY {
                     self.touch(ino.0);
                 }
-                let fh = if mode == libc::O_RDONLY {
-                    0
-                } else {
-                    self.space.opened(ino.0);
-                    WRITER_FH
-                };
+                let fh = self.handle_for(ino.0, flags.0);
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
             }
             Err(e) => reply.error(err(e)),
@@ -518,13 +473,17 @@ impl Filesystem for Adapter {
         _fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
         match self.fs.read(ino.0, offset, size as usize) {
             Ok(d) => {
-                self.touch(ino.0);
+                // The writeback cache reads pages to fill partial writes, through handles
+                // opened write-only: not an access.
+                if flags.0 & libc::O_ACCMODE != libc::O_WRONLY {
+                    self.touch(ino.0);
+                }
                 reply.data(&d)
             }
             Err(e) => reply.error(err(e)),
@@ -729,61 +688,14 @@ impl Filesystem for Adapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        if ino.0 == ROOT_INO && name.as_bytes() == STATS_XATTR.as_bytes() {
-            return reply.error(Errno::EPERM);
-        }
-        if name.as_bytes() == USAGE_XATTR.as_bytes() {
-            return reply.error(Errno::EPERM);
-        }
-        if ino.0 == ROOT_INO && name.as_bytes() == CTL_XATTR.as_bytes() {
-            let r = match value {
-                b"checkpoint" => self.fs.checkpoint(false),
-                _ => return reply.error(Errno::EINVAL),
-            };
-            return match r {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(err(e)),
-            };
-        }
-        // Setting an access ACL drops set-group-ID when the caller is neither in the file's
-        // group nor privileged (the kernel would tell us with FUSE_SETXATTR_EXT, which fuser
-        // does not parse).
-        if name.as_bytes() == ACL_ACCESS && req.uid() != 0 {
-            if let Ok(a) = self.fs.getattr(ino.0) {
-                if a.perm & libc::S_ISGID != 0 && !in_group(req, a.gid) {
-                    let sa = SetAttr {
-                        mode: Some(a.perm & !libc::S_ISGID),
-                        ..Default::default()
-                    };
-                    if let Err(e) = self.fs.setattr(ino.0, &sa) {
-                        return reply.error(err(e));
-                    }
-                }
-            }
-        }
-        match self.fs.setxattr(ino.0, name.as_bytes(), value, flags) {
+        match self.set_xattr(req, ino.0, name.as_bytes(), value, flags) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let r = if ino.0 == ROOT_INO && name.as_bytes() == STATS_XATTR.as_bytes() {
-            let mut v = self.fs.stats_json();
-            if let Some(o) = v.as_object_mut() {
-                // The daemon's own memory (anonymous), apart from the pages of a mapped (pmem)
-                // image that show in its resident set too.
-                o.insert("daemon_rss_bytes".into(), status_bytes("VmRSS").into());
-                o.insert("daemon_anon_bytes".into(), status_bytes("RssAnon").into());
-            }
-            Ok(v.to_string().into_bytes())
-        } else if name.as_bytes() == USAGE_XATTR.as_bytes() {
-            self.fs
-                .usage(ino.0)
-                .map(|u| serde_json::json!(u).to_string().into_bytes())
-        } else {
-            self.fs.getxattr(ino.0, name.as_bytes())
-        };
+        let r = self.get_xattr(ino.0, name.as_bytes());
         match r {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
@@ -834,7 +746,7 @@ impl Filesystem for Adapter {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _flags: i32,
+        flags: i32,
         reply: ReplyCreate,
     ) {
         let kind = Kind::from_mode(mode).unwrap_or(Kind::File);
@@ -852,12 +764,12 @@ impl Filesystem for Adapter {
             .and_then(|(ino, _)| self.fs.open_handle(ino).map(|a| (ino, a)));
         match r {
             Ok((ino, a)) => {
-                self.space.opened(ino);
+                let fh = self.handle_for(ino, flags);
                 reply.created(
                     &self.ttl(&a),
                     &self.attr(ino, &a),
                     Generation(0),
-                    FileHandle(WRITER_FH),
+                    FileHandle(fh),
                     FopenFlags::FOPEN_KEEP_CACHE,
                 )
             }
@@ -933,148 +845,5 @@ impl Filesystem for Adapter {
             }
             Err(e) => reply.error(err(e)),
         }
-    }
-}
-
-/// A field of /proc/self/status in bytes (`VmRSS`, `RssAnon`, ...), 0 when it cannot tell.
-fn status_bytes(field: &str) -> u64 {
-    let Ok(s) = std::fs::read_to_string("/proc/self/status") else {
-        return 0;
-    };
-    s.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
-fn block_signals() -> libc::sigset_t {
-    // SAFETY: plain libc signal-set manipulation on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGHUP);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
-}
-
-/// Mount `fs` at `mountpoint` and serve it until unmounted (or SIGTERM/SIGINT/SIGHUP, which
-/// unmount). `ready` runs once the mount is usable. On return the file system has been shut
-/// down cleanly (checkpoint, engine shutdown, clean flag).
-pub fn serve(
-    fs: Arc<FileSystem>,
-    mountpoint: &Path,
-    opts: &MountOptions,
-    ready: impl FnOnce(),
-) -> crate::Result<()> {
-    let set = block_signals();
-    let mut config = Config::default();
-    // The type shows as `fuse.nodup` in /proc/mounts (`nodup list`, `mount -t fuse.nodup`).
-    // fuser hands `Subtype` only to fusermount; a direct mount (root) needs it as a kernel
-    // option.
-    // SAFETY: geteuid cannot fail.
-    let subtype = if unsafe { libc::geteuid() } == 0 {
-        MountOption::CUSTOM("subtype=nodup".into())
-    } else {
-        MountOption::Subtype("nodup".into())
-    };
-    config.mount_options = vec![
-        MountOption::FSName(opts.fsname.clone()),
-        subtype,
-        MountOption::DefaultPermissions,
-        MountOption::Dev,
-        MountOption::Suid,
-    ];
-    if opts.atime == AtimeMode::Noatime {
-        // Shown in /proc/mounts; the updates themselves are ours (FUSE inodes are S_NOATIME).
-        config.mount_options.push(MountOption::NoAtime);
-    }
-    config.acl = if opts.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(opts.threads.max(1));
-    config.clone_fd = true;
-    let adapter = Adapter::new(fs.clone(), opts.writeback_cache, opts.atime);
-    let notifier = adapter.notifier.clone();
-    let space = adapter.space.clone();
-    let mut session = fuser::Session::new(adapter, mountpoint, &config)?;
-    if opts.writeback_cache {
-        let capacity = fs.statfs().blocks * nodup_core::BLOCK_SIZE as u64;
-        let w = match space::set_dirty_window(mountpoint, capacity) {
-            Ok(w) => w,
-            Err(e) => {
-                crate::logging::warn(&format!("dirty window unknown ({e}); assuming 64 MiB"));
-                64 << 20
-            }
-        };
-        space.enable(w);
-        crate::logging::info(&format!(
-            "writeback cache: up to {} MiB dirty in the kernel; buffered writes get ENOSPC below {} MiB free",
-            w >> 20,
-            (space::REFUSE_WINDOWS * space.window()) >> 20
-        ));
-    }
-    let _ = notifier.set(session.notifier());
-    let mut unmounter = session.unmount_callable();
-    std::thread::Builder::new()
-        .name("nodup-signals".into())
-        .spawn(move || {
-            let mut sig: libc::c_int = 0;
-            // SAFETY: waits on the set blocked above; `sig` is a valid out pointer.
-            if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
-                crate::logging::info(&format!("signal {sig}: unmounting"));
-                if let Err(e) = unmounter.unmount() {
-                    crate::logging::error(&format!("unmount on signal {sig} failed: {e}"));
-                }
-            }
-        })?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let maint = {
-        let fs = fs.clone();
-        let stop = stop.clone();
-        std::thread::Builder::new()
-            .name("nodup-maint".into())
-            .spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    fs.wait_for_tick(Duration::from_millis(500));
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    if let Err(e) = fs.tick() {
-                        crate::logging::error(&format!("background checkpoint/sync failed: {e}"));
-                    }
-                }
-            })?
-    };
-    ready();
-    let r = session.run();
-    stop.store(true, Ordering::Relaxed);
-    fs.wake_maintenance();
-    let _ = maint.join();
-    // destroy() normally ran inside run(); make sure the clean shutdown happened.
-    if !fs.is_shut_down() {
-        fs.shutdown()?;
-    }
-    r?;
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::killed_suidgid;
-
-    #[test]
-    fn setid_bits_dropped_like_the_kernel() {
-        // suid always goes; sgid when group-executable ...
-        assert_eq!(killed_suidgid(0o6777, 0, 0), 0o777);
-        assert_eq!(killed_suidgid(0o4755, 0, 0), 0o755);
-        // ... or when the modifier is not in the file's group (no group-exec: lock marker).
-        assert_eq!(killed_suidgid(0o6767, 0, 0), 0o2767);
-        assert_eq!(killed_suidgid(0o6767, 0, 65534), 0o767);
-        assert_eq!(killed_suidgid(0o644, 0, 65534), 0o644);
     }
 }

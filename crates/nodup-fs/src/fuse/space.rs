@@ -26,6 +26,9 @@ use parking_lot::Mutex;
 pub const TIGHT_WINDOWS: u64 = 4;
 /// Free space, in windows, below which buffered writes are refused.
 pub const REFUSE_WINDOWS: u64 = 2;
+/// The guard runs only when a window is at most this fraction of the image (1/16), so the
+/// room kept for the kernel stays a small part of it.
+pub const MAX_WINDOW_SHARE: u64 = 16;
 /// Smallest window we set (smaller ones throttle writers for nothing).
 const MIN_WINDOW: u64 = 1 << 20;
 /// The window is at most this fraction of the image (1/64), so the room kept stays small.
