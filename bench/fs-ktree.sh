@@ -53,16 +53,7 @@ timed_copy() {
 
 
 SRC=$WORK/src
-TARBALL=/usr/src/linux-source-6.1.tar.xz
-[[ -f $TARBALL ]] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-source-6.1 >/dev/null 2>&1 || true
-mkdir -p "$SRC"
-if [[ -f $TARBALL && "${QUICK:-0}" != 1 ]]; then
-  WHAT=linux-source-6.1
-  tar -xJf "$TARBALL" -C "$SRC"
-else
-  WHAT=/usr/share/doc
-  cp -a /usr/share/doc "$SRC/"
-fi
+kernel_tree "$SRC"
 src_mib=$(du -sm "$SRC" | cut -f1)
 src_files=$(find "$SRC" -type f | wc -l)
 

@@ -12,3 +12,19 @@ steal_share() {
   awk -v d="$1" -v w="$2" -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" \
     'BEGIN { printf "%.3f\n", (w > 0) ? d / hz / (w * n) : 0 }'
 }
+
+# kernel_tree DIR: unpack the Linux source tree (linux-source-6.1, installed when missing) into
+# DIR, or copy /usr/share/doc there with QUICK=1 or when the package cannot be had; sets WHAT
+# to what was used.
+kernel_tree() {
+  local tarball=/usr/src/linux-source-6.1.tar.xz
+  [[ -f $tarball ]] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-source-6.1 >/dev/null 2>&1 || true
+  mkdir -p "$1"
+  if [[ -f $tarball && "${QUICK:-0}" != 1 ]]; then
+    WHAT=linux-source-6.1
+    tar -xJf "$tarball" -C "$1"
+  else
+    WHAT=/usr/share/doc
+    cp -a /usr/share/doc "$1/"
+  fi
+}

@@ -117,10 +117,7 @@ add "$DU_LINE"
 rm -f "$W/du.img"
 
 # ---- 3b. estimate vs a real copy of the kernel tree
-TARBALL=/usr/src/linux-source-6.1.tar.xz
-[[ -f $TARBALL ]] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-source-6.1 >/dev/null 2>&1 || true
-mkdir -p "$W/src"
-if [[ -f $TARBALL && $QUICK != 1 ]]; then WHAT=linux-source-6.1; tar -xJf "$TARBALL" -C "$W/src"; else WHAT=/usr/share/doc; cp -a /usr/share/doc "$W/src/"; fi
+kernel_tree "$W/src"
 est=$("$NODUP" estimate --json "$W/src")
 e_ratio=$(json 'd["dedup_ratio"]' <<<"$est")
 fresh "$W/kt.img" 4G

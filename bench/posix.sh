@@ -92,16 +92,7 @@ rm -f "$SRC"
 
 # ---------------------------------------------------------------- kernel tree twice
 KSRC=$WORK/ksrc
-TARBALL=/usr/src/linux-source-6.1.tar.xz
-[[ -f $TARBALL ]] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-source-6.1 >/dev/null 2>&1 || true
-mkdir -p "$KSRC"
-if [[ -f $TARBALL && "${QUICK:-0}" != 1 ]]; then
-  WHAT=linux-source-6.1
-  tar -xJf "$TARBALL" -C "$KSRC"
-else
-  WHAT=/usr/share/doc
-  cp -a /usr/share/doc "$KSRC/"
-fi
+kernel_tree "$KSRC"
 files=$(find "$KSRC" -type f | wc -l)
 declare -A KT
 for kind in pmem blockfile; do

@@ -46,6 +46,7 @@ pub mod image;
 pub mod inode;
 pub mod log;
 pub mod logging;
+pub mod mountinfo;
 pub mod open;
 pub mod persist;
 pub mod snapshot_v1;

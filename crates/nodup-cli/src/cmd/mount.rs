@@ -312,22 +312,7 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
 
 /// Unescape a path field of /proc/self/mountinfo (`\040` for space etc.).
 pub fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8_lossy(&nodup_fs::mountinfo::unescape(s)).into_owned()
 }
 
 /// The image behind a nodup mount point, from /proc/self/mountinfo.

@@ -103,7 +103,7 @@ impl SpaceGuard {
 /// kernel's per-device limit, lowered to 1/64 of the image when that is smaller. Returns the
 /// window in force, or an error line when the device's limit cannot be read.
 pub fn set_dirty_window(mountpoint: &Path, capacity: u64) -> Result<u64, String> {
-    let dev = mount_device(mountpoint).ok_or_else(|| {
+    let dev = crate::mountinfo::mount_device(mountpoint).ok_or_else(|| {
         format!(
             "{}: not found in /proc/self/mountinfo",
             mountpoint.display()
@@ -125,37 +125,6 @@ pub fn set_dirty_window(mountpoint: &Path, capacity: u64) -> Result<u64, String>
         Err(_) if cur != 0 => Ok(cur),
         Err(e) => Err(format!("{knob}: {e}")),
     }
-}
-
-/// `major:minor` of the newest mount on `mountpoint`, from /proc/self/mountinfo.
-fn mount_device(mountpoint: &Path) -> Option<String> {
-    let want = std::fs::canonicalize(mountpoint).ok()?;
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines().rev().find_map(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        (f.len() > 4 && unescape(f[4]) == want.as_os_str().as_encoded_bytes())
-            .then(|| f[2].to_string())
-    })
-}
-
-/// Undo mountinfo's octal escapes (`\040` for a space).
-fn unescape(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -187,11 +156,5 @@ mod tests {
         assert!(!g.is_tight() && !g.refuse(WRITER_FH, 15 << 20));
         g.closed(7);
         assert!(g.observe(1).is_empty());
-    }
-
-    #[test]
-    fn mountinfo_escapes() {
-        assert_eq!(unescape(r"/a\040b\134c"), b"/a b\\c".to_vec());
-        assert_eq!(unescape(r"/x\04"), b"/x\\04".to_vec());
     }
 }
