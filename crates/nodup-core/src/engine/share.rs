@@ -6,7 +6,6 @@
 //! (on a blockfile image every access is a system call, and per-block accesses made a 1 GiB
 //! copy take 0.6 s instead of a few hundredths).
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use super::Engine;
@@ -46,33 +45,49 @@ impl Engine {
     }
 
     fn share_inner(&self, t: &mut IoTally, blocks: &[BlockNr]) -> Result<Vec<bool>> {
-        // Reverse-map slots: block -> entry offset.
+        // Sorted vectors and binary searches rather than maps: a copy of a sequential file
+        // passes its blocks in order, which the sorts pass through in linear time.
         let mut uniq: Vec<BlockNr> = blocks.to_vec();
         uniq.sort_unstable();
         uniq.dedup();
+        // Reverse-map slots: block -> entry offset.
         let slots: Vec<u64> = uniq.iter().map(|&b| self.revmap.slot_off(b)).collect();
         let raw = self.read_spans(t, &slots, SLOT)?;
-        let loc_of: BTreeMap<BlockNr, u64> = uniq
-            .iter()
-            .zip(raw.chunks_exact(SLOT as usize))
-            .map(|(&b, s)| (b, u64::from_le_bytes(s.try_into().unwrap_or([0; 8]))))
+        let loc_at: Vec<u64> = raw
+            .chunks_exact(SLOT as usize)
+            .map(|s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
             .collect();
+        let loc_of = |b: BlockNr| uniq.binary_search(&b).map_or(0, |i| loc_at[i]);
         // References wanted per entry (a block can be listed more than once).
-        let mut want: BTreeMap<u64, (BlockNr, u64)> = BTreeMap::new();
-        for b in blocks {
-            let loc = loc_of.get(b).copied().unwrap_or(0);
-            if loc != 0 && self.layout.is_entry_loc(loc) {
-                want.entry(loc).or_insert((*b, 0)).1 += 1;
+        let mut pairs: Vec<(u64, BlockNr)> = blocks
+            .iter()
+            .map(|&b| (loc_of(b), b))
+            .filter(|&(loc, _)| loc != 0 && self.layout.is_entry_loc(loc))
+            .collect();
+        pairs.sort_unstable();
+        let mut locs: Vec<u64> = Vec::with_capacity(pairs.len());
+        let mut want: Vec<(BlockNr, u64)> = Vec::with_capacity(pairs.len());
+        for (loc, b) in pairs {
+            match (locs.last(), want.last_mut()) {
+                (Some(&l), Some(w)) if l == loc => {
+                    // Two blocks naming one entry (damage): only the first is tried; the
+                    // other is reported unshared and copied.
+                    if w.0 == b {
+                        w.1 += 1;
+                    }
+                }
+                _ => {
+                    locs.push(loc);
+                    want.push((b, 1));
+                }
             }
         }
-        let locs: Vec<u64> = want.keys().copied().collect();
         // Unlocked read: the fingerprints say which shard locks to take. The caller's
         // references keep every one of these entries valid meanwhile; only counts change.
         let first = self.read_spans(t, &locs, ENTRY_SIZE)?;
         let fps: Vec<u64> = first
             .chunks_exact(ENTRY_SIZE as usize)
-            .map(entry_of)
-            .map(|e| e.fp)
+            .map(|c| entry_of(c).fp)
             .collect();
         let mut shards: Vec<usize> = fps.iter().map(|&fp| self.index.shard_of(fp)).collect();
         shards.sort_unstable();
@@ -84,7 +99,7 @@ impl Engine {
         // Under the locks: the current counts, validated, incremented in place.
         let mut now = self.read_spans(t, &locs, ENTRY_SIZE)?;
         let mut ok = vec![false; locs.len()];
-        for (k, &(b, n)) in want.values().enumerate() {
+        for (k, &(b, n)) in want.iter().enumerate() {
             let at = k * ENTRY_SIZE as usize;
             let e = entry_of(&now[at..at + ENTRY_SIZE as usize]);
             if !e.is_valid() || e.blocknr != b || e.fp != fps[k] {
@@ -115,12 +130,12 @@ impl Engine {
             self.meta.flush(locs[k], (z - a) as u64);
             k = j;
         }
-        let granted: BTreeMap<u64, bool> = locs.iter().copied().zip(ok).collect();
         Ok(blocks
             .iter()
-            .map(|b| {
-                let loc = loc_of.get(b).copied().unwrap_or(0);
-                granted.get(&loc).copied().unwrap_or(false)
+            .map(|&b| {
+                let loc = loc_of(b);
+                locs.binary_search(&loc)
+                    .is_ok_and(|k| ok[k] && want[k].0 == b)
             })
             .collect())
     }
