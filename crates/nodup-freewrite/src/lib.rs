@@ -1,1 +1,0 @@
-//! Freewrite: bubble planner, record files, log and LSM stores; built by a later issue.

@@ -1,1 +1,0 @@
-//! Cache-line encrypted NVMM simulator (FSDedup evaluation model); built by a later issue.
