@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SHELL := /bin/bash
 
-.PHONY: all build release deps test lint unit demo torture bench clean trace-check fs-pjdfstest fs-fsx install install-check
+.PHONY: all build release deps test lint unit examples demo torture bench clean trace-check fs-pjdfstest fs-fsx install install-check
 
 # Where `make install` puts things (DESTDIR for staging). mount(8) looks for helpers in /sbin.
 PREFIX ?= /usr/local
@@ -30,7 +30,12 @@ lint:
 unit:
 	$(CARGO) test --workspace --release
 
-test: deps lint unit trace-check fs-pjdfstest fs-fsx install-check torture-quick
+# The library's embedded uses, run as a user would (each checks its own results).
+examples:
+	$(CARGO) run --release -q -p nodup-core --example block_store
+	$(CARGO) run --release -q -p nodup-fs --example embedded_fs
+
+test: deps lint unit examples trace-check fs-pjdfstest fs-fsx install-check torture-quick
 	@echo "make test: all suites passed"
 
 # The binary, its man pages (generated from the CLI definition) and the mount(8) helper, so

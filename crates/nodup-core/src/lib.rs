@@ -1,5 +1,11 @@
 //! nodup-core: the inline-deduplicating block engine.
 //!
+//! Start from `examples/block_store.rs` (`cargo run -p nodup-core --example block_store`):
+//! format an image, [`Engine::write`] blocks (identical content comes back as one physical
+//! block), [`Engine::read`], [`Engine::release`] a reference, [`Engine::stats`], shut down
+//! cleanly and reopen. Every write call takes a [`WriteCtx`] (per-stream state; keep one per
+//! writer thread).
+//!
 //! Layers, bottom up (see `../../shared/DESIGN.md` in the checkout's sibling):
 //! - [`media`]: the persistent medium (mapped pmem image, block file, crash simulator, access meter).
 //! - [`alloc`]: persistent free-space tracking with per-thread pools.

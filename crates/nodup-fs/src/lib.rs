@@ -1,5 +1,10 @@
 //! nodup-fs: the nodup file system over the inline-dedup engine, and its FUSE adapter.
 //!
+//! Start from `examples/embedded_fs.rs` (`cargo run -p nodup-fs --example embedded_fs`): the
+//! file system driven through its API without FUSE — [`FileSystem::format`], `mknod`, `write`,
+//! `copy_range`, `lookup`, `read`, the stats, [`fsck::check`], `shutdown` and
+//! [`FileSystem::open`]. [`fuse::serve`] mounts the same type.
+//!
 //! # Design
 //!
 //! - **One image.** The engine formats the medium and owns every block except its client area;

@@ -1,7 +1,7 @@
 //! Incremental checkpoints: what changed since the last checkpoint, where each piece of the
 //! metadata lives on the medium, and which checkpoint segments still hold live pieces.
 //!
-//! The metadata is persisted as **units** ([`unit`]): an inode's head (attributes, xattrs, its
+//! The metadata is persisted as **units** ([`unit`](mod@unit)): an inode's head (attributes, xattrs, its
 //! first map or directory unit, the list of its other units) and its further units of
 //! [`crate::blockmap::CHUNK`] file blocks or [`crate::dir::UNIT_COOKIES`] directory entries.
 //! A checkpoint writes only the units that changed since the previous one, as a new
