@@ -13,7 +13,7 @@
 //! Embedding the digest and kind makes distinct (digest, kind) pairs distinct by construction; the
 //! pseudo-random tail keeps the data incompressible like real data.
 
-use crate::record::{Digest, SECTOR_BYTES};
+use crate::record::{Digest, DigestUnit, Record, SECTORS_PER_BLOCK, SECTOR_BYTES};
 
 /// Kind value of a never-written sector: all zeros, as a hole in a sparse file reads.
 pub const KIND_ZERO: u8 = 0;
@@ -94,6 +94,24 @@ fn splitmix64(state: &mut u64) -> u64 {
 pub fn fill_sectors(sectors: &[SectorContent], out: &mut [u8]) {
     for (sc, chunk) in sectors.iter().zip(out.chunks_mut(SECTOR_BYTES as usize)) {
         sc.fill(chunk);
+    }
+}
+
+// The record knows its digests; what a sector's bytes are is this module's concern, so the
+// method lives here and `record` does not depend on `content`.
+impl Record {
+    /// Content of the `i`-th sector of the request (0-based, relative to `lba`).
+    ///
+    /// A 4 KiB digest covers the 8 sectors that follow the start of its 4 KiB piece of the request,
+    /// so sector `i` is part `i % 8` of digest `i / 8`.
+    pub fn sector_content(&self, i: u32) -> SectorContent {
+        match self.unit {
+            DigestUnit::Block => SectorContent::block_part(
+                self.digests[(i / SECTORS_PER_BLOCK as u32) as usize],
+                (i % SECTORS_PER_BLOCK as u32) as u8,
+            ),
+            DigestUnit::Sector => SectorContent::sector(self.digests[i as usize]),
+        }
     }
 }
 

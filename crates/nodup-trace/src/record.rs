@@ -1,7 +1,5 @@
 //! One trace record (an I/O request) and the geometry constants shared by every module.
 
-use crate::content::SectorContent;
-
 /// Bytes per sector: FIU LBAs and sizes count 512-byte sectors.
 pub const SECTOR_BYTES: u64 = 512;
 /// Bytes per block: the dedup (and replay) unit.
@@ -70,20 +68,6 @@ impl Record {
     /// The device this record addresses.
     pub fn device(&self) -> (u32, u32) {
         (self.major, self.minor)
-    }
-
-    /// Content of the `i`-th sector of the request (0-based, relative to `lba`).
-    ///
-    /// A 4 KiB digest covers the 8 sectors that follow the start of its 4 KiB piece of the request,
-    /// so sector `i` is part `i % 8` of digest `i / 8`.
-    pub fn sector_content(&self, i: u32) -> SectorContent {
-        match self.unit {
-            DigestUnit::Block => SectorContent::block_part(
-                self.digests[(i / SECTORS_PER_BLOCK as u32) as usize],
-                (i % SECTORS_PER_BLOCK as u32) as u8,
-            ),
-            DigestUnit::Sector => SectorContent::sector(self.digests[i as usize]),
-        }
     }
 
     /// First 4 KiB block of the device touched by the request.
