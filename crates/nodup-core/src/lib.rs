@@ -16,6 +16,7 @@
 //! - [`engine`]: the write path — one call takes the blocks of one write and returns a physical block for each.
 
 pub mod alloc;
+pub mod codec;
 pub mod engine;
 pub mod error;
 pub mod fingerprint;

@@ -14,29 +14,21 @@ use crate::log::record::Record;
 /// Seconds after which `relatime` refreshes an atime even if the file did not change.
 const RELATIME_SECS: i64 = 24 * 3600;
 
-/// How reads update access times.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AtimeMode {
-    /// Update when atime is not newer than mtime or ctime, or is a day old (Linux default).
-    #[default]
-    Relatime,
-    /// Update on every access (one log record each).
-    Strictatime,
-    /// Never update on access.
-    Noatime,
+nodup_core::named_enum! {
+    /// How reads update access times (named as the mount options; the numbers are not stored).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum AtimeMode {
+        /// Update when atime is not newer than mtime or ctime, or is a day old (Linux default).
+        #[default]
+        Relatime = 0 => "relatime",
+        /// Update on every access (one log record each).
+        Strictatime = 1 => "strictatime",
+        /// Never update on access.
+        Noatime = 2 => "noatime",
+    }
 }
 
 impl AtimeMode {
-    /// Parse a mount option name.
-    pub fn from_name(s: &str) -> Option<AtimeMode> {
-        match s {
-            "relatime" => Some(AtimeMode::Relatime),
-            "strictatime" => Some(AtimeMode::Strictatime),
-            "noatime" => Some(AtimeMode::Noatime),
-            _ => None,
-        }
-    }
-
     /// Whether an access at `now` must write a new atime into `a`.
     pub fn needs_update(self, a: &Attr, now: Ts) -> bool {
         match self {

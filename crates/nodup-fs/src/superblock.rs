@@ -2,6 +2,7 @@
 //! to a new checkpoint is one atomic step (write the older copy with a higher sequence number).
 
 use crate::error::{FsError, Result};
+use nodup_core::codec::{le_u32, le_u64};
 use nodup_core::media::Medium;
 use nodup_core::{BlockNr, BLOCK_SIZE};
 use std::io::Read;
@@ -46,30 +47,14 @@ pub mod off {
     pub const V1_CHECKSUM: usize = 112;
 }
 
-/// Which medium the image was made for; recorded at mkfs so mount opens it the same way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum MediumKind {
-    /// Memory-mapped image (tmpfs, DAX): durable when a call returns.
-    Pmem = 1,
-    /// pread/pwrite image: durable after fsync.
-    BlockFile = 2,
-}
-
-impl MediumKind {
-    /// Decode the on-media value.
-    pub fn from_u32(v: u32) -> Option<MediumKind> {
-        match v {
-            1 => Some(MediumKind::Pmem),
-            2 => Some(MediumKind::BlockFile),
-            _ => None,
-        }
-    }
-    /// Name used on the command line and in stats.
-    pub fn name(self) -> &'static str {
-        match self {
-            MediumKind::Pmem => "pmem",
-            MediumKind::BlockFile => "blockfile",
-        }
+nodup_core::named_enum! {
+    /// Which medium the image was made for; recorded at mkfs so mount opens it the same way.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+    pub enum MediumKind {
+        /// Memory-mapped image (tmpfs, DAX): durable when a call returns.
+        Pmem = 1 => "pmem",
+        /// pread/pwrite image: durable after fsync.
+        BlockFile = 2 => "blockfile",
     }
 }
 
@@ -114,17 +99,6 @@ pub struct Superblock {
 }
 
 const _: () = assert!(std::mem::size_of::<Superblock>() == off::END);
-
-fn rd32(b: &[u8], o: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[o..o + 4]);
-    u32::from_le_bytes(a)
-}
-fn rd64(b: &[u8], o: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[o..o + 8]);
-    u64::from_le_bytes(a)
-}
 
 impl Superblock {
     /// A superblock with every pointer empty (filled in by mkfs).
@@ -197,13 +171,13 @@ impl Superblock {
         if b.len() < off::END || b[..8] != SB_MAGIC {
             return Err(FsError::NotNodup("no nodup file-system superblock".into()));
         }
-        let version = rd32(b, off::VERSION);
+        let version = le_u32(b, off::VERSION);
         let crc_at = if version == 1 {
             off::V1_CHECKSUM
         } else {
             off::CHECKSUM
         };
-        if crc32c::crc32c(&b[..crc_at]) != rd32(b, crc_at) {
+        if crc32c::crc32c(&b[..crc_at]) != le_u32(b, crc_at) {
             return Err(FsError::Corrupt("superblock checksum mismatch".into()));
         }
         if !(FS_VERSION_MIN..=FS_VERSION).contains(&version) {
@@ -216,26 +190,26 @@ impl Superblock {
         let sb = Superblock {
             magic: SB_MAGIC,
             version,
-            flags: rd32(b, off::FLAGS),
-            seq: rd64(b, off::SEQ),
-            block_size: rd32(b, off::BLOCK_SIZE),
-            medium: rd32(b, off::MEDIUM),
-            total_blocks: rd64(b, off::TOTAL_BLOCKS),
-            policy: rd32(b, off::POLICY),
-            fingerprint: rd32(b, off::FINGERPRINT),
-            meta_layout: rd32(b, off::META_LAYOUT),
+            flags: le_u32(b, off::FLAGS),
+            seq: le_u64(b, off::SEQ),
+            block_size: le_u32(b, off::BLOCK_SIZE),
+            medium: le_u32(b, off::MEDIUM),
+            total_blocks: le_u64(b, off::TOTAL_BLOCKS),
+            policy: le_u32(b, off::POLICY),
+            fingerprint: le_u32(b, off::FINGERPRINT),
+            meta_layout: le_u32(b, off::META_LAYOUT),
             _pad: 0,
-            ckpt_head: rd64(b, off::CKPT_HEAD),
-            ckpt_gen: rd64(b, off::CKPT_GEN),
-            log_head: rd64(b, off::LOG_HEAD),
-            log_gen: rd64(b, off::LOG_GEN),
-            log_seq: rd64(b, off::LOG_SEQ),
-            next_gen: rd64(b, off::NEXT_GEN),
-            created: rd64(b, off::CREATED),
-            log_index: if v2 { rd64(b, off::LOG_INDEX) } else { 0 },
-            log_off: if v2 { rd32(b, off::LOG_OFF) } else { 0 },
+            ckpt_head: le_u64(b, off::CKPT_HEAD),
+            ckpt_gen: le_u64(b, off::CKPT_GEN),
+            log_head: le_u64(b, off::LOG_HEAD),
+            log_gen: le_u64(b, off::LOG_GEN),
+            log_seq: le_u64(b, off::LOG_SEQ),
+            next_gen: le_u64(b, off::NEXT_GEN),
+            created: le_u64(b, off::CREATED),
+            log_index: if v2 { le_u64(b, off::LOG_INDEX) } else { 0 },
+            log_off: if v2 { le_u32(b, off::LOG_OFF) } else { 0 },
             _pad3: 0,
-            checksum: rd32(b, crc_at),
+            checksum: le_u32(b, crc_at),
             _pad2: 0,
         };
         if sb.block_size as usize != BLOCK_SIZE {

@@ -22,6 +22,7 @@ use std::time::Instant;
 use super::{Engine, RecoveryReport, STATE_NEEDS_RECOVERY, STATE_READY, STATE_SHUT};
 use crate::alloc::bitmap::Bitmap;
 use crate::alloc::Allocator;
+use crate::codec::le_u64;
 use crate::index::{ent_of, loc_of};
 use crate::meta::io::IoTally;
 use crate::meta::record::{DedupEntry, OFF_BLOCKNR, OFF_REFCOUNT, RESERVED};
@@ -32,12 +33,6 @@ pub const SAVE_MAGIC: [u8; 8] = *b"NDSAVE01";
 /// Save-area format version.
 pub const SAVE_VERSION: u32 = 1;
 const SAVE_HDR: usize = 64;
-
-fn le64(b: &[u8], o: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[o..o + 8]);
-    u64::from_le_bytes(a)
-}
 
 impl Engine {
     fn save_off(&self) -> u64 {
@@ -50,13 +45,18 @@ impl Engine {
         let corrupt = |m: &str| Error::Corrupt(format!("save area: {m}"));
         let mut h = [0u8; SAVE_HDR];
         self.meta.read(&mut t, self.save_off(), &mut h)?;
-        if h[0..8] != SAVE_MAGIC || xxhash_rust::xxh3::xxh3_64(&h[..56]) != le64(&h, 56) {
+        if h[0..8] != SAVE_MAGIC || xxhash_rust::xxh3::xxh3_64(&h[..56]) != le_u64(&h, 56) {
             return Err(corrupt("bad header"));
         }
         if u32::from_le_bytes([h[8], h[9], h[10], h[11]]) != SAVE_VERSION {
             return Err(corrupt("unknown version"));
         }
-        let (nb, ni, nl, phys) = (le64(&h, 16), le64(&h, 24), le64(&h, 32), le64(&h, 40));
+        let (nb, ni, nl, phys) = (
+            le_u64(&h, 16),
+            le_u64(&h, 24),
+            le_u64(&h, 32),
+            le_u64(&h, 40),
+        );
         let cap_words = (self.geo.save_blocks - 1) * (BLOCK_SIZE as u64 / 8);
         if nb != Allocator::save_len_words(self.geo.data_blocks) as u64
             || ni > self.geo.data_blocks
@@ -71,10 +71,10 @@ impl Engine {
         let mut payload = vec![0u8; nwords * 8];
         self.meta
             .read(&mut t, self.save_off() + BLOCK_SIZE as u64, &mut payload)?;
-        if xxhash_rust::xxh3::xxh3_64(&payload) != le64(&h, 48) {
+        if xxhash_rust::xxh3::xxh3_64(&payload) != le_u64(&h, 48) {
             return Err(corrupt("payload checksum mismatch"));
         }
-        let words: Vec<u64> = payload.chunks_exact(8).map(|c| le64(c, 0)).collect();
+        let words: Vec<u64> = payload.chunks_exact(8).map(|c| le_u64(c, 0)).collect();
         let (bitmap, rest) = words.split_at(nb as usize);
         let (locs, lw) = rest.split_at(ni as usize);
         self.alloc.load_words(bitmap)?;
@@ -353,7 +353,7 @@ impl Engine {
             let mut changed = false;
             for i in 0..per.min(total - first) {
                 let want = ent_at[first + i];
-                if le64(&buf, i * 8) != want {
+                if le_u64(&buf, i * 8) != want {
                     buf[i * 8..i * 8 + 8].copy_from_slice(&want.to_le_bytes());
                     changed = true;
                 }

@@ -27,6 +27,7 @@
 //! | 128    | 8     | memory budget     |
 //! | 136    | 8     | xxh3-64 of bytes 0..136 |
 
+use crate::codec::{le_u32, le_u64};
 use crate::fingerprint::FpKind;
 use crate::media::Medium;
 use crate::meta::revmap;
@@ -88,18 +89,6 @@ pub struct Superblock {
     pub clean: bool,
     /// Memory budget for policies that have one.
     pub mem_budget: u64,
-}
-
-fn get64(b: &[u8], o: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[o..o + 8]);
-    u64::from_le_bytes(a)
-}
-
-fn get32(b: &[u8], o: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[o..o + 4]);
-    u32::from_le_bytes(a)
 }
 
 impl Superblock {
@@ -198,7 +187,7 @@ impl Superblock {
         if b.len() < SB_SIZE || b[0..8] != MAGIC {
             return Err(Error::NotNodup("bad engine superblock magic".into()));
         }
-        let version = get32(b, 8);
+        let version = le_u32(b, 8);
         if version > VERSION {
             return Err(Error::Version {
                 found: version,
@@ -206,7 +195,7 @@ impl Superblock {
             });
         }
         let sum = xxhash_rust::xxh3::xxh3_64(&b[..OFF_CHECKSUM]);
-        if sum != get64(b, OFF_CHECKSUM) {
+        if sum != le_u64(b, OFF_CHECKSUM) {
             return Err(Error::Corrupt("engine superblock checksum mismatch".into()));
         }
         if version != VERSION {
@@ -216,36 +205,36 @@ impl Superblock {
         }
         let corrupt = |m: &str| Error::Corrupt(format!("engine superblock: {m}"));
         let policy =
-            PolicyKind::from_u32(get32(b, 112)).ok_or_else(|| corrupt("unknown policy"))?;
+            PolicyKind::from_u32(le_u32(b, 112)).ok_or_else(|| corrupt("unknown policy"))?;
         let fingerprint =
-            FpKind::from_u32(get32(b, 116)).ok_or_else(|| corrupt("unknown fingerprint"))?;
-        let meta_layout = MetaLayoutKind::from_u32(get32(b, 120))
+            FpKind::from_u32(le_u32(b, 116)).ok_or_else(|| corrupt("unknown fingerprint"))?;
+        let meta_layout = MetaLayoutKind::from_u32(le_u32(b, 120))
             .ok_or_else(|| corrupt("unknown metadata layout"))?;
-        let clean = match get32(b, 124) {
+        let clean = match le_u32(b, 124) {
             0 => false,
             1 => true,
             _ => return Err(corrupt("bad clean flag")),
         };
         let sb = Superblock {
             version,
-            block_size: get32(b, 12),
-            total_blocks: get64(b, 16),
-            client_start: get64(b, 24),
-            client_blocks: get64(b, 32),
-            revmap_start: get64(b, 40),
-            revmap_blocks: get64(b, 48),
-            layout_start: get64(b, 56),
-            layout_blocks: get64(b, 64),
-            layout_slots: get64(b, 72),
-            save_start: get64(b, 80),
-            save_blocks: get64(b, 88),
-            data_start: get64(b, 96),
-            data_blocks: get64(b, 104),
+            block_size: le_u32(b, 12),
+            total_blocks: le_u64(b, 16),
+            client_start: le_u64(b, 24),
+            client_blocks: le_u64(b, 32),
+            revmap_start: le_u64(b, 40),
+            revmap_blocks: le_u64(b, 48),
+            layout_start: le_u64(b, 56),
+            layout_blocks: le_u64(b, 64),
+            layout_slots: le_u64(b, 72),
+            save_start: le_u64(b, 80),
+            save_blocks: le_u64(b, 88),
+            data_start: le_u64(b, 96),
+            data_blocks: le_u64(b, 104),
             policy,
             fingerprint,
             meta_layout,
             clean,
-            mem_budget: get64(b, 128),
+            mem_budget: le_u64(b, 128),
         };
         if sb.block_size != BLOCK_SIZE as u32 {
             return Err(corrupt("block size is not 4096"));

@@ -2,63 +2,23 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The fingerprint functions nodup knows; the numeric value is stored on the medium.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[repr(u32)]
-pub enum FpKind {
-    /// xxh3-64, the default (non-cryptographic, verified byte by byte).
-    Xxh3 = 1,
-    /// CRC-32C (hardware accelerated where available).
-    Crc32c = 2,
-    /// SECDED Hamming (72,64) check bytes XOR-folded over the block (FSDedup's "ECC as fingerprint").
-    Ecc = 3,
-    /// SHA-256 truncated to 64 bits for the index; trusted without comparison by the `strong` policy.
-    Sha256 = 4,
-    /// BLAKE3 truncated to 64 bits for the index.
-    Blake3 = 5,
-    /// Test-only: a fingerprint with very few distinct values, to force collisions.
-    TestCollide = 99,
-}
-
-impl FpKind {
-    /// Name used on the command line and in stats.
-    pub fn name(self) -> &'static str {
-        match self {
-            FpKind::Xxh3 => "xxh3",
-            FpKind::Crc32c => "crc32c",
-            FpKind::Ecc => "ecc",
-            FpKind::Sha256 => "sha256",
-            FpKind::Blake3 => "blake3",
-            FpKind::TestCollide => "test-collide",
-        }
-    }
-
-    /// Parse a command-line name.
-    pub fn from_name(s: &str) -> Option<FpKind> {
-        [
-            FpKind::Xxh3,
-            FpKind::Crc32c,
-            FpKind::Ecc,
-            FpKind::Sha256,
-            FpKind::Blake3,
-            FpKind::TestCollide,
-        ]
-        .into_iter()
-        .find(|k| k.name() == s)
-    }
-
-    /// Decode the on-media value.
-    pub fn from_u32(v: u32) -> Option<FpKind> {
-        [
-            FpKind::Xxh3,
-            FpKind::Crc32c,
-            FpKind::Ecc,
-            FpKind::Sha256,
-            FpKind::Blake3,
-            FpKind::TestCollide,
-        ]
-        .into_iter()
-        .find(|k| *k as u32 == v)
+crate::named_enum! {
+    /// The fingerprint functions nodup knows; the numeric value is stored on the medium.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[repr(u32)]
+    pub enum FpKind {
+        /// xxh3-64, the default (non-cryptographic, verified byte by byte).
+        Xxh3 = 1 => "xxh3",
+        /// CRC-32C (hardware accelerated where available).
+        Crc32c = 2 => "crc32c",
+        /// SECDED Hamming (72,64) check bytes XOR-folded over the block (FSDedup's "ECC as fingerprint").
+        Ecc = 3 => "ecc",
+        /// SHA-256 truncated to 64 bits for the index; trusted without comparison by the `strong` policy.
+        Sha256 = 4 => "sha256",
+        /// BLAKE3 truncated to 64 bits for the index.
+        Blake3 = 5 => "blake3",
+        /// Test-only: a fingerprint with very few distinct values, to force collisions.
+        TestCollide = 99 => "test-collide",
     }
 }
 

@@ -9,100 +9,45 @@ use serde::{Deserialize, Serialize};
 use crate::fingerprint::FpKind;
 use crate::{Error, Result};
 
-/// Policies selectable at mkfs; the numeric value is stored on the medium.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[repr(u32)]
-pub enum PolicyKind {
-    /// Light-Dedup: xxh3 + byte comparison + speculative prefetch (default).
-    Light = 1,
-    /// No deduplication (NOVA / ext4 role).
-    None = 2,
-    /// Cryptographic fingerprint trusted without comparison (NV-Dedup / Dedup_SHA1 role).
-    Strong = 3,
-    /// CRC-32C + comparison, no prefetch (DeWrite / LD-w/o-P role).
-    WeakVerify = 4,
-    /// SmartDedup (later issue).
-    Smart = 5,
-    /// FSDedup selective dedup (later issue).
-    Selective = 6,
-}
-
-impl PolicyKind {
-    /// Name used on the command line and in stats.
-    pub fn name(self) -> &'static str {
-        match self {
-            PolicyKind::Light => "light",
-            PolicyKind::None => "none",
-            PolicyKind::Strong => "strong",
-            PolicyKind::WeakVerify => "weak-verify",
-            PolicyKind::Smart => "smart",
-            PolicyKind::Selective => "selective",
-        }
-    }
-    const ALL: [PolicyKind; 6] = [
-        PolicyKind::Light,
-        PolicyKind::None,
-        PolicyKind::Strong,
-        PolicyKind::WeakVerify,
-        PolicyKind::Smart,
-        PolicyKind::Selective,
-    ];
-    /// Parse a command-line name.
-    pub fn from_name(s: &str) -> Option<PolicyKind> {
-        Self::ALL.into_iter().find(|k| k.name() == s)
-    }
-    /// Decode the on-media value.
-    pub fn from_u32(v: u32) -> Option<PolicyKind> {
-        Self::ALL.into_iter().find(|k| *k as u32 == v)
+crate::named_enum! {
+    /// Policies selectable at mkfs; the numeric value is stored on the medium.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[repr(u32)]
+    pub enum PolicyKind {
+        /// Light-Dedup: xxh3 + byte comparison + speculative prefetch (default).
+        Light = 1 => "light",
+        /// No deduplication (NOVA / ext4 role).
+        None = 2 => "none",
+        /// Cryptographic fingerprint trusted without comparison (NV-Dedup / Dedup_SHA1 role).
+        Strong = 3 => "strong",
+        /// CRC-32C + comparison, no prefetch (DeWrite / LD-w/o-P role).
+        WeakVerify = 4 => "weak-verify",
+        /// SmartDedup (later issue).
+        Smart = 5 => "smart",
+        /// FSDedup selective dedup (later issue).
+        Selective = 6 => "selective",
     }
 }
 
-/// Speculative-prefetch variants of Light-Dedup §4.3, selectable per mount for experiments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-pub enum PrefetchMode {
-    /// LD-w/o-P: no prefetch.
-    None,
-    /// Prefetch all 64 cache lines before comparing.
-    P64,
-    /// In-Block Prefetch: 16 prefetches at 256 B stride, then 64 B stride.
-    Ibp,
-    /// Prefetch-Current: prefetch the hinted block before fingerprinting.
-    Pc,
-    /// Speculation: follow a trusted hint and skip fingerprint + index.
-    Sp,
-    /// Prefetch-Next: also prefetch the block the next input will likely compare with.
-    Pn,
-    /// Cross-Block Prefetch = PN + transition (default).
-    #[default]
-    Cbp,
-}
-
-impl PrefetchMode {
-    /// Name used on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            PrefetchMode::None => "none",
-            PrefetchMode::P64 => "p64",
-            PrefetchMode::Ibp => "ibp",
-            PrefetchMode::Pc => "pc",
-            PrefetchMode::Sp => "sp",
-            PrefetchMode::Pn => "pn",
-            PrefetchMode::Cbp => "cbp",
-        }
-    }
-    /// All seven variants, in the paper's order.
-    pub const ALL: [PrefetchMode; 7] = [
-        PrefetchMode::None,
-        PrefetchMode::P64,
-        PrefetchMode::Ibp,
-        PrefetchMode::Pc,
-        PrefetchMode::Sp,
-        PrefetchMode::Pn,
-        PrefetchMode::Cbp,
-    ];
-    /// Parse a command-line name.
-    pub fn from_name(s: &str) -> Option<PrefetchMode> {
-        Self::ALL.into_iter().find(|k| k.name() == s)
+crate::named_enum! {
+    /// Speculative-prefetch variants of Light-Dedup §4.3, selectable per mount for experiments.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+    pub enum PrefetchMode {
+        /// LD-w/o-P: no prefetch.
+        None = 0 => "none",
+        /// Prefetch all 64 cache lines before comparing.
+        P64 = 1 => "p64",
+        /// In-Block Prefetch: 16 prefetches at 256 B stride, then 64 B stride.
+        Ibp = 2 => "ibp",
+        /// Prefetch-Current: prefetch the hinted block before fingerprinting.
+        Pc = 3 => "pc",
+        /// Speculation: follow a trusted hint and skip fingerprint + index.
+        Sp = 4 => "sp",
+        /// Prefetch-Next: also prefetch the block the next input will likely compare with.
+        Pn = 5 => "pn",
+        /// Cross-Block Prefetch = PN + transition (default).
+        #[default]
+        Cbp = 6 => "cbp",
     }
 }
 
