@@ -18,6 +18,18 @@ pub fn le_u64(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
+/// Store `v` little-endian at `b[o..o + 4]`.
+#[inline]
+pub fn put_u32(b: &mut [u8], o: usize, v: u32) {
+    b[o..o + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Store `v` little-endian at `b[o..o + 8]`.
+#[inline]
+pub fn put_u64(b: &mut [u8], o: usize, v: u64) {
+    b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+}
+
 /// Declares a fieldless enum whose variants each have a number (its on-media value) and a
 /// name (command line, stats), with `ALL` (declaration order), `name()`, `from_name()` and
 /// `from_u32()`:

@@ -27,7 +27,7 @@
 //! | 128    | 8     | memory budget     |
 //! | 136    | 8     | xxh3-64 of bytes 0..136 |
 
-use crate::codec::{le_u32, le_u64};
+use crate::codec::{le_u32, le_u64, put_u32, put_u64};
 use crate::fingerprint::FpKind;
 use crate::media::Medium;
 use crate::meta::revmap;
@@ -41,7 +41,32 @@ pub const MAGIC: [u8; 8] = *b"NODUPENG";
 pub const VERSION: u32 = 1;
 /// Encoded size.
 pub const SB_SIZE: usize = 144;
-const OFF_CHECKSUM: usize = 136;
+
+/// Byte offsets of the fields (the table above).
+mod off {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const BLOCK_SIZE: usize = 12;
+    pub const TOTAL_BLOCKS: usize = 16;
+    pub const CLIENT_START: usize = 24;
+    pub const CLIENT_BLOCKS: usize = 32;
+    pub const REVMAP_START: usize = 40;
+    pub const REVMAP_BLOCKS: usize = 48;
+    pub const LAYOUT_START: usize = 56;
+    pub const LAYOUT_BLOCKS: usize = 64;
+    pub const LAYOUT_SLOTS: usize = 72;
+    pub const SAVE_START: usize = 80;
+    pub const SAVE_BLOCKS: usize = 88;
+    pub const DATA_START: usize = 96;
+    pub const DATA_BLOCKS: usize = 104;
+    pub const POLICY: usize = 112;
+    pub const FINGERPRINT: usize = 116;
+    pub const META_LAYOUT: usize = 120;
+    pub const CLEAN: usize = 124;
+    pub const MEM_BUDGET: usize = 128;
+    /// xxh3-64 of every byte before it.
+    pub const CHECKSUM: usize = 136;
+}
 /// Header bytes of the save area before its payload (one block).
 pub const SAVE_HEADER_BLOCKS: u64 = 1;
 /// Smallest data area accepted at format.
@@ -152,50 +177,49 @@ impl Superblock {
     /// Encode with checksum.
     pub fn encode(&self) -> [u8; SB_SIZE] {
         let mut b = [0u8; SB_SIZE];
-        b[0..8].copy_from_slice(&MAGIC);
-        b[8..12].copy_from_slice(&self.version.to_le_bytes());
-        b[12..16].copy_from_slice(&self.block_size.to_le_bytes());
-        let f64s = [
-            self.total_blocks,
-            self.client_start,
-            self.client_blocks,
-            self.revmap_start,
-            self.revmap_blocks,
-            self.layout_start,
-            self.layout_blocks,
-            self.layout_slots,
-            self.save_start,
-            self.save_blocks,
-            self.data_start,
-            self.data_blocks,
-        ];
-        for (i, v) in f64s.iter().enumerate() {
-            b[16 + 8 * i..24 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        b[off::MAGIC..off::MAGIC + 8].copy_from_slice(&MAGIC);
+        put_u32(&mut b, off::VERSION, self.version);
+        put_u32(&mut b, off::BLOCK_SIZE, self.block_size);
+        for (o, v) in [
+            (off::TOTAL_BLOCKS, self.total_blocks),
+            (off::CLIENT_START, self.client_start),
+            (off::CLIENT_BLOCKS, self.client_blocks),
+            (off::REVMAP_START, self.revmap_start),
+            (off::REVMAP_BLOCKS, self.revmap_blocks),
+            (off::LAYOUT_START, self.layout_start),
+            (off::LAYOUT_BLOCKS, self.layout_blocks),
+            (off::LAYOUT_SLOTS, self.layout_slots),
+            (off::SAVE_START, self.save_start),
+            (off::SAVE_BLOCKS, self.save_blocks),
+            (off::DATA_START, self.data_start),
+            (off::DATA_BLOCKS, self.data_blocks),
+            (off::MEM_BUDGET, self.mem_budget),
+        ] {
+            put_u64(&mut b, o, v);
         }
-        b[112..116].copy_from_slice(&(self.policy as u32).to_le_bytes());
-        b[116..120].copy_from_slice(&(self.fingerprint as u32).to_le_bytes());
-        b[120..124].copy_from_slice(&(self.meta_layout as u32).to_le_bytes());
-        b[124..128].copy_from_slice(&(self.clean as u32).to_le_bytes());
-        b[128..136].copy_from_slice(&self.mem_budget.to_le_bytes());
-        let sum = xxhash_rust::xxh3::xxh3_64(&b[..OFF_CHECKSUM]);
-        b[OFF_CHECKSUM..OFF_CHECKSUM + 8].copy_from_slice(&sum.to_le_bytes());
+        put_u32(&mut b, off::POLICY, self.policy as u32);
+        put_u32(&mut b, off::FINGERPRINT, self.fingerprint as u32);
+        put_u32(&mut b, off::META_LAYOUT, self.meta_layout as u32);
+        put_u32(&mut b, off::CLEAN, self.clean as u32);
+        let sum = xxhash_rust::xxh3::xxh3_64(&b[..off::CHECKSUM]);
+        put_u64(&mut b, off::CHECKSUM, sum);
         b
     }
 
     /// Decode and validate against a medium of `len` bytes.
     pub fn decode(b: &[u8], len: u64) -> Result<Superblock> {
-        if b.len() < SB_SIZE || b[0..8] != MAGIC {
+        if b.len() < SB_SIZE || b[off::MAGIC..off::MAGIC + 8] != MAGIC {
             return Err(Error::NotNodup("bad engine superblock magic".into()));
         }
-        let version = le_u32(b, 8);
+        let version = le_u32(b, off::VERSION);
         if version > VERSION {
             return Err(Error::Version {
                 found: version,
                 supported: VERSION,
             });
         }
-        let sum = xxhash_rust::xxh3::xxh3_64(&b[..OFF_CHECKSUM]);
-        if sum != le_u64(b, OFF_CHECKSUM) {
+        let sum = xxhash_rust::xxh3::xxh3_64(&b[..off::CHECKSUM]);
+        if sum != le_u64(b, off::CHECKSUM) {
             return Err(Error::Corrupt("engine superblock checksum mismatch".into()));
         }
         if version != VERSION {
@@ -204,37 +228,37 @@ impl Superblock {
             )));
         }
         let corrupt = |m: &str| Error::Corrupt(format!("engine superblock: {m}"));
-        let policy =
-            PolicyKind::from_u32(le_u32(b, 112)).ok_or_else(|| corrupt("unknown policy"))?;
-        let fingerprint =
-            FpKind::from_u32(le_u32(b, 116)).ok_or_else(|| corrupt("unknown fingerprint"))?;
-        let meta_layout = MetaLayoutKind::from_u32(le_u32(b, 120))
+        let policy = PolicyKind::from_u32(le_u32(b, off::POLICY))
+            .ok_or_else(|| corrupt("unknown policy"))?;
+        let fingerprint = FpKind::from_u32(le_u32(b, off::FINGERPRINT))
+            .ok_or_else(|| corrupt("unknown fingerprint"))?;
+        let meta_layout = MetaLayoutKind::from_u32(le_u32(b, off::META_LAYOUT))
             .ok_or_else(|| corrupt("unknown metadata layout"))?;
-        let clean = match le_u32(b, 124) {
+        let clean = match le_u32(b, off::CLEAN) {
             0 => false,
             1 => true,
             _ => return Err(corrupt("bad clean flag")),
         };
         let sb = Superblock {
             version,
-            block_size: le_u32(b, 12),
-            total_blocks: le_u64(b, 16),
-            client_start: le_u64(b, 24),
-            client_blocks: le_u64(b, 32),
-            revmap_start: le_u64(b, 40),
-            revmap_blocks: le_u64(b, 48),
-            layout_start: le_u64(b, 56),
-            layout_blocks: le_u64(b, 64),
-            layout_slots: le_u64(b, 72),
-            save_start: le_u64(b, 80),
-            save_blocks: le_u64(b, 88),
-            data_start: le_u64(b, 96),
-            data_blocks: le_u64(b, 104),
+            block_size: le_u32(b, off::BLOCK_SIZE),
+            total_blocks: le_u64(b, off::TOTAL_BLOCKS),
+            client_start: le_u64(b, off::CLIENT_START),
+            client_blocks: le_u64(b, off::CLIENT_BLOCKS),
+            revmap_start: le_u64(b, off::REVMAP_START),
+            revmap_blocks: le_u64(b, off::REVMAP_BLOCKS),
+            layout_start: le_u64(b, off::LAYOUT_START),
+            layout_blocks: le_u64(b, off::LAYOUT_BLOCKS),
+            layout_slots: le_u64(b, off::LAYOUT_SLOTS),
+            save_start: le_u64(b, off::SAVE_START),
+            save_blocks: le_u64(b, off::SAVE_BLOCKS),
+            data_start: le_u64(b, off::DATA_START),
+            data_blocks: le_u64(b, off::DATA_BLOCKS),
             policy,
             fingerprint,
             meta_layout,
             clean,
-            mem_budget: le_u64(b, 128),
+            mem_budget: le_u64(b, off::MEM_BUDGET),
         };
         if sb.block_size != BLOCK_SIZE as u32 {
             return Err(corrupt("block size is not 4096"));
