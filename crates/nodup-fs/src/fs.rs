@@ -160,13 +160,15 @@ pub struct FileSystem {
     pub(crate) seg_bufs: Mutex<Vec<Vec<u8>>>,
     /// Working vectors of the cut, kept between checkpoints.
     pub(crate) cut_scratch: Mutex<crate::checkpoint::CutScratch>,
+    /// Released blocks waiting for the next sync before they go back (blockfile images).
     pub(crate) pending: Mutex<Vec<BlockNr>>,
     ctxs: Mutex<Vec<WriteCtx>>,
-    mapped: AtomicU64,
+    /// File blocks mapped by all files (the logical size, in blocks).
+    pub(crate) mapped: AtomicU64,
     pub(crate) recovery: RecoveryInfo,
     pub(crate) shut: std::sync::atomic::AtomicBool,
     /// When the file system was opened, and milliseconds after it of the last logged operation.
-    clock: Instant,
+    pub(crate) clock: Instant,
     last_op_ms: AtomicU64,
     /// Set to ask the maintenance thread for a checkpoint now; the thread waits on `wake`.
     wake_flag: Mutex<bool>,
@@ -1197,105 +1199,6 @@ impl FileSystem {
             })?;
         }
         Ok(())
-    }
-
-    // ---------------------------------------------------------------- statistics
-
-    /// Engine counters plus file-system numbers, as the `nodup stats --json` object.
-    pub fn stats_json(&self) -> serde_json::Value {
-        let es = self.engine.stats();
-        let logical = self.mapped.load(Ordering::Relaxed) * BS;
-        let physical = es.physical_bytes;
-        let ratio = if logical == 0 {
-            0.0
-        } else {
-            1.0 - physical as f64 / logical as f64
-        };
-        // As `zpool list` shows it: 1.00 when nothing is stored.
-        let factor = if physical == 0 {
-            1.0
-        } else {
-            logical as f64 / physical as f64
-        };
-        let histogram = self.engine.refcount_histogram().unwrap_or_default();
-        let mut v = serde_json::to_value(&es).unwrap_or_else(|_| serde_json::json!({}));
-        let (files, dirs) = {
-            let t = self.tables.read();
-            let dirs = t
-                .inodes
-                .values()
-                .filter(|n| n.read().attr.kind == Kind::Dir)
-                .count();
-            (t.inodes.len() - dirs, dirs)
-        };
-        let (log_bytes, log_records, log_blocks, log_spare) = {
-            let l = self.log.lock();
-            (l.bytes(), l.records, l.blocks().len(), l.spare.len())
-        };
-        let reserve = self.meta.lock().reserve.len();
-        let (segments, seg_bytes, seg_live) = self.persist.seg_totals();
-        let ckpt = self.ckpt_stats.lock().clone();
-        if let Some(o) = v.as_object_mut() {
-            o.insert("logical_bytes".into(), logical.into());
-            o.insert("physical_bytes".into(), physical.into());
-            o.insert("dedup_ratio".into(), serde_json::json!(ratio));
-            o.insert(
-                "bytes_saved".into(),
-                logical.saturating_sub(physical).into(),
-            );
-            o.insert("dedup_factor".into(), serde_json::json!(factor));
-            o.insert("size_bytes".into(), self.medium.len().into());
-            o.insert(
-                "uptime_seconds".into(),
-                serde_json::json!(self.clock.elapsed().as_secs_f64()),
-            );
-            o.insert(
-                "refcount_histogram".into(),
-                serde_json::to_value(&histogram).unwrap_or_default(),
-            );
-            o.insert("medium".into(), self.kind.name().into());
-            o.insert("files".into(), (files as u64).into());
-            o.insert("directories".into(), (dirs as u64).into());
-            o.insert("log_bytes".into(), log_bytes.into());
-            o.insert("log_records".into(), log_records.into());
-            o.insert("log_blocks".into(), (log_blocks as u64).into());
-            o.insert(
-                "copy_shared_bytes".into(),
-                (self.copy_shared.load(Ordering::Relaxed) * BS).into(),
-            );
-            o.insert("log_spare_blocks".into(), (log_spare as u64).into());
-            o.insert("reserve_blocks".into(), (reserve as u64).into());
-            o.insert("ckpt_estimate".into(), self.persist.estimate().into());
-            o.insert("checkpoint_segments".into(), (segments as u64).into());
-            o.insert("checkpoint_bytes".into(), seg_bytes.into());
-            o.insert("checkpoint_live_bytes".into(), seg_live.into());
-            o.insert(
-                "checkpoints".into(),
-                serde_json::to_value(&ckpt).unwrap_or_default(),
-            );
-            o.insert(
-                "recovery".into(),
-                serde_json::to_value(&self.recovery).unwrap_or_default(),
-            );
-        }
-        v
-    }
-
-    /// statfs numbers. Free blocks count the metadata blocks held in advance (checkpoint
-    /// reserve, log pool), which hold nothing yet; available blocks are what data writes may
-    /// take (the engine's free blocks minus the log headroom).
-    pub fn statfs(&self) -> StatFs {
-        let es = self.engine.stats();
-        let held = {
-            let meta = self.meta.lock();
-            meta.reserve.len() + self.log.lock().spare.len()
-        } as u64;
-        StatFs {
-            blocks: es.total_blocks,
-            free: (es.free_blocks + held).min(es.total_blocks),
-            avail: es.free_blocks.saturating_sub(LOG_HEADROOM),
-            inodes: self.tables.read().inodes.len() as u64,
-        }
     }
 
     /// Bytes free for file data (what writes may still allocate), cheap enough for every write.

@@ -54,6 +54,7 @@ pub mod logging;
 pub mod mountinfo;
 pub mod open;
 pub mod persist;
+pub mod report;
 pub mod snapshot_v1;
 pub mod state;
 pub mod superblock;
