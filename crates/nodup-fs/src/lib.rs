@@ -36,6 +36,7 @@
 
 pub mod acl;
 pub mod atime;
+pub mod attrs;
 pub mod blockmap;
 pub mod chain;
 pub mod checkpoint;
@@ -52,6 +53,7 @@ pub mod inode;
 pub mod log;
 pub mod logging;
 pub mod mountinfo;
+pub mod namespace;
 pub mod open;
 pub mod persist;
 pub mod report;

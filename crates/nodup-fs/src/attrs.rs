@@ -1,0 +1,108 @@
+//! Attributes and extended attributes of one inode: setattr (chmod, chown, utimens,
+//! truncate) and the xattr calls; each change is one record (see `acl.rs` for the rules the
+//! state machine adds to them).
+
+use crate::acl::{Acl, ACL_ACCESS, ACL_DEFAULT};
+use crate::error::{errno, FsError, Result};
+use crate::fs::{FileSystem, SetAttr};
+use crate::inode::{Attr, Kind, Ts};
+use crate::log::record::Record;
+
+impl FileSystem {
+    /// chmod / chown / utimens / truncate in one call.
+    pub fn setattr(&self, ino: u64, req: &SetAttr) -> Result<Attr> {
+        if let Some(size) = req.size {
+            let attr = self.getattr(ino)?;
+            if attr.size != size || attr.kind == Kind::File {
+                self.truncate(ino, size)?;
+            }
+        }
+        if req.mode.is_none()
+            && req.uid.is_none()
+            && req.gid.is_none()
+            && req.atime.is_none()
+            && req.mtime.is_none()
+            && req.ctime.is_none()
+        {
+            return self.getattr(ino);
+        }
+        self.inode_op(ino, 128, |n| {
+            let now = Ts::now();
+            let a = &n.attr;
+            let rec = Record::SetAttr {
+                ino,
+                perm: req.mode.map_or(a.perm, |m| m & 0o7777),
+                uid: req.uid.unwrap_or(a.uid),
+                gid: req.gid.unwrap_or(a.gid),
+                atime: req.atime.unwrap_or(a.atime),
+                mtime: req.mtime.unwrap_or(a.mtime),
+                ctime: req.ctime.unwrap_or(now),
+            };
+            Ok((Some(rec), ()))
+        })?;
+        self.getattr(ino)
+    }
+
+    /// Value of an extended attribute.
+    pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+        let node = self.node(ino)?;
+        let n = node.read();
+        n.xattrs
+            .get(name)
+            .cloned()
+            .ok_or(FsError::Errno(libc::ENODATA))
+    }
+
+    /// Names of the extended attributes.
+    pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
+        let node = self.node(ino)?;
+        let n = node.read();
+        Ok(n.xattrs.keys().cloned().collect())
+    }
+
+    /// Set an extended attribute (`flags`: XATTR_CREATE / XATTR_REPLACE).
+    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+        if name.is_empty() || name.len() > 255 {
+            return errno(libc::ERANGE);
+        }
+        if value.len() > 65536 {
+            return errno(libc::E2BIG);
+        }
+        if (name == ACL_ACCESS || name == ACL_DEFAULT) && Acl::parse(value).is_none() {
+            return errno(libc::EINVAL);
+        }
+        self.inode_op(ino, 64 + name.len() + value.len(), |n| {
+            let exists = n.xattrs.contains_key(name);
+            if flags & libc::XATTR_CREATE != 0 && exists {
+                return errno(libc::EEXIST);
+            }
+            if flags & libc::XATTR_REPLACE != 0 && !exists {
+                return errno(libc::ENODATA);
+            }
+            let rec = Record::SetXattr {
+                ino,
+                name: name.to_vec(),
+                value: value.to_vec(),
+                now: Ts::now(),
+            };
+            Ok((Some(rec), ()))
+        })
+    }
+
+    /// Remove an extended attribute.
+    pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
+        self.inode_op(ino, 64 + name.len(), |n| {
+            if !n.xattrs.contains_key(name) {
+                return errno(libc::ENODATA);
+            }
+            Ok((
+                Some(Record::RemoveXattr {
+                    ino,
+                    name: name.to_vec(),
+                    now: Ts::now(),
+                }),
+                (),
+            ))
+        })
+    }
+}
