@@ -13,6 +13,7 @@
 //!   and the ACL as its access ACL; a new directory also inherits the default ACL.
 
 use crate::inode::Kind;
+use nodup_core::codec::le_u32;
 
 /// Name of the access ACL.
 pub const ACL_ACCESS: &[u8] = b"system.posix_acl_access";
@@ -62,7 +63,7 @@ impl Acl {
         if b.len() < HEADER || !(b.len() - HEADER).is_multiple_of(ENTRY) {
             return None;
         }
-        if u32::from_le_bytes(b[..4].try_into().ok()?) != VERSION {
+        if le_u32(b, 0) != VERSION {
             return None;
         }
         let entries: Vec<Entry> = b[HEADER..]
@@ -70,7 +71,7 @@ impl Acl {
             .map(|c| Entry {
                 tag: u16::from_le_bytes([c[0], c[1]]),
                 perm: u16::from_le_bytes([c[2], c[3]]),
-                id: u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+                id: le_u32(c, 4),
             })
             .collect();
         let count = |t| entries.iter().filter(|e| e.tag == t).count();

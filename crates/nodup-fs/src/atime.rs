@@ -47,8 +47,9 @@ impl FileSystem {
     /// Record an access to `ino` under `mode`; returns whether atime changed (the caller then
     /// drops the kernel's cached attributes).
     pub fn accessed(&self, ino: u64, mode: AtimeMode) -> Result<bool> {
-        // Most accesses change nothing: decide under the read lock first.
-        if !mode.needs_update(&self.getattr(ino)?, Ts::now()) {
+        // Most accesses change nothing: decide under the read lock first (noatime without
+        // looking at all).
+        if mode == AtimeMode::Noatime || !mode.needs_update(&self.getattr(ino)?, Ts::now()) {
             return Ok(false);
         }
         self.inode_op(ino, 128, |n| {

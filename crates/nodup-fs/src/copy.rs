@@ -108,7 +108,7 @@ impl FileSystem {
         // Take the references while the source still maps the blocks, and read the blocks
         // that cannot be shared then too: once the lock is dropped a write to the source may
         // free them (a block without a dedup entry is freed at its last release).
-        let (mut phys, ok, unshared) = {
+        let (mut phys, ok, granted, unshared) = {
             let node = self.node(src)?;
             let s = node.read();
             let Body::File(m) = &s.body else {
@@ -117,55 +117,45 @@ impl FileSystem {
             let phys: Vec<BlockNr> = (sfb..sfb + n).map(|fb| m.get(fb)).collect();
             let mapped: Vec<BlockNr> = phys.iter().copied().filter(|&b| b != 0).collect();
             let ok = self.engine.share(&mapped)?;
+            let granted: Vec<BlockNr> = mapped
+                .iter()
+                .zip(&ok)
+                .filter_map(|(&b, &shared)| shared.then_some(b))
+                .collect();
             let mut unshared = Vec::new();
-            for (&b, _) in mapped.iter().zip(&ok).filter(|(_, &ok)| !ok) {
+            for (&b, _) in mapped.iter().zip(&ok).filter(|(_, &shared)| !shared) {
                 let mut buf = vec![0u8; BLOCK_SIZE];
                 if let Err(e) = self.engine.read(b, &mut buf) {
-                    let granted: Vec<BlockNr> = mapped
-                        .iter()
-                        .zip(&ok)
-                        .filter(|(_, &ok)| ok)
-                        .map(|(&b, _)| b)
-                        .collect();
                     let _ = self.engine.release_batch(&granted);
                     return Err(e.into());
                 }
                 unshared.push(buf);
             }
-            (phys, ok, unshared)
+            (phys, ok, granted, unshared)
         };
         // Blocks that could not be shared are written anew (deduplicated as any write).
-        let mut owned: Vec<BlockNr> = Vec::new();
-        let mut shared = 0u64;
         let new = if unshared.is_empty() {
-            Ok(Vec::new())
+            Vec::new()
         } else {
             let refs: Vec<&[u8]> = unshared.iter().map(|b| b.as_slice()).collect();
-            self.engine_write(&refs)
-        };
-        let new = match new {
-            Ok(v) => v,
-            Err(e) => {
-                let granted: Vec<BlockNr> = phys
-                    .iter()
-                    .filter(|&&b| b != 0)
-                    .zip(&ok)
-                    .filter(|(_, &ok)| ok)
-                    .map(|(&b, _)| b)
-                    .collect();
-                let _ = self.engine.release_batch(&granted);
-                return Err(e);
+            match self.engine_write(&refs) {
+                Ok(v) => v,
+                Err(e) => {
+                    let _ = self.engine.release_batch(&granted);
+                    return Err(e);
+                }
             }
         };
-        let (mut okit, mut newit) = (ok.iter(), new.into_iter());
-        for b in phys.iter_mut().filter(|b| **b != 0) {
-            if *okit.next().unwrap_or(&false) {
-                shared += 1;
-            } else if let Some(nb) = newit.next() {
-                *b = nb;
+        let mut newit = new.iter();
+        for (b, &shared) in phys.iter_mut().filter(|b| **b != 0).zip(&ok) {
+            if !shared {
+                if let Some(&nb) = newit.next() {
+                    *b = nb;
+                }
             }
-            owned.push(*b);
         }
+        // The references this record takes over: shared ones and new blocks.
+        let owned: Vec<BlockNr> = granted.iter().chain(&new).copied().collect();
         let mut d = dnode.write();
         let size = d.attr.size.max((dfb + n) * BS);
         let rec = Record::Write {
@@ -183,7 +173,8 @@ impl FileSystem {
         let eff = apply_inode(&mut d, &rec, &self.persist)?;
         drop(d);
         self.finish(eff)?;
-        self.copy_shared.fetch_add(shared, Ordering::Relaxed);
+        self.copy_shared
+            .fetch_add(granted.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 }

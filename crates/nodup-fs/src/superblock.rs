@@ -2,7 +2,7 @@
 //! to a new checkpoint is one atomic step (write the older copy with a higher sequence number).
 
 use crate::error::{FsError, Result};
-use nodup_core::codec::{le_u32, le_u64};
+use nodup_core::codec::{le_u32, le_u64, put_u32, put_u64};
 use nodup_core::media::Medium;
 use nodup_core::{BlockNr, BLOCK_SIZE};
 use std::io::Read;
@@ -137,32 +137,26 @@ impl Superblock {
     pub fn encode(&self) -> [u8; off::END] {
         let mut b = [0u8; off::END];
         b[off::MAGIC..off::MAGIC + 8].copy_from_slice(&self.magic);
-        let w32 = |b: &mut [u8; off::END], o: usize, v: u32| {
-            b[o..o + 4].copy_from_slice(&v.to_le_bytes())
-        };
-        let w64 = |b: &mut [u8; off::END], o: usize, v: u64| {
-            b[o..o + 8].copy_from_slice(&v.to_le_bytes())
-        };
-        w32(&mut b, off::VERSION, self.version);
-        w32(&mut b, off::FLAGS, self.flags);
-        w64(&mut b, off::SEQ, self.seq);
-        w32(&mut b, off::BLOCK_SIZE, self.block_size);
-        w32(&mut b, off::MEDIUM, self.medium);
-        w64(&mut b, off::TOTAL_BLOCKS, self.total_blocks);
-        w32(&mut b, off::POLICY, self.policy);
-        w32(&mut b, off::FINGERPRINT, self.fingerprint);
-        w32(&mut b, off::META_LAYOUT, self.meta_layout);
-        w64(&mut b, off::CKPT_HEAD, self.ckpt_head);
-        w64(&mut b, off::CKPT_GEN, self.ckpt_gen);
-        w64(&mut b, off::LOG_HEAD, self.log_head);
-        w64(&mut b, off::LOG_GEN, self.log_gen);
-        w64(&mut b, off::LOG_SEQ, self.log_seq);
-        w64(&mut b, off::NEXT_GEN, self.next_gen);
-        w64(&mut b, off::CREATED, self.created);
-        w64(&mut b, off::LOG_INDEX, self.log_index);
-        w32(&mut b, off::LOG_OFF, self.log_off);
+        put_u32(&mut b, off::VERSION, self.version);
+        put_u32(&mut b, off::FLAGS, self.flags);
+        put_u64(&mut b, off::SEQ, self.seq);
+        put_u32(&mut b, off::BLOCK_SIZE, self.block_size);
+        put_u32(&mut b, off::MEDIUM, self.medium);
+        put_u64(&mut b, off::TOTAL_BLOCKS, self.total_blocks);
+        put_u32(&mut b, off::POLICY, self.policy);
+        put_u32(&mut b, off::FINGERPRINT, self.fingerprint);
+        put_u32(&mut b, off::META_LAYOUT, self.meta_layout);
+        put_u64(&mut b, off::CKPT_HEAD, self.ckpt_head);
+        put_u64(&mut b, off::CKPT_GEN, self.ckpt_gen);
+        put_u64(&mut b, off::LOG_HEAD, self.log_head);
+        put_u64(&mut b, off::LOG_GEN, self.log_gen);
+        put_u64(&mut b, off::LOG_SEQ, self.log_seq);
+        put_u64(&mut b, off::NEXT_GEN, self.next_gen);
+        put_u64(&mut b, off::CREATED, self.created);
+        put_u64(&mut b, off::LOG_INDEX, self.log_index);
+        put_u32(&mut b, off::LOG_OFF, self.log_off);
         let crc = crc32c::crc32c(&b[..off::CHECKSUM]);
-        w32(&mut b, off::CHECKSUM, crc);
+        put_u32(&mut b, off::CHECKSUM, crc);
         b
     }
 

@@ -22,7 +22,7 @@ use std::time::Instant;
 use super::{Engine, RecoveryReport, STATE_NEEDS_RECOVERY, STATE_READY, STATE_SHUT};
 use crate::alloc::bitmap::Bitmap;
 use crate::alloc::Allocator;
-use crate::codec::le_u64;
+use crate::codec::{le_u32, le_u64};
 use crate::index::{ent_of, loc_of};
 use crate::meta::io::IoTally;
 use crate::meta::record::{DedupEntry, OFF_BLOCKNR, OFF_REFCOUNT, RESERVED};
@@ -48,7 +48,7 @@ impl Engine {
         if h[0..8] != SAVE_MAGIC || xxhash_rust::xxh3::xxh3_64(&h[..56]) != le_u64(&h, 56) {
             return Err(corrupt("bad header"));
         }
-        if u32::from_le_bytes([h[8], h[9], h[10], h[11]]) != SAVE_VERSION {
+        if le_u32(&h, 8) != SAVE_VERSION {
             return Err(corrupt("unknown version"));
         }
         let (nb, ni, nl, phys) = (
@@ -66,7 +66,6 @@ impl Engine {
         {
             return Err(corrupt("sizes out of range"));
         }
-        let t_sa = std::time::Instant::now();
         let nwords = (nb + ni + nl) as usize;
         let mut payload = vec![0u8; nwords * 8];
         self.meta
@@ -78,9 +77,6 @@ impl Engine {
         let (bitmap, rest) = words.split_at(nb as usize);
         let (locs, lw) = rest.split_at(ni as usize);
         self.alloc.load_words(bitmap)?;
-        if std::env::var_os("NODUP_LOAD_DEBUG").is_some() {
-            eprintln!("save area read and allocator loaded: {:?}", t_sa.elapsed());
-        }
         self.reload_index(&mut t, locs)?;
         self.layout.load_state(lw)?;
         self.c.physical_blocks.store(phys, Ordering::Relaxed);
@@ -111,7 +107,6 @@ impl Engine {
             }
             Ok((out, t))
         };
-        let tr = std::time::Instant::now();
         // Entries are read in medium order: saved in hash order they were random reads across
         // the region blocks (a cache miss and often a page fault each). Saves since this build
         // are sorted already.
@@ -160,7 +155,6 @@ impl Engine {
             at[sh] += 1;
         }
         drop((a, b));
-        let t_read = tr.elapsed();
         let fill = |from: usize, to: usize| {
             for i in from..to {
                 let mut sh = self.index.lock_shard(i);
@@ -176,13 +170,6 @@ impl Engine {
                 sc.spawn(|| fill(shards / 2, shards));
                 fill(0, shards / 2);
             });
-        }
-        if std::env::var_os("NODUP_LOAD_DEBUG").is_some() {
-            eprintln!(
-                "index reload: entries read {:?}, inserted {:?}",
-                t_read,
-                tr.elapsed() - t_read
-            );
         }
         Ok(())
     }

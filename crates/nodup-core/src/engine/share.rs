@@ -9,7 +9,7 @@
 use std::sync::atomic::Ordering;
 
 use super::Engine;
-use crate::index::SHARDS;
+use crate::codec::le_u64;
 use crate::meta::io::IoTally;
 use crate::meta::record::{DedupEntry, ENTRY_SIZE, OFF_REFCOUNT};
 use crate::meta::revmap::SLOT;
@@ -55,7 +55,7 @@ impl Engine {
         let raw = self.read_spans(t, &slots, SLOT)?;
         let loc_at: Vec<u64> = raw
             .chunks_exact(SLOT as usize)
-            .map(|s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
+            .map(|s| le_u64(s, 0))
             .collect();
         let loc_of = |b: BlockNr| uniq.binary_search(&b).map_or(0, |i| loc_at[i]);
         // References wanted per entry (a block can be listed more than once).
@@ -92,7 +92,6 @@ impl Engine {
         let mut shards: Vec<usize> = fps.iter().map(|&fp| self.index.shard_of(fp)).collect();
         shards.sort_unstable();
         shards.dedup();
-        debug_assert!(shards.len() <= SHARDS);
         // Every path but this one holds one shard lock at a time, so taking several in
         // ascending order cannot deadlock.
         let _guards: Vec<_> = shards.iter().map(|&s| self.index.lock_shard(s)).collect();

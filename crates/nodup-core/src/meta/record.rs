@@ -13,6 +13,8 @@
 //! write path stores a whole entry (one store, one cache line) only after its data block is
 //! durable; while a write call is in flight the slot holds `RESERVED`, which no recovery trusts.
 
+use crate::codec::le_u64;
+
 /// Size of one entry.
 pub const ENTRY_SIZE: u64 = 32;
 /// Offset of `fp` within an entry.
@@ -45,23 +47,12 @@ const _: () = assert!(std::mem::size_of::<DedupEntry>() == ENTRY_SIZE as usize);
 impl DedupEntry {
     /// Decode from 32 bytes.
     pub fn from_bytes(b: &[u8; 32]) -> DedupEntry {
-        let f = |o: usize| {
-            u64::from_le_bytes([
-                b[o],
-                b[o + 1],
-                b[o + 2],
-                b[o + 3],
-                b[o + 4],
-                b[o + 5],
-                b[o + 6],
-                b[o + 7],
-            ])
-        };
+        let f = |o: u64| le_u64(b, o as usize);
         DedupEntry {
-            fp: f(OFF_FP as usize),
-            blocknr: f(OFF_BLOCKNR as usize),
-            refcount: f(OFF_REFCOUNT as usize),
-            hint: f(OFF_HINT as usize),
+            fp: f(OFF_FP),
+            blocknr: f(OFF_BLOCKNR),
+            refcount: f(OFF_REFCOUNT),
+            hint: f(OFF_HINT),
         }
     }
 

@@ -148,6 +148,15 @@ impl Adapter {
         free
     }
 
+    /// `req` changed the data of `ino` without a write (punch, zero range, server-side copy):
+    /// like a write, that drops the set-id bits unless the caller may keep them (CAP_FSETID,
+    /// taken to be root here). Writes get the kernel's flag for this instead.
+    fn data_changed_by(&self, req: &Request, ino: u64) {
+        if self.killpriv && req.uid() != 0 {
+            self.kill_suidgid(ino, req.gid());
+        }
+    }
+
     /// Drop the kernel's cached attributes of `ino` (negative offset: attributes only, the
     /// page cache stays). Without this a stat would show the old mode for up to TTL.
     fn forget_attr(&self, ino: u64) {
@@ -797,9 +806,7 @@ impl Filesystem for Adapter {
             .copy_range(ino_in.0, offset_in, ino_out.0, offset_out, len)
         {
             Ok(n) => {
-                if self.killpriv && req.uid() != 0 {
-                    self.kill_suidgid(ino_out.0, req.gid());
-                }
+                self.data_changed_by(req, ino_out.0);
                 reply.written(n as u32)
             }
             Err(e) => reply.error(err(e)),
@@ -836,11 +843,7 @@ impl Filesystem for Adapter {
     ) {
         match self.fs.fallocate(ino.0, offset, length, mode) {
             Ok(()) => {
-                // Punching or zeroing changes the data: like a write, it drops the set-id bits
-                // unless the caller may keep them (CAP_FSETID, taken to be root here).
-                if self.killpriv && req.uid() != 0 {
-                    self.kill_suidgid(ino.0, req.gid());
-                }
+                self.data_changed_by(req, ino.0);
                 reply.ok()
             }
             Err(e) => reply.error(err(e)),
