@@ -18,6 +18,7 @@
 
 pub mod audit;
 pub mod recovery;
+mod release;
 mod share;
 pub mod superblock;
 mod write;
@@ -30,7 +31,7 @@ use parking_lot::Mutex;
 use crate::alloc::Allocator;
 use crate::fingerprint::{fingerprinter, Fingerprinter, FpKind};
 use crate::index::FpIndex;
-use crate::media::{AccessMeter, Medium};
+use crate::media::{AccessMeter, Medium, MeterConfig};
 use crate::meta::io::{IoTally, MetaIo};
 use crate::meta::revmap::RevMap;
 use crate::meta::{make_layout, LayoutGeometry, MetaLayout, MetaLayoutKind};
@@ -144,6 +145,10 @@ pub struct WriteCtx {
     last_new: bool,
     /// Block already prefetched by prefetch-next for the next input of this call.
     prefetched: Option<BlockNr>,
+    /// Whether a block meeting another call's pending entry waits for it (see `write/join.rs`).
+    join: bool,
+    /// Blocks of the current call waiting for another call's entry: (input position, fingerprint).
+    waiting: Vec<(usize, u64)>,
 }
 
 impl Default for WriteCtx {
@@ -165,6 +170,8 @@ impl Default for WriteCtx {
             publish: Vec::new(),
             last_new: true,
             prefetched: None,
+            join: true,
+            waiting: Vec::new(),
         }
     }
 }
@@ -244,6 +251,8 @@ pub struct Engine {
     state: AtomicU8,
     /// Writers currently inside the write path (transition threshold).
     active: AtomicUsize,
+    /// Writers waiting for another call's pending entry (the hash lock, `write/join.rs`).
+    join: write::JoinWait,
     next_pool: AtomicUsize,
     c: Counters,
     /// Serialises shutdown / recovery against each other.
@@ -263,7 +272,7 @@ impl Engine {
             nblocks: sb.total_blocks,
             data_start: sb.data_start,
         };
-        let (meta_medium, meter) = write::meta_medium(&medium, open.meter_granularity)?;
+        let (meta_medium, meter) = meta_medium(&medium, open.meter_granularity)?;
         Ok(Engine {
             meta: MetaIo::new(meta_medium, meter.is_some()),
             meter,
@@ -284,6 +293,7 @@ impl Engine {
             medium,
             state: AtomicU8::new(STATE_NEEDS_RECOVERY),
             active: AtomicUsize::new(0),
+            join: write::JoinWait::default(),
             next_pool: AtomicUsize::new(0),
             c: Counters::default(),
             admin: Mutex::new(()),
@@ -633,5 +643,22 @@ fn state_words(kind: MetaLayoutKind, total: u64, slots: u64) -> u64 {
 pub(super) fn add_nonzero(counter: &std::sync::atomic::AtomicU64, n: u64) {
     if n != 0 {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// The metadata medium and, when it is one, the meter itself.
+type MetaMedium = (Arc<dyn Medium>, Option<Arc<AccessMeter>>);
+
+/// The medium to use for metadata: an access meter over `m` when a granularity is asked.
+fn meta_medium(m: &Arc<dyn Medium>, granularity: Option<usize>) -> Result<MetaMedium> {
+    match granularity {
+        None => Ok((m.clone(), None)),
+        Some(g) => {
+            let meter = Arc::new(AccessMeter::new(
+                m.clone(),
+                MeterConfig::with_granularity(g),
+            )?);
+            Ok((meter.clone(), Some(meter)))
+        }
     }
 }

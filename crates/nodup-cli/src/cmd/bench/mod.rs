@@ -22,6 +22,7 @@ pub mod churn;
 pub mod data;
 pub mod engine;
 pub mod probe;
+pub mod race;
 
 /// `nodup bench ...`.
 #[derive(Subcommand)]
@@ -34,6 +35,8 @@ pub enum BenchCommand {
     Churn(churn::ChurnArgs),
     /// Time 4 KiB write+fsync in a loop, optionally forcing checkpoints of a mount meanwhile.
     Probe(probe::ProbeArgs),
+    /// Threads writing the same new data at once: physical space over data size.
+    Race(race::RaceArgs),
 }
 
 pub fn bench(c: BenchCommand) -> Result<()> {
@@ -42,6 +45,7 @@ pub fn bench(c: BenchCommand) -> Result<()> {
         BenchCommand::Aging(a) => aging::run(a),
         BenchCommand::Churn(a) => churn::run(a),
         BenchCommand::Probe(a) => probe::run(a),
+        BenchCommand::Race(a) => race::run(a),
     }
 }
 

@@ -1,0 +1,232 @@
+//! Lookup of one block: fingerprint index under the shard lock, byte comparison, reference
+//! increment of a duplicate, or a new pending entry.
+
+use super::{CallStats, Created, Prev};
+use crate::engine::{Engine, WriteCtx};
+use crate::index::{ent_of, loc_of, Pending};
+use crate::meta::io::IoTally;
+use crate::meta::record::{DedupEntry, Hint, OFF_REFCOUNT};
+use crate::policy::prefetch;
+use crate::policy::PrefetchMode;
+use crate::{BlockNr, Error, Result, BLOCK_SIZE};
+
+/// How a lookup under the shard lock ended.
+enum Found {
+    /// An entry of this call: deduplicate against it in DRAM.
+    Mine(usize),
+    /// An entry of another in-flight call: not durable yet, write a non-dedup block.
+    Other,
+    /// A committed entry.
+    Live(u64, DedupEntry),
+}
+
+impl Engine {
+    /// Compare `data` with stored block `b`, prefetching as `mode` says.
+    pub(super) fn same_content(
+        &self,
+        scratch: &mut Vec<u8>,
+        b: BlockNr,
+        data: &[u8],
+        mode: PrefetchMode,
+        t: &mut IoTally,
+    ) -> Result<bool> {
+        let off = b * BLOCK_SIZE as u64;
+        prefetch::before_compare(&*self.medium, mode, off);
+        t.data_read += BLOCK_SIZE as u64;
+        if let Some(s) = self.medium.direct(off, BLOCK_SIZE) {
+            return Ok(s == data);
+        }
+        scratch.resize(BLOCK_SIZE, 0);
+        self.medium.read(off, scratch)?;
+        Ok(scratch[..] == *data)
+    }
+
+    /// Basic dedup of one block with fingerprint `fp`; `pre` is the block it was already
+    /// copied into, if it was staged. Returns the block, the entry it maps to, and whether the
+    /// block is new (stored by this call) rather than a duplicate.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn dedup_one(
+        &self,
+        ctx: &mut WriteCtx,
+        blocks: &[&[u8]],
+        i: usize,
+        fp: u64,
+        pre: Option<BlockNr>,
+        t: &mut IoTally,
+        st: &mut CallStats,
+    ) -> Result<(BlockNr, Option<Prev>, bool)> {
+        let data = blocks[i];
+        let (mut sh, h) = self.index.lock(fp);
+        let mut err = None;
+        let found = {
+            let shard = &*sh;
+            let created = &ctx.created;
+            let id = ctx.id;
+            shard.table.find(h, |ent| {
+                let loc = loc_of(ent);
+                if let Some(p) = shard.pending_at(loc) {
+                    if p.owner == id {
+                        return (created[p.slot].fp == fp).then_some(Found::Mine(p.slot));
+                    }
+                    return (p.fp == fp).then_some(Found::Other);
+                }
+                match self.meta.read_entry(t, loc) {
+                    Ok(e) if e.fp == fp && e.is_valid() => Some(Found::Live(loc, e)),
+                    Ok(_) => None,
+                    Err(e) => {
+                        err = Some(e);
+                        Some(Found::Other)
+                    }
+                }
+            })
+        };
+        if let Some(e) = err {
+            return Err(e);
+        }
+        match found {
+            Some(Found::Mine(k)) => {
+                let b = ctx.created[k].blocknr;
+                // A block of this call: compared with its input (it may not be copied yet).
+                if self.policy.verify() && blocks[ctx.created[k].src] != data {
+                    st.collisions += 1;
+                    drop(sh);
+                    return Ok((self.place(ctx, i, pre, t)?, None, true));
+                }
+                let c = &mut ctx.created[k];
+                c.refs += 1;
+                let prev = Prev {
+                    loc: c.loc,
+                    hint: c.hint,
+                    created: Some(k),
+                };
+                st.hits += 1;
+                self.policy.on_hit(fp);
+                if let Some(p) = pre {
+                    self.unclaim(ctx, p);
+                }
+                Ok((b, Some(prev), false))
+            }
+            Some(Found::Other) => {
+                drop(sh);
+                if ctx.join {
+                    // Another call is storing this content right now: wait for its entry
+                    // after this call is published, then deduplicate against it (see `join`).
+                    if let Some(p) = pre {
+                        self.unclaim(ctx, p);
+                    }
+                    ctx.waiting.push((i, fp));
+                    return Ok((super::WAITING, None, true));
+                }
+                Ok((self.place(ctx, i, pre, t)?, None, true))
+            }
+            Some(Found::Live(loc, e)) => {
+                if !self.in_data(e.blocknr) {
+                    return Err(Error::Corrupt(format!(
+                        "entry at {loc} names block {}",
+                        e.blocknr
+                    )));
+                }
+                if self.policy.verify()
+                    && !self.same_content(&mut ctx.scratch, e.blocknr, data, self.prefetch, t)?
+                {
+                    // Same fingerprint, different bytes: a collision. Store the block without an entry.
+                    st.collisions += 1;
+                    drop(sh);
+                    return Ok((self.place(ctx, i, pre, t)?, None, true));
+                }
+                self.incref(ctx, loc, e.refcount, t)?;
+                drop(sh);
+                st.hits += 1;
+                self.policy.on_hit(fp);
+                if let Some(p) = pre {
+                    self.unclaim(ctx, p);
+                }
+                Ok((
+                    e.blocknr,
+                    Some(Prev {
+                        loc,
+                        hint: Hint(e.hint),
+                        created: None,
+                    }),
+                    false,
+                ))
+            }
+            None => {
+                // A new block. Its number, entry slot and index record are claimed before the
+                // data is copied (unless staging copied it already) and the shard lock is
+                // dropped first: the locked instructions of the claim then do not wait for
+                // the copy's stores to drain, and the copy's write-back overlaps the next
+                // block's work.
+                let b = match pre {
+                    Some(b) => b,
+                    None => self.claim_block(ctx)?,
+                };
+                let loc = match self.claim_entry(ctx, fp, t) {
+                    Ok(l) => l,
+                    // No room for metadata: the block is still stored, just not deduplicated.
+                    Err(Error::NoSpace) => {
+                        drop(sh);
+                        if pre.is_none() {
+                            ctx.copies.push((b, i));
+                        }
+                        return Ok((b, None, true));
+                    }
+                    Err(e) => return Err(e),
+                };
+                let k = ctx.created.len();
+                ctx.created.push(Created {
+                    loc,
+                    fp,
+                    src: i,
+                    blocknr: b,
+                    refs: 1,
+                    hint: Hint::NONE,
+                });
+                sh.table.insert(h, ent_of(loc));
+                sh.pending.push(Pending {
+                    loc,
+                    owner: ctx.id,
+                    slot: k,
+                    fp,
+                });
+                drop(sh);
+                self.policy.on_insert(fp);
+                if pre.is_none() {
+                    ctx.copies.push((b, i));
+                }
+                Ok((
+                    b,
+                    Some(Prev {
+                        loc,
+                        hint: Hint::NONE,
+                        created: Some(k),
+                    }),
+                    true,
+                ))
+            }
+        }
+    }
+
+    /// Refcount + 1 of a committed entry (flushed and fenced at the end of the call, one flush
+    /// per line of consecutive entries).
+    /// The caller holds the entry's shard lock.
+    pub(super) fn incref(
+        &self,
+        ctx: &mut WriteCtx,
+        loc: u64,
+        old: u64,
+        t: &mut IoTally,
+    ) -> Result<()> {
+        let off = loc + OFF_REFCOUNT;
+        if let Err(e) = self.meta.write_u64(t, off, old.saturating_add(1)) {
+            // A failed (possibly partial) store: put the old count back, or give up on the
+            // live state if even that fails.
+            if self.meta.write_u64(t, off, old).is_err() {
+                self.set_state(crate::engine::STATE_NEEDS_RECOVERY);
+            }
+            return Err(e);
+        }
+        ctx.touched.push(off);
+        Ok(())
+    }
+}

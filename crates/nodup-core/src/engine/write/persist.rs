@@ -1,0 +1,178 @@
+//! Phase 2 of a write call: data durable, then entries and reverse map durable, then
+//! published; or, on an error, the whole call rolled back.
+
+use crate::engine::{Engine, WriteCtx};
+use crate::index::{ent_of, SHARDS};
+use crate::media::Medium;
+use crate::meta::io::IoTally;
+use crate::meta::record::{DedupEntry, OFF_BLOCKNR, OFF_FP, OFF_REFCOUNT};
+use crate::{Error, Result};
+
+/// Cache-line size used to coalesce flushes.
+const LINE: u64 = 64;
+
+/// Coalesces ranges into runs of cache lines, so each line of a run is flushed once.
+struct Runs {
+    /// First line of the current run.
+    start: u64,
+    /// One past the last line (== start: no run).
+    end: u64,
+}
+
+impl Runs {
+    fn new() -> Runs {
+        Runs { start: 0, end: 0 }
+    }
+    fn add(&mut self, m: &dyn Medium, off: u64, len: u64) {
+        let l0 = off / LINE;
+        let l1 = (off + len.max(1) - 1) / LINE + 1;
+        if self.end > self.start && l0 >= self.start && l0 <= self.end {
+            self.end = self.end.max(l1);
+            return;
+        }
+        self.finish(m);
+        self.start = l0;
+        self.end = l1;
+    }
+    fn finish(&mut self, m: &dyn Medium) {
+        if self.end > self.start {
+            m.flush(self.start * LINE, (self.end - self.start) * LINE);
+        }
+        self.start = 0;
+        self.end = 0;
+    }
+}
+
+impl Engine {
+    /// Phase 2: data durable, then entries and reverse map durable (published by [`Self::publish`]).
+    pub(super) fn persist(&self, ctx: &mut WriteCtx, t: &mut IoTally) -> Result<()> {
+        if !ctx.new_blocks.is_empty() {
+            // New blocks were written and flushed (`fill_with` / `write_stream`): one fence
+            // orders them all before the entries that name them.
+            self.medium.fence()?;
+        }
+        if ctx.created.is_empty() && ctx.touched.is_empty() {
+            return Ok(());
+        }
+        let mm = &**self.meta.medium();
+        let mut eruns = Runs::new();
+        for &off in &ctx.touched {
+            eruns.add(mm, off, 8);
+        }
+        let mut rruns = Runs::new();
+        for c in &ctx.created {
+            let e = DedupEntry {
+                fp: c.fp,
+                blocknr: c.blocknr,
+                refcount: c.refs,
+                hint: c.hint.0,
+            };
+            // The block number last: a speculating writer reads a hinted slot without the
+            // index (see `speculate`) and must never see a valid block number beside the
+            // fingerprint of the slot's previous life. (Random crash states, beyond what
+            // write-back produces, may still persist it alone; that entry belongs to this
+            // call, whose blocks nobody references yet, and failure recovery drops it.)
+            self.meta.write_entry_body(t, c.loc, &e)?;
+            self.meta.publish_blocknr(t, c.loc, c.blocknr)?;
+            self.meta
+                .write_u64(t, self.revmap.slot_off(c.blocknr), c.loc)?;
+            eruns.add(mm, c.loc, 32);
+            rruns.add(mm, self.revmap.slot_off(c.blocknr), 8);
+        }
+        eruns.finish(mm);
+        rruns.finish(mm);
+        self.meta.fence()
+    }
+
+    /// Make the call's new entries visible to other writers (one lock per shard).
+    pub(super) fn publish(&self, ctx: &mut WriteCtx) {
+        ctx.touched.clear();
+        // Group by shard with a counting sort (a call creates up to hundreds of entries).
+        let mut start = [0usize; SHARDS + 1];
+        for c in &ctx.created {
+            start[self.index.shard_of(c.fp) + 1] += 1;
+        }
+        for s in 0..SHARDS {
+            start[s + 1] += start[s];
+        }
+        ctx.publish.clear();
+        ctx.publish.resize(ctx.created.len(), (0, 0));
+        for c in &ctx.created {
+            let s = self.index.shard_of(c.fp);
+            ctx.publish[start[s]] = (s, c.loc);
+            start[s] += 1;
+        }
+        for group in ctx.publish.chunk_by(|a, b| a.0 == b.0) {
+            let mut sh = self.index.lock_shard(group[0].0);
+            for &(_, loc) in group {
+                sh.unpend(loc);
+            }
+        }
+        if !ctx.created.is_empty() {
+            self.join.wake();
+        }
+        if let Some(p) = ctx.prev.as_mut() {
+            p.created = None;
+        }
+    }
+
+    /// Undo a failed call before anything of it was published: unindex and clear its new
+    /// entries (and their reverse-map slots), take back its reference-count increments, and
+    /// free its new blocks once all that is durable. Every step is attempted even after an
+    /// error; the first error is returned.
+    pub(super) fn rollback(&self, ctx: &mut WriteCtx, t: &mut IoTally) -> Result<()> {
+        let mut res = Ok(());
+        let mm = &**self.meta.medium();
+        for c in &ctx.created {
+            let (mut sh, h) = self.index.lock(c.fp);
+            // blocknr and refcount to zero: the slot is free again (it may hold a complete
+            // entry if the call failed after writing it). Cleared before the lock is dropped,
+            // so a speculating writer never finds it valid once it is neither pending nor
+            // indexed.
+            res = res.and(self.meta.write(t, c.loc + OFF_BLOCKNR, &[0u8; 16]));
+            sh.unpend(c.loc);
+            sh.table.remove(h, ent_of(c.loc));
+            drop(sh);
+            mm.flush(c.loc + OFF_BLOCKNR, 16);
+            let slot = self.revmap.slot_off(c.blocknr);
+            res = res.and(self.meta.write_u64(t, slot, 0));
+            mm.flush(slot, 8);
+        }
+        for &off in &ctx.touched {
+            res = res.and(self.decref_touched(off - OFF_REFCOUNT, t));
+        }
+        if !ctx.created.is_empty() {
+            self.join.wake();
+        }
+        res = res.and(self.meta.fence());
+        if res.is_ok() {
+            // Only once nothing durable names them may the slots and blocks be reused.
+            for c in &ctx.created {
+                self.layout.free_entry(c.loc);
+            }
+            for &b in &ctx.new_blocks {
+                res = res.and(self.alloc.free(b));
+            }
+        }
+        ctx.created.clear();
+        ctx.new_blocks.clear();
+        ctx.touched.clear();
+        res
+    }
+
+    /// Take back one reference-count increment of the committed entry at `loc` (under its
+    /// shard lock, as other writers may have changed the count since).
+    pub(super) fn decref_touched(&self, loc: u64, t: &mut IoTally) -> Result<()> {
+        let fp = self.meta.read_u64(t, loc + OFF_FP)?;
+        let _sh = self.index.lock(fp);
+        let rc = self.meta.read_u64(t, loc + OFF_REFCOUNT)?;
+        if rc < 2 {
+            return Err(Error::Corrupt(format!(
+                "entry at {loc}: reference count {rc} below the increment being undone"
+            )));
+        }
+        self.meta.write_u64(t, loc + OFF_REFCOUNT, rc - 1)?;
+        self.meta.flush(loc + OFF_REFCOUNT, 8);
+        Ok(())
+    }
+}
