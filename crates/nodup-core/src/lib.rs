@@ -10,7 +10,7 @@
 //! - [`media`]: the persistent medium (mapped pmem image, block file, crash simulator, access meter).
 //! - [`alloc`]: persistent free-space tracking with per-thread pools.
 //! - [`fingerprint`]: block fingerprints (xxh3-64 default, crc32c, ecc, sha256, blake3).
-//! - [`index`]: the DRAM fingerprint index.
+//! - [`store`]: the fingerprint store a policy looks blocks up in; [`index`]: the complete DRAM index, the store of `light`, `strong` and `weak-verify`.
 //! - [`meta`]: on-media dedup metadata layouts (`region` = Light-Meta-Table, `entry`, `hashtable`) and the reverse map.
 //! - [`policy`]: dedup policies behind one trait (`light`, `none`, `strong`, `weak-verify`, later `smart`, `selective`).
 //! - [`engine`]: the write path — one call takes the blocks of one write and returns a physical block for each.
@@ -25,6 +25,7 @@ pub mod media;
 pub mod meta;
 pub mod policy;
 pub mod stats;
+pub mod store;
 
 pub use engine::{Engine, FormatOptions, OpenOptions, OpenState, WriteCtx};
 pub use error::{Error, Result};

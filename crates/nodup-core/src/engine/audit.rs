@@ -4,7 +4,6 @@
 use serde::Serialize;
 
 use super::Engine;
-use crate::index::loc_of;
 use crate::meta::io::IoTally;
 use crate::{BlockNr, Result, BLOCK_SIZE};
 
@@ -145,22 +144,19 @@ impl Engine {
                     "entry {loc}: block {b} does not match its fingerprint"
                 ));
             }
-            let (sh, h) = self.index.lock(e.fp);
-            if sh
-                .table
-                .find(h, |ent| (loc_of(ent) == loc).then_some(()))
-                .is_some()
-            {
+            let _sh = self.locks.lock(e.fp);
+            if self.store.find(e.fp, &mut |l| l == loc).is_some() {
                 rep.indexed_entries += 1;
             }
             Ok(())
         })?;
         rep.problems = problems;
-        if self.index.len() != rep.indexed_entries {
+        // A partial store (one that may forget) only has to hold valid entries.
+        let held = self.store.len();
+        if held != rep.indexed_entries && (self.store.complete() || held > rep.indexed_entries) {
             rep.problems.push(format!(
                 "index holds {} entries, {} of them valid",
-                self.index.len(),
-                rep.indexed_entries
+                held, rep.indexed_entries
             ));
         }
         let mut buf = vec![0u8; 8];

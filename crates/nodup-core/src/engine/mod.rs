@@ -17,11 +17,12 @@
 //! caller reports.
 
 pub mod audit;
+mod locks;
 pub mod recovery;
 mod release;
 mod share;
 pub mod superblock;
-mod write;
+pub(crate) mod write;
 
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -30,14 +31,14 @@ use parking_lot::Mutex;
 
 use crate::alloc::Allocator;
 use crate::fingerprint::{fingerprinter, Fingerprinter, FpKind};
-use crate::index::FpIndex;
 use crate::media::{AccessMeter, Medium, MeterConfig};
 use crate::meta::io::{IoTally, MetaIo};
 use crate::meta::revmap::RevMap;
 use crate::meta::{make_layout, LayoutGeometry, MetaLayout, MetaLayoutKind};
-use crate::policy::prefetch::STREAM_TRUST_INIT;
 use crate::policy::{make_policy, Policy, PolicyKind, PrefetchMode};
+use crate::store::{FpStore, StoreParams};
 use crate::{BlockNr, EngineStats, Error, Result, BLOCK_SIZE};
+use locks::EntryLocks;
 use superblock::Superblock;
 
 /// Options fixed at format (mkfs) time and recorded in the engine superblock.
@@ -118,20 +119,18 @@ pub struct WriteCtx {
     pool: usize,
     /// Allocation pool cursor.
     apool: usize,
-    /// Per-stream trust degree (Light-Dedup §4.3.2).
-    stream_trust: u8,
-    /// The entry the previous block of this stream mapped to.
-    prev: Option<write::Prev>,
+    /// Light-Dedup's per-stream state (trust degree, previous entry, prefetch-next).
+    pub(crate) light: crate::policy::light::Stream,
     /// Data blocks written by the current call (flushed together).
     new_blocks: Vec<BlockNr>,
     /// New blocks of the current call still to be copied, with their input position.
     copies: Vec<(BlockNr, usize)>,
     /// Entries created by the current call (persisted together after the data).
-    created: Vec<write::Created>,
+    pub(crate) created: Vec<write::Created>,
     /// Refcount fields changed by the current call (flushed together before the final fence).
     touched: Vec<u64>,
     /// Compare buffer for media without a direct view.
-    scratch: Vec<u8>,
+    pub(crate) scratch: Vec<u8>,
     /// Blocks allocated ahead (in allocation order) while the stream writes new data, taken
     /// from the allocator in batches; given back at the end of a call.
     ahead: std::collections::VecDeque<BlockNr>,
@@ -143,8 +142,6 @@ pub struct WriteCtx {
     publish: Vec<(usize, u64)>,
     /// The previous block of the stream was new (not a duplicate).
     last_new: bool,
-    /// Block already prefetched by prefetch-next for the next input of this call.
-    prefetched: Option<BlockNr>,
     /// Whether a block meeting another call's pending entry waits for it (see `write/join.rs`).
     join: bool,
     /// Blocks of the current call waiting for another call's entry: (input position, fingerprint).
@@ -157,8 +154,7 @@ impl Default for WriteCtx {
             id: 0,
             pool: 0,
             apool: 0,
-            stream_trust: STREAM_TRUST_INIT,
-            prev: None,
+            light: Default::default(),
             new_blocks: Vec::new(),
             copies: Vec::new(),
             created: Vec::new(),
@@ -169,7 +165,6 @@ impl Default for WriteCtx {
             blocks_left: 0,
             publish: Vec::new(),
             last_new: true,
-            prefetched: None,
             join: true,
             waiting: Vec::new(),
         }
@@ -231,26 +226,29 @@ static NEXT_CTX_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The inline-dedup engine over one medium.
 pub struct Engine {
-    medium: Arc<dyn Medium>,
-    meta: MetaIo,
+    pub(crate) medium: Arc<dyn Medium>,
+    pub(crate) meta: MetaIo,
     /// The access meter metadata I/O goes through, when `OpenOptions::meter_granularity` is set.
     meter: Option<Arc<AccessMeter>>,
     sb: Mutex<Superblock>,
     geo: Superblock,
     policy: Box<dyn Policy>,
     fpr: Box<dyn Fingerprinter>,
-    prefetch: PrefetchMode,
-    transition: usize,
+    pub(crate) prefetch: PrefetchMode,
+    pub(crate) transition: usize,
     /// The medium lets the engine store into it directly ([`Medium::fill_with`]): new blocks
     /// are fingerprinted while they are copied.
     fused: bool,
     alloc: Allocator,
-    index: FpIndex,
-    layout: Box<dyn MetaLayout>,
+    /// The policy's fingerprint store.
+    pub(crate) store: Box<dyn FpStore>,
+    /// The entry locks and in-flight entries (`locks.rs`).
+    pub(crate) locks: EntryLocks,
+    pub(crate) layout: Box<dyn MetaLayout>,
     revmap: RevMap,
     state: AtomicU8,
     /// Writers currently inside the write path (transition threshold).
-    active: AtomicUsize,
+    pub(crate) active: AtomicUsize,
     /// Writers waiting for another call's pending entry (the hash lock, `write/join.rs`).
     join: write::JoinWait,
     next_pool: AtomicUsize,
@@ -280,7 +278,11 @@ impl Engine {
             transition: open.transition_threshold.max(1),
             fused: medium.fill_with(0, 0, &mut |_| {}).unwrap_or(false),
             alloc: Allocator::new(sb.data_start, sb.data_blocks),
-            index: FpIndex::new(medium.len()),
+            store: policy.make_store(&StoreParams {
+                medium_len: medium.len(),
+                mem_budget: open.mem_budget.unwrap_or(sb.mem_budget),
+            }),
+            locks: EntryLocks::default(),
             layout: make_layout(sb.meta_layout, geo),
             revmap: RevMap {
                 start: sb.revmap_start * BLOCK_SIZE as u64,
@@ -360,7 +362,7 @@ impl Engine {
         e.load_saved()?;
         *e.open_report.lock() = Some(RecoveryReport {
             seconds: t0.elapsed().as_secs_f64(),
-            entries_scanned: e.index.len(),
+            entries_scanned: e.store.len(),
             referenced_blocks: e.c.physical_blocks.load(Ordering::Relaxed),
             ..Default::default()
         });
@@ -530,8 +532,8 @@ impl Engine {
             media_bytes_read: ld(&c.media_read),
             meta_bytes_written: mw,
             meta_bytes_read: mr,
-            index_entries: self.index.len(),
-            index_memory_bytes: self.index.memory_bytes(),
+            index_entries: self.store.len(),
+            index_memory_bytes: self.store.memory_bytes() + self.locks.memory_bytes(),
             total_blocks: self.geo.data_blocks,
             free_blocks: self.alloc.free_blocks(),
             hint_hits: ld(&c.hint_hits),
@@ -583,7 +585,7 @@ impl Engine {
 
     /// True when `b` is a block of the data area.
     #[inline]
-    fn in_data(&self, b: BlockNr) -> bool {
+    pub(crate) fn in_data(&self, b: BlockNr) -> bool {
         b >= self.geo.data_start && b < self.geo.total_blocks
     }
 

@@ -23,7 +23,6 @@ use super::{Engine, RecoveryReport, STATE_NEEDS_RECOVERY, STATE_READY, STATE_SHU
 use crate::alloc::bitmap::Bitmap;
 use crate::alloc::Allocator;
 use crate::codec::{le_u32, le_u64};
-use crate::index::{ent_of, loc_of};
 use crate::meta::io::IoTally;
 use crate::meta::record::{DedupEntry, OFF_BLOCKNR, OFF_REFCOUNT, RESERVED};
 use crate::{BlockNr, Error, Result, BLOCK_SIZE};
@@ -84,11 +83,11 @@ impl Engine {
         Ok(())
     }
 
-    /// Rebuild the DRAM index from saved entry locations. The locations were saved in table
-    /// order, which is hash order: inserted one by one into tables that grow as they fill, they
-    /// would all land in the low end of each table and form one long probe chain (quadratic
-    /// time). So the entries are read first (two threads), each shard is sized for its final
-    /// count, and then filled.
+    /// Rebuild the policy's store from saved entry locations: the entries are read and checked
+    /// first (two threads), then handed to the store in one [`crate::store::FpStore::load`], which the
+    /// complete index uses to size each shard for its final count before filling it (saved in
+    /// hash order and inserted one by one into growing tables, they would all land in the low
+    /// end of each table and form one long probe chain: quadratic time).
     fn reload_index(&self, t: &mut IoTally, locs: &[u64]) -> Result<()> {
         let corrupt = |m: &str| Error::Corrupt(format!("save area: {m}"));
         let read_part = |part: &[u64]| -> Result<(Vec<(u64, u64)>, IoTally)> {
@@ -136,41 +135,10 @@ impl Engine {
             t.meta_read += x.meta_read;
             t.meta_written += x.meta_written;
         }
-        // Group the entries by shard (a counting sort), so each shard's table is filled while
-        // it sits in the cache, and let two threads fill half the shards each.
-        let shards = crate::index::SHARDS;
-        let mut start = vec![0usize; shards + 1];
-        for &(fp, _) in a.0.iter().chain(b.0.iter()) {
-            start[self.index.shard_of(fp) + 1] += 1;
-        }
-        for i in 0..shards {
-            self.index.lock_shard(i).table.reserve_total(start[i + 1]);
-            start[i + 1] += start[i];
-        }
-        let mut grouped = vec![(0u64, 0u64); start[shards]];
-        let mut at = start.clone();
-        for &(fp, loc) in a.0.iter().chain(b.0.iter()) {
-            let sh = self.index.shard_of(fp);
-            grouped[at[sh]] = (fp, loc);
-            at[sh] += 1;
-        }
-        drop((a, b));
-        let fill = |from: usize, to: usize| {
-            for i in from..to {
-                let mut sh = self.index.lock_shard(i);
-                for &(fp, loc) in &grouped[start[i]..start[i + 1]] {
-                    sh.table.insert(crate::index::mix(fp), ent_of(loc));
-                }
-            }
-        };
-        if grouped.len() < 1 << 16 {
-            fill(0, shards);
-        } else {
-            std::thread::scope(|sc| {
-                sc.spawn(|| fill(shards / 2, shards));
-                fill(0, shards / 2);
-            });
-        }
+        let mut pairs = a.0;
+        pairs.extend_from_slice(&b.0);
+        drop(b);
+        self.store.load(&pairs);
         Ok(())
     }
 
@@ -181,7 +149,7 @@ impl Engine {
         self.set_state(STATE_SHUT);
         let mut t = IoTally::default();
         let bitmap = self.alloc.save_words();
-        let mut locs = self.index.locations();
+        let mut locs = self.store.locations();
         // Medium order, so the next open reads the entries sequentially.
         locs.sort_unstable();
         let lw = self.layout.save_state();
@@ -233,7 +201,8 @@ impl Engine {
         let mut t = IoTally::default();
         let mut rep = RecoveryReport::default();
         self.layout.attach(&self.meta, &mut t)?;
-        self.index.clear();
+        self.store.clear();
+        self.locks.clear();
         let total = self.geo.total_blocks as usize;
 
         // 1. What the caller references: the source of truth.
@@ -321,8 +290,8 @@ impl Engine {
                 single.push((loc, b));
             }
             if index_it {
-                let (mut sh, h) = self.index.lock(e.fp);
-                sh.table.insert(h, ent_of(loc));
+                let _sh = self.locks.lock(e.fp);
+                self.store.insert(e.fp, loc);
             }
             Ok(())
         })?;
@@ -412,8 +381,8 @@ impl Engine {
             if self.fp_indexed(&mut t, fp)? {
                 rep.entries_unindexed += 1;
             } else {
-                let (mut sh, h) = self.index.lock(fp);
-                sh.table.insert(h, ent_of(loc));
+                let _sh = self.locks.lock(fp);
+                self.store.insert(fp, loc);
             }
         }
         self.merge_tally(&t);
@@ -425,15 +394,15 @@ impl Engine {
     /// True when the index already holds an entry with fingerprint `fp` (lookups must find
     /// one block per fingerprint, never a second one).
     fn fp_indexed(&self, t: &mut IoTally, fp: u64) -> Result<bool> {
-        let (sh, h) = self.index.lock(fp);
+        let _sh = self.locks.lock(fp);
         let mut err = None;
-        let found = sh
-            .table
-            .find(h, |ent| match self.meta.read_entry(t, loc_of(ent)) {
-                Ok(o) => (o.fp == fp).then_some(()),
+        let found = self
+            .store
+            .find(fp, &mut |loc| match self.meta.read_entry(t, loc) {
+                Ok(o) => o.fp == fp,
                 Err(x) => {
                     err = Some(x);
-                    Some(())
+                    true
                 }
             })
             .is_some();
@@ -475,8 +444,8 @@ impl Engine {
     fn drop_entry(&self, t: &mut IoTally, loc: u64, b: BlockNr) -> Result<()> {
         let e = self.meta.read_entry(t, loc)?;
         {
-            let (mut sh, h) = self.index.lock(e.fp);
-            sh.table.remove(h, ent_of(loc));
+            let _sh = self.locks.lock(e.fp);
+            self.store.remove(e.fp, loc);
         }
         self.meta.write(t, loc + OFF_BLOCKNR, &[0u8; 16])?;
         self.meta.flush(loc + OFF_BLOCKNR, 16);

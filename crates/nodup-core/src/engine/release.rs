@@ -3,7 +3,6 @@
 use std::sync::atomic::Ordering;
 
 use super::Engine;
-use crate::index::ent_of;
 use crate::meta::io::IoTally;
 use crate::meta::record::{OFF_BLOCKNR, OFF_FP, OFF_REFCOUNT};
 use crate::{BlockNr, Error, Result};
@@ -94,7 +93,7 @@ impl Engine {
             )));
         }
         let fp = self.meta.read_u64(t, loc + OFF_FP)?;
-        let (mut sh, h) = self.index.lock(fp);
+        let _sh = self.locks.lock(fp);
         let e = self.meta.read_entry(t, loc)?;
         if e.blocknr != b || e.fp != fp {
             return Err(Error::Corrupt(format!(
@@ -115,10 +114,11 @@ impl Engine {
                 return Err(undo(t, err));
             }
             self.meta.flush(loc + OFF_REFCOUNT, 8);
+            self.store.on_release(fp, loc, e.refcount - 1);
             return Ok(false);
         }
         // Last reference: clear the entry (blocknr 0 frees the slot) and the reverse map, then
-        // unindex (under the shard lock, so no writer can find it any more).
+        // take it out of the store (under the entry lock, so no writer can find it any more).
         let cleared = self
             .meta
             .write(t, loc + OFF_BLOCKNR, &[0u8; 16])
@@ -127,7 +127,7 @@ impl Engine {
             return Err(undo(t, err));
         }
         self.meta.flush(loc + OFF_BLOCKNR, 16);
-        sh.table.remove(h, ent_of(loc));
+        self.store.remove(fp, loc);
         slots.push(loc);
         Ok(true)
     }

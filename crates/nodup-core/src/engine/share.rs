@@ -82,19 +82,19 @@ impl Engine {
                 }
             }
         }
-        // Unlocked read: the fingerprints say which shard locks to take. The caller's
+        // Unlocked read: the fingerprints say which entry locks to take. The caller's
         // references keep every one of these entries valid meanwhile; only counts change.
         let first = self.read_spans(t, &locs, ENTRY_SIZE)?;
         let fps: Vec<u64> = first
             .chunks_exact(ENTRY_SIZE as usize)
             .map(|c| entry_of(c).fp)
             .collect();
-        let mut shards: Vec<usize> = fps.iter().map(|&fp| self.index.shard_of(fp)).collect();
+        let mut shards: Vec<usize> = fps.iter().map(|&fp| self.locks.stripe_of(fp)).collect();
         shards.sort_unstable();
         shards.dedup();
-        // Every path but this one holds one shard lock at a time, so taking several in
+        // Every path but this one holds one entry lock at a time, so taking several in
         // ascending order cannot deadlock.
-        let _guards: Vec<_> = shards.iter().map(|&s| self.index.lock_shard(s)).collect();
+        let _guards: Vec<_> = shards.iter().map(|&s| self.locks.lock_stripe(s)).collect();
         // Under the locks: the current counts, validated, incremented in place.
         let mut now = self.read_spans(t, &locs, ENTRY_SIZE)?;
         let mut ok = vec![false; locs.len()];

@@ -1,58 +1,23 @@
-//! DRAM fingerprint index: fingerprint → metadata-entry location, with exact memory accounting.
+//! The complete DRAM fingerprint index: every live entry's fingerprint → entry location, with
+//! exact memory accounting. It is the [`FpStore`] of `light`, `strong` and `weak-verify`.
 //!
 //! The index is split into shards by the low bits of the mixed fingerprint; each shard is a
 //! compact open-addressing [`table::Table`] (8 bytes per slot, load kept between 1/3 and 3/4,
-//! grown by 1.5x so it is at least 1/2 full right after a resize) plus the short list of entries
-//! that are being created by a write call and are not durable yet ("pending"). A shard's lock is
-//! also the engine's lock for every entry whose fingerprint falls into the shard: looking up,
-//! inserting, incrementing and freeing an entry all happen under it, so two writers of the same
-//! new content cannot both create an entry.
+//! grown by 1.5x so it is at least 1/2 full right after a resize) behind its own mutex. The
+//! shard mutex only guards the table: the engine's entry lock (`engine/locks.rs`) is what
+//! serialises the operations on one fingerprint, and it is always taken first.
 
 pub mod table;
 
 use std::sync::Arc;
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 use table::{Table, View};
+
+use crate::store::FpStore;
 
 /// Number of shards (a power of two).
 pub const SHARDS: usize = 64;
-
-/// An entry created by a write call that has not reached the medium yet.
-#[derive(Debug, Clone, Copy)]
-pub struct Pending {
-    /// Entry location (byte offset on the medium).
-    pub loc: u64,
-    /// The write context that owns it (only the owner may deduplicate against it).
-    pub owner: u64,
-    /// Index of the owner's in-call record.
-    pub slot: usize,
-    /// Fingerprint of the entry (its on-media copy is not written yet).
-    pub fp: u64,
-}
-
-/// One shard: table plus pending list.
-#[derive(Debug)]
-pub struct Shard {
-    /// The slots of this shard.
-    pub table: Table,
-    /// Entries of in-flight write calls.
-    pub pending: Vec<Pending>,
-}
-
-impl Shard {
-    /// The pending record at `loc`, if any.
-    pub fn pending_at(&self, loc: u64) -> Option<Pending> {
-        self.pending.iter().copied().find(|p| p.loc == loc)
-    }
-
-    /// Drop the pending record at `loc`.
-    pub fn unpend(&mut self, loc: u64) {
-        if let Some(i) = self.pending.iter().position(|p| p.loc == loc) {
-            self.pending.swap_remove(i);
-        }
-    }
-}
 
 /// Mix a fingerprint into a well-spread 64-bit hash (a bijection, so equal hashes mean equal fps).
 #[inline]
@@ -65,7 +30,7 @@ pub fn mix(fp: u64) -> u64 {
 /// The sharded fingerprint index.
 #[derive(Debug)]
 pub struct FpIndex {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[Mutex<Table>]>,
     /// Each shard's slot-array view, for lock-free prefetching.
     views: Box<[Arc<View>]>,
     loc_bits: u32,
@@ -79,12 +44,7 @@ impl FpIndex {
         let views: Box<[Arc<View>]> = (0..SHARDS).map(|_| Arc::new(View::default())).collect();
         let shards = views
             .iter()
-            .map(|v| {
-                Mutex::new(Shard {
-                    table: Table::with_view(loc_bits, table::MIN_SLOTS, v.clone()),
-                    pending: Vec::new(),
-                })
-            })
+            .map(|v| Mutex::new(Table::with_view(loc_bits, table::MIN_SLOTS, v.clone())))
             .collect::<Vec<_>>()
             .into_boxed_slice();
         FpIndex {
@@ -94,79 +54,112 @@ impl FpIndex {
         }
     }
 
-    /// Start loading the slot a lookup of `fp` will read first, without taking its lock (a
-    /// writer calls this a block ahead, so the lookup does not wait for DRAM).
-    #[inline]
-    pub fn prefetch(&self, fp: u64) {
-        let h = mix(fp);
-        self.views[(h as usize) & (SHARDS - 1)].prefetch(h & !((1u64 << self.loc_bits) - 1));
-    }
-
     /// Bits of an entry number.
     pub fn loc_bits(&self) -> u32 {
         self.loc_bits
     }
 
-    /// Lock the shard of `fp`; returns the guard and the mixed hash to use with it.
+    /// Shard number of a mixed fingerprint.
     #[inline]
-    pub fn lock(&self, fp: u64) -> (MutexGuard<'_, Shard>, u64) {
+    fn shard(h: u64) -> usize {
+        (h as usize) & (SHARDS - 1)
+    }
+}
+
+impl FpStore for FpIndex {
+    /// Start loading the slot a lookup of `fp` will read first, without taking its lock (a
+    /// writer calls this a block ahead, so the lookup does not wait for DRAM).
+    #[inline]
+    fn prefetch(&self, fp: u64) {
         let h = mix(fp);
-        (self.shards[(h as usize) & (SHARDS - 1)].lock(), h)
+        self.views[Self::shard(h)].prefetch(h & !((1u64 << self.loc_bits) - 1));
     }
 
-    /// Shard number of `fp`.
     #[inline]
-    pub fn shard_of(&self, fp: u64) -> usize {
-        (mix(fp) as usize) & (SHARDS - 1)
+    fn find(&self, fp: u64, check: &mut dyn FnMut(u64) -> bool) -> Option<u64> {
+        let h = mix(fp);
+        self.shards[Self::shard(h)].lock().find(h, |ent| {
+            let loc = loc_of(ent);
+            check(loc).then_some(loc)
+        })
     }
 
-    /// Lock shard `i` (see [`FpIndex::shard_of`]).
     #[inline]
-    pub fn lock_shard(&self, i: usize) -> MutexGuard<'_, Shard> {
-        self.shards[i].lock()
+    fn insert(&self, fp: u64, loc: u64) {
+        let h = mix(fp);
+        self.shards[Self::shard(h)].lock().insert(h, ent_of(loc));
     }
 
-    /// Entries stored.
-    pub fn len(&self) -> u64 {
-        self.shards
-            .iter()
-            .map(|s| s.lock().table.len() as u64)
-            .sum()
+    #[inline]
+    fn remove(&self, fp: u64, loc: u64) {
+        let h = mix(fp);
+        self.shards[Self::shard(h)].lock().remove(h, ent_of(loc));
     }
 
-    /// True when no entry is stored.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// Group the pairs by shard (a counting sort), so each shard's table is sized once and
+    /// filled while it sits in the cache; two threads fill half the shards each.
+    fn load(&self, pairs: &[(u64, u64)]) {
+        let mut start = vec![0usize; SHARDS + 1];
+        for &(fp, _) in pairs {
+            start[Self::shard(mix(fp)) + 1] += 1;
+        }
+        for i in 0..SHARDS {
+            self.shards[i].lock().reserve_total(start[i + 1]);
+            start[i + 1] += start[i];
+        }
+        let mut grouped = vec![(0u64, 0u64); pairs.len()];
+        let mut at = start.clone();
+        for &(fp, loc) in pairs {
+            let h = mix(fp);
+            let sh = Self::shard(h);
+            grouped[at[sh]] = (h, loc);
+            at[sh] += 1;
+        }
+        let fill = |from: usize, to: usize| {
+            for i in from..to {
+                let mut t = self.shards[i].lock();
+                for &(h, loc) in &grouped[start[i]..start[i + 1]] {
+                    t.insert(h, ent_of(loc));
+                }
+            }
+        };
+        if grouped.len() < 1 << 16 {
+            fill(0, SHARDS);
+        } else {
+            std::thread::scope(|sc| {
+                sc.spawn(|| fill(SHARDS / 2, SHARDS));
+                fill(0, SHARDS / 2);
+            });
+        }
     }
 
-    /// Exact heap bytes: the shard array plus every slot array and pending list.
-    pub fn memory_bytes(&self) -> u64 {
+    fn locations(&self) -> Vec<u64> {
+        let mut v = Vec::new();
+        for s in self.shards.iter() {
+            v.extend(s.lock().entries().map(loc_of));
+        }
+        v
+    }
+
+    fn len(&self) -> u64 {
+        self.shards.iter().map(|s| s.lock().len() as u64).sum()
+    }
+
+    /// Exact heap bytes: the shard array plus every slot array.
+    fn memory_bytes(&self) -> u64 {
         // Views: the pointer array plus each Arc's allocation (two counters and the view).
         let mut b = std::mem::size_of_val(&*self.shards)
             + self.views.len()
                 * (std::mem::size_of::<Arc<View>>() + 16 + std::mem::size_of::<View>());
         for s in self.shards.iter() {
-            let s = s.lock();
-            b += s.table.heap_bytes() + s.pending.capacity() * std::mem::size_of::<Pending>();
+            b += s.lock().heap_bytes();
         }
         b as u64
     }
 
-    /// Every stored entry location.
-    pub fn locations(&self) -> Vec<u64> {
-        let mut v = Vec::new();
+    fn clear(&self) {
         for s in self.shards.iter() {
-            v.extend(s.lock().table.entries().map(|e| e << 5));
-        }
-        v
-    }
-
-    /// Empty the index.
-    pub fn clear(&self) {
-        for s in self.shards.iter() {
-            let mut s = s.lock();
-            s.table.clear();
-            s.pending = Vec::new();
+            s.lock().clear();
         }
     }
 }
@@ -199,9 +192,8 @@ pub fn memory_for(entries: u64) -> u64 {
         })
         .sum();
     // Fixed part, as `memory_bytes` counts it: the shard array and the views (pointer plus the
-    // Arc allocation: two counters and the view). Pending lists of a fresh index are empty and
-    // unallocated.
-    let fixed = SHARDS * std::mem::size_of::<Mutex<Shard>>()
+    // Arc allocation: two counters and the view).
+    let fixed = SHARDS * std::mem::size_of::<Mutex<Table>>()
         + SHARDS * (std::mem::size_of::<Arc<View>>() + 16 + std::mem::size_of::<View>());
     fixed as u64 + tables
 }
@@ -288,8 +280,7 @@ mod tests {
             z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
             z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
             let fp = z ^ (z >> 31);
-            let (mut s, h) = idx.lock(fp);
-            s.table.insert(h, i);
+            idx.insert(fp, loc_of(i));
         }
         idx
     }
@@ -315,8 +306,7 @@ mod tests {
         let n = 200_000u64;
         for i in 1..=n {
             let fp = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            let (mut s, h) = idx.lock(fp);
-            s.table.insert(h, i);
+            idx.insert(fp, loc_of(i));
         }
         assert_eq!(idx.len(), n);
         let per = idx.memory_bytes() as f64 / n as f64;

@@ -39,7 +39,7 @@ impl Policy for Strong {
         }
     }
     fn decide(&self, _fp: u64) -> Decision {
-        Decision::Dedup
+        Decision::LookupOrInsert
     }
     fn verify(&self) -> bool {
         false
@@ -64,7 +64,7 @@ impl Policy for WeakVerify {
         }
     }
     fn decide(&self, _fp: u64) -> Decision {
-        Decision::Dedup
+        Decision::LookupOrInsert
     }
     fn verify(&self) -> bool {
         true

@@ -2,11 +2,15 @@
 
 pub mod baseline;
 pub mod light;
-pub mod prefetch;
+
+/// Light's prefetch rules, kept reachable under their earlier path.
+pub use light::prefetch;
 
 use serde::{Deserialize, Serialize};
 
 use crate::fingerprint::FpKind;
+use crate::index::FpIndex;
+use crate::store::{FpStore, StoreParams};
 use crate::{Error, Result};
 
 crate::named_enum! {
@@ -51,19 +55,23 @@ crate::named_enum! {
     }
 }
 
-/// What a policy wants done with one block (decided before the index is consulted).
+/// What a policy wants done with one block (decided before its store is consulted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
     /// Write the block as a non-dedup block: no lookup, no entry.
     Skip,
-    /// Look the fingerprint up; on a miss insert an entry.
-    Dedup,
+    /// Look the fingerprint up and deduplicate on a match; on a miss write the block without
+    /// an entry (e.g. a selectively sampled stream, or a store that is full).
+    Lookup,
+    /// Look the fingerprint up; on a miss create an entry, so later copies find this block.
+    LookupOrInsert,
 }
 
-/// A dedup policy: which fingerprint, whether to look up and insert, whether to verify a match
-/// and how to speculate. The write path is the same for every policy; later policies (`smart`,
-/// `selective`) plug in through [`Policy::decide`] and the hit/insert notifications, where they
-/// can keep their own hot-fingerprint state.
+/// A dedup policy: which fingerprint, which fingerprint store, whether to look up and insert,
+/// whether to verify a match and how to speculate. The write path is the same for every policy;
+/// a policy plugs in through [`Policy::decide`] and its store ([`Policy::make_store`]), which
+/// is told about hits, inserts, releases and frees and can keep its own hot-fingerprint state
+/// (see `docs/design/engine.md` for a worked example).
 pub trait Policy: Send + Sync {
     /// Which policy this is.
     fn kind(&self) -> PolicyKind;
@@ -81,10 +89,11 @@ pub trait Policy: Send + Sync {
     fn verify(&self) -> bool;
     /// The prefetch variant actually used, given the one asked for at open.
     fn prefetch(&self, asked: PrefetchMode) -> PrefetchMode;
-    /// Called after a verified (or trusted) duplicate of `fp`.
-    fn on_hit(&self, _fp: u64) {}
-    /// Called after a new entry for `fp` was created.
-    fn on_insert(&self, _fp: u64) {}
+    /// The fingerprint store this policy looks blocks up in (the complete DRAM index unless the
+    /// policy brings its own).
+    fn make_store(&self, params: &StoreParams) -> Box<dyn FpStore> {
+        Box::new(FpIndex::new(params.medium_len))
+    }
 }
 
 /// The policy object for `kind`.

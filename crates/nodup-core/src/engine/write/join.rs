@@ -48,10 +48,7 @@ impl Engine {
         j.waiters.fetch_add(1, Ordering::SeqCst);
         let mut g = j.mx.lock();
         let done = loop {
-            let busy = {
-                let (sh, _) = self.index.lock(fp);
-                sh.pending.iter().any(|p| p.fp == fp && p.owner != me)
-            };
+            let busy = { self.locks.lock(fp).pending_elsewhere(fp, me) };
             if !busy {
                 break true;
             }

@@ -1,16 +1,17 @@
-//! Lookup of one block: fingerprint index under the shard lock, byte comparison, reference
-//! increment of a duplicate, or a new pending entry.
+//! Lookup of one block: the policy's store under the fingerprint's entry lock, byte comparison
+//! (or the store's cached answer), reference increment of a duplicate, or a new pending entry.
 
-use super::{CallStats, Created, Prev};
+use super::{CallStats, Created};
+use crate::engine::locks::Pending;
 use crate::engine::{Engine, WriteCtx};
-use crate::index::{ent_of, loc_of, Pending};
 use crate::meta::io::IoTally;
 use crate::meta::record::{DedupEntry, Hint, OFF_REFCOUNT};
-use crate::policy::prefetch;
+use crate::policy::light::prefetch;
+use crate::policy::light::Prev;
 use crate::policy::PrefetchMode;
 use crate::{BlockNr, Error, Result, BLOCK_SIZE};
 
-/// How a lookup under the shard lock ended.
+/// How a lookup under the entry lock ended.
 enum Found {
     /// An entry of this call: deduplicate against it in DRAM.
     Mine(usize),
@@ -22,7 +23,7 @@ enum Found {
 
 impl Engine {
     /// Compare `data` with stored block `b`, prefetching as `mode` says.
-    pub(super) fn same_content(
+    pub(crate) fn same_content(
         &self,
         scratch: &mut Vec<u8>,
         b: BlockNr,
@@ -41,6 +42,22 @@ impl Engine {
         Ok(scratch[..] == *data)
     }
 
+    /// Confirm that `data` is the content of block `b`, the candidate the store found for `fp`:
+    /// from the store's own cache when it can answer (its verify hook), else from the medium.
+    fn verify_live(
+        &self,
+        scratch: &mut Vec<u8>,
+        fp: u64,
+        b: BlockNr,
+        data: &[u8],
+        t: &mut IoTally,
+    ) -> Result<bool> {
+        match self.store.verify_cached(fp, b, data) {
+            Some(same) => Ok(same),
+            None => self.same_content(scratch, b, data, self.prefetch, t),
+        }
+    }
+
     /// Basic dedup of one block with fingerprint `fp`; `pre` is the block it was already
     /// copied into, if it was staged. Returns the block, the entry it maps to, and whether the
     /// block is new (stored by this call) rather than a duplicate.
@@ -52,34 +69,38 @@ impl Engine {
         i: usize,
         fp: u64,
         pre: Option<BlockNr>,
+        lookup_only: bool,
         t: &mut IoTally,
         st: &mut CallStats,
     ) -> Result<(BlockNr, Option<Prev>, bool)> {
         let data = blocks[i];
-        let (mut sh, h) = self.index.lock(fp);
+        let mut sh = self.locks.lock(fp);
         let mut err = None;
-        let found = {
-            let shard = &*sh;
+        let mut found = None;
+        {
+            let stripe = &*sh;
             let created = &ctx.created;
             let id = ctx.id;
-            shard.table.find(h, |ent| {
-                let loc = loc_of(ent);
-                if let Some(p) = shard.pending_at(loc) {
+            self.store.find(fp, &mut |loc| {
+                found = if let Some(p) = stripe.pending_at(loc) {
                     if p.owner == id {
-                        return (created[p.slot].fp == fp).then_some(Found::Mine(p.slot));
+                        (created[p.slot].fp == fp).then_some(Found::Mine(p.slot))
+                    } else {
+                        (p.fp == fp).then_some(Found::Other)
                     }
-                    return (p.fp == fp).then_some(Found::Other);
-                }
-                match self.meta.read_entry(t, loc) {
-                    Ok(e) if e.fp == fp && e.is_valid() => Some(Found::Live(loc, e)),
-                    Ok(_) => None,
-                    Err(e) => {
-                        err = Some(e);
-                        Some(Found::Other)
+                } else {
+                    match self.meta.read_entry(t, loc) {
+                        Ok(e) if e.fp == fp && e.is_valid() => Some(Found::Live(loc, e)),
+                        Ok(_) => None,
+                        Err(e) => {
+                            err = Some(e);
+                            Some(Found::Other)
+                        }
                     }
-                }
-            })
-        };
+                };
+                found.is_some()
+            });
+        }
         if let Some(e) = err {
             return Err(e);
         }
@@ -100,7 +121,7 @@ impl Engine {
                     created: Some(k),
                 };
                 st.hits += 1;
-                self.policy.on_hit(fp);
+                self.store.on_hit(fp, prev.loc);
                 if let Some(p) = pre {
                     self.unclaim(ctx, p);
                 }
@@ -127,7 +148,7 @@ impl Engine {
                     )));
                 }
                 if self.policy.verify()
-                    && !self.same_content(&mut ctx.scratch, e.blocknr, data, self.prefetch, t)?
+                    && !self.verify_live(&mut ctx.scratch, fp, e.blocknr, data, t)?
                 {
                     // Same fingerprint, different bytes: a collision. Store the block without an entry.
                     st.collisions += 1;
@@ -135,9 +156,9 @@ impl Engine {
                     return Ok((self.place(ctx, i, pre, t)?, None, true));
                 }
                 self.incref(ctx, loc, e.refcount, t)?;
+                self.store.on_hit(fp, loc);
                 drop(sh);
                 st.hits += 1;
-                self.policy.on_hit(fp);
                 if let Some(p) = pre {
                     self.unclaim(ctx, p);
                 }
@@ -150,6 +171,11 @@ impl Engine {
                     }),
                     false,
                 ))
+            }
+            None if lookup_only => {
+                // The policy looks this content up but does not remember it.
+                drop(sh);
+                Ok((self.place(ctx, i, pre, t)?, None, true))
             }
             None => {
                 // A new block. Its number, entry slot and index record are claimed before the
@@ -182,7 +208,7 @@ impl Engine {
                     refs: 1,
                     hint: Hint::NONE,
                 });
-                sh.table.insert(h, ent_of(loc));
+                self.store.insert(fp, loc);
                 sh.pending.push(Pending {
                     loc,
                     owner: ctx.id,
@@ -190,7 +216,6 @@ impl Engine {
                     fp,
                 });
                 drop(sh);
-                self.policy.on_insert(fp);
                 if pre.is_none() {
                     ctx.copies.push((b, i));
                 }
@@ -210,7 +235,7 @@ impl Engine {
     /// Refcount + 1 of a committed entry (flushed and fenced at the end of the call, one flush
     /// per line of consecutive entries).
     /// The caller holds the entry's shard lock.
-    pub(super) fn incref(
+    pub(crate) fn incref(
         &self,
         ctx: &mut WriteCtx,
         loc: u64,

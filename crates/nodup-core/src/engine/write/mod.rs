@@ -1,7 +1,7 @@
 //! The inline-dedup write path and release (Light-Dedup §4.2–4.3).
 //!
 //! One call runs in two phases. Phase 1 decides every block: speculation through a trusted hint,
-//! else fingerprint + index lookup under the fingerprint's shard lock, byte comparison, refcount
+//! else fingerprint + lookup in the policy's store under the fingerprint's entry lock, byte comparison, refcount
 //! increment (flushed) on a duplicate; a new block gets its data written and an entry slot
 //! claimed and indexed as *pending*, so a concurrent writer of the same content cannot create a
 //! second entry (it writes a non-dedup block instead). Phase 2 flushes all new data, fences,
@@ -14,7 +14,6 @@
 mod join;
 mod lookup;
 mod persist;
-mod speculate;
 mod stage;
 
 use std::collections::VecDeque;
@@ -23,18 +22,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::{add_nonzero, Engine, WriteCtx};
 use crate::meta::io::IoTally;
 use crate::meta::record::Hint;
-use crate::policy::prefetch::trusted;
+use crate::policy::light::prefetch::trusted;
+use crate::policy::light::Prev;
 use crate::policy::{Decision, PrefetchMode};
 use crate::{BlockNr, Error, Result, BLOCK_SIZE};
-
-/// The entry the previous block of a stream mapped to.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Prev {
-    loc: u64,
-    hint: Hint,
-    /// Index into `WriteCtx::created` when the entry was created by the current call.
-    created: Option<usize>,
-}
 
 /// A block fingerprinted (and on mapped media already copied) ahead of its lookup.
 #[derive(Debug, Clone, Copy)]
@@ -49,23 +40,23 @@ struct Staged {
 /// An entry created by the current call, persisted in phase 2.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Created {
-    loc: u64,
+    pub(crate) loc: u64,
     fp: u64,
     /// Position of its data in the call's input (the block itself may not be copied yet).
     src: usize,
     blocknr: u64,
     refs: u64,
-    hint: Hint,
+    pub(crate) hint: Hint,
 }
 
 /// Counters of one call.
 #[derive(Debug, Default)]
-struct CallStats {
-    blocks: u64,
-    hits: u64,
-    collisions: u64,
-    hint_hits: u64,
-    hint_misses: u64,
+pub(crate) struct CallStats {
+    pub(crate) blocks: u64,
+    pub(crate) hits: u64,
+    pub(crate) collisions: u64,
+    pub(crate) hint_hits: u64,
+    pub(crate) hint_misses: u64,
 }
 
 /// Placeholder block number of a block waiting for another call's entry (block 0 is the engine
@@ -147,7 +138,7 @@ impl Engine {
             let sub: Vec<&[u8]> = waiting.iter().map(|&(i, _)| blocks[i]).collect();
             let mut got = Vec::with_capacity(sub.len());
             // The blocks are not consecutive in the input: no hint links them.
-            ctx.prev = None;
+            ctx.light.prev = None;
             self.write_call(ctx, &sub, &mut got, in_time && round < join::JOIN_ROUNDS)?;
             for (k, &(i, _)) in waiting.iter().enumerate() {
                 out[i] = got[k];
@@ -178,7 +169,7 @@ impl Engine {
         ctx.touched.clear();
         ctx.copies.clear();
         // No prefetch state crosses calls.
-        ctx.prefetched = None;
+        ctx.light.prefetched = None;
         let r1 = self.phase1(ctx, blocks, out, &mut t, &mut st);
         // Unused read-ahead blocks go back, newest first, so the allocator cursor rewinds.
         let mut r0 = Ok(());
@@ -199,7 +190,7 @@ impl Engine {
                 self.set_state(crate::engine::STATE_NEEDS_RECOVERY);
             }
             self.merge_tally(&t);
-            ctx.prev = None;
+            ctx.light.prev = None;
             ctx.waiting.clear();
             return Err(e);
         }
@@ -262,7 +253,7 @@ impl Engine {
                 _ => None,
             };
             let mut cur: Option<(BlockNr, Option<Prev>)> = None;
-            if let (Some(p), None) = (ctx.prev, staged) {
+            if let (Some(p), None) = (ctx.light.prev, staged) {
                 if trusted(p.hint)
                     && p.created.is_none()
                     && self.layout.is_entry_loc(p.hint.target())
@@ -285,7 +276,10 @@ impl Engine {
                     };
                     match self.policy.decide(fp) {
                         Decision::Skip => (self.place(ctx, i, pre, t)?, None, true),
-                        Decision::Dedup => self.dedup_one(ctx, blocks, i, fp, pre, t, st)?,
+                        Decision::Lookup => self.dedup_one(ctx, blocks, i, fp, pre, true, t, st)?,
+                        Decision::LookupOrInsert => {
+                            self.dedup_one(ctx, blocks, i, fp, pre, false, t, st)?
+                        }
                     }
                 }
             };
@@ -297,3 +291,6 @@ impl Engine {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,8 +1,8 @@
 //! Phase 2 of a write call: data durable, then entries and reverse map durable, then
 //! published; or, on an error, the whole call rolled back.
 
+use crate::engine::locks::STRIPES;
 use crate::engine::{Engine, WriteCtx};
-use crate::index::{ent_of, SHARDS};
 use crate::media::Medium;
 use crate::meta::io::IoTally;
 use crate::meta::record::{DedupEntry, OFF_BLOCKNR, OFF_FP, OFF_REFCOUNT};
@@ -84,26 +84,26 @@ impl Engine {
         self.meta.fence()
     }
 
-    /// Make the call's new entries visible to other writers (one lock per shard).
+    /// Make the call's new entries visible to other writers (one entry lock per stripe).
     pub(super) fn publish(&self, ctx: &mut WriteCtx) {
         ctx.touched.clear();
-        // Group by shard with a counting sort (a call creates up to hundreds of entries).
-        let mut start = [0usize; SHARDS + 1];
+        // Group by stripe with a counting sort (a call creates up to hundreds of entries).
+        let mut start = [0usize; STRIPES + 1];
         for c in &ctx.created {
-            start[self.index.shard_of(c.fp) + 1] += 1;
+            start[self.locks.stripe_of(c.fp) + 1] += 1;
         }
-        for s in 0..SHARDS {
+        for s in 0..STRIPES {
             start[s + 1] += start[s];
         }
         ctx.publish.clear();
         ctx.publish.resize(ctx.created.len(), (0, 0));
         for c in &ctx.created {
-            let s = self.index.shard_of(c.fp);
+            let s = self.locks.stripe_of(c.fp);
             ctx.publish[start[s]] = (s, c.loc);
             start[s] += 1;
         }
         for group in ctx.publish.chunk_by(|a, b| a.0 == b.0) {
-            let mut sh = self.index.lock_shard(group[0].0);
+            let mut sh = self.locks.lock_stripe(group[0].0);
             for &(_, loc) in group {
                 sh.unpend(loc);
             }
@@ -111,7 +111,7 @@ impl Engine {
         if !ctx.created.is_empty() {
             self.join.wake();
         }
-        if let Some(p) = ctx.prev.as_mut() {
+        if let Some(p) = ctx.light.prev.as_mut() {
             p.created = None;
         }
     }
@@ -124,14 +124,14 @@ impl Engine {
         let mut res = Ok(());
         let mm = &**self.meta.medium();
         for c in &ctx.created {
-            let (mut sh, h) = self.index.lock(c.fp);
+            let mut sh = self.locks.lock(c.fp);
             // blocknr and refcount to zero: the slot is free again (it may hold a complete
             // entry if the call failed after writing it). Cleared before the lock is dropped,
             // so a speculating writer never finds it valid once it is neither pending nor
             // indexed.
             res = res.and(self.meta.write(t, c.loc + OFF_BLOCKNR, &[0u8; 16]));
             sh.unpend(c.loc);
-            sh.table.remove(h, ent_of(c.loc));
+            self.store.remove(c.fp, c.loc);
             drop(sh);
             mm.flush(c.loc + OFF_BLOCKNR, 16);
             let slot = self.revmap.slot_off(c.blocknr);
@@ -164,7 +164,7 @@ impl Engine {
     /// shard lock, as other writers may have changed the count since).
     pub(super) fn decref_touched(&self, loc: u64, t: &mut IoTally) -> Result<()> {
         let fp = self.meta.read_u64(t, loc + OFF_FP)?;
-        let _sh = self.index.lock(fp);
+        let _sh = self.locks.lock(fp);
         let rc = self.meta.read_u64(t, loc + OFF_REFCOUNT)?;
         if rc < 2 {
             return Err(Error::Corrupt(format!(

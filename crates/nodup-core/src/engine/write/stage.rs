@@ -8,7 +8,7 @@ use crate::meta::record::OFF_BLOCKNR;
 use crate::{BlockNr, Error, Result, BLOCK_SIZE};
 
 impl Engine {
-    /// Fingerprint block `i` ahead of its lookup and start loading its index slot. On a
+    /// Fingerprint block `i` ahead of its lookup and start loading what its lookup reads. On a
     /// mapped medium it is also copied, in the same pass, into a block claimed for it (new
     /// data is the likely outcome while the stream writes new data; a duplicate gives the
     /// block back).
@@ -21,7 +21,7 @@ impl Engine {
     ) -> Result<Staged> {
         if !self.fused {
             let fp = self.fpr.fingerprint(data);
-            self.index.prefetch(fp);
+            self.store.prefetch(fp);
             return Ok(Staged { i, fp, block: None });
         }
         let b = self.claim_block(ctx)?;
@@ -41,7 +41,7 @@ impl Engine {
         } else {
             t.data_written += BLOCK_SIZE as u64;
         }
-        self.index.prefetch(fp);
+        self.store.prefetch(fp);
         Ok(Staged {
             i,
             fp,

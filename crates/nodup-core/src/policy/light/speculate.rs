@@ -3,18 +3,21 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{CallStats, Prev};
+use super::Prev;
+use crate::engine::write::CallStats;
 use crate::engine::{Engine, WriteCtx};
 use crate::meta::io::IoTally;
 use crate::meta::record::{Hint, OFF_BLOCKNR, OFF_FP, OFF_HINT};
-use crate::policy::prefetch::{self, trusted, update_hint, update_stream, HintOutcome, TRUST_MAX};
+use crate::policy::light::prefetch::{
+    self, trusted, update_hint, update_stream, HintOutcome, TRUST_MAX,
+};
 use crate::policy::PrefetchMode;
 use crate::{BlockNr, Result, BLOCK_SIZE};
 
 impl Engine {
     /// Speculation (SP): compare directly with the block of the hinted entry, skipping the
     /// fingerprint and the index. Also issues prefetch-next (PN/CBP). `None` = fall back.
-    pub(super) fn speculate(
+    pub(crate) fn speculate(
         &self,
         ctx: &mut WriteCtx,
         target: u64,
@@ -24,7 +27,7 @@ impl Engine {
         st: &mut CallStats,
     ) -> Result<Option<(BlockNr, Option<Prev>)>> {
         let fp = self.meta.read_u64(t, target + OFF_FP)?;
-        let (sh, _) = self.index.lock(fp);
+        let sh = self.locks.lock(fp);
         // The hint is only a guess, checked on the entry itself as the paper's SP does, without
         // probing the index (a cache miss per block that cost more than SP saves on DRAM).
         // Under the lock of `fp`'s shard, a slot that holds `fp` and a valid block number is the
@@ -43,22 +46,22 @@ impl Engine {
         let mode = self.prefetch;
         let off = e.blocknr * BLOCK_SIZE as u64;
         // Prefetch-next of the previous block already started loading this one.
-        if ctx.prefetched != Some(e.blocknr) {
+        if ctx.light.prefetched != Some(e.blocknr) {
             prefetch::before_compare(&*self.medium, mode, off);
         }
-        ctx.prefetched = None;
+        ctx.light.prefetched = None;
         let next_ok = match mode {
             PrefetchMode::Pn => true,
             PrefetchMode::Cbp => self.active.load(Ordering::Relaxed) < self.transition,
             _ => false,
         };
-        if more && next_ok && ctx.stream_trust == TRUST_MAX {
+        if more && next_ok && ctx.light.trust == TRUST_MAX {
             let h2 = Hint(e.hint);
             if trusted(h2) && self.layout.is_entry_loc(h2.target()) {
                 let b2 = self.meta.read_u64(t, h2.target() + OFF_BLOCKNR)?;
                 if self.in_data(b2) {
                     prefetch::next_block(&*self.medium, b2 * BLOCK_SIZE as u64);
-                    ctx.prefetched = Some(b2);
+                    ctx.light.prefetched = Some(b2);
                 }
             }
         }
@@ -68,7 +71,7 @@ impl Engine {
         self.incref(ctx, target, e.refcount, t)?;
         drop(sh);
         st.hits += 1;
-        self.policy.on_hit(fp);
+        self.store.on_hit(fp, target);
         Ok(Some((
             e.blocknr,
             Some(Prev {
@@ -80,7 +83,7 @@ impl Engine {
     }
 
     /// Prefetch-Current: start loading the hinted entry's block before fingerprinting.
-    pub(super) fn prefetch_target(&self, target: u64, t: &mut IoTally) -> Result<()> {
+    pub(crate) fn prefetch_target(&self, target: u64, t: &mut IoTally) -> Result<()> {
         let b = self.meta.read_u64(t, target + OFF_BLOCKNR)?;
         if self.in_data(b) {
             prefetch::before_compare(&*self.medium, PrefetchMode::Ibp, b * BLOCK_SIZE as u64);
@@ -89,7 +92,7 @@ impl Engine {
     }
 
     /// Judge the previous entry's hint against the entry this block used, update trust degrees.
-    pub(super) fn track_hint(
+    pub(crate) fn track_hint(
         &self,
         ctx: &mut WriteCtx,
         cur: Option<Prev>,
@@ -97,7 +100,7 @@ impl Engine {
         st: &mut CallStats,
     ) -> Result<()> {
         let mut cur = cur;
-        if let (Some(p), Some(c)) = (ctx.prev, cur.as_mut()) {
+        if let (Some(p), Some(c)) = (ctx.light.prev, cur.as_mut()) {
             let (nh, outcome) = update_hint(p.hint, c.loc);
             if trusted(p.hint) {
                 match outcome {
@@ -106,7 +109,7 @@ impl Engine {
                     HintOutcome::Created => {}
                 }
             }
-            ctx.stream_trust = update_stream(ctx.stream_trust, outcome);
+            ctx.light.trust = update_stream(ctx.light.trust, outcome);
             if nh != p.hint {
                 match p.created {
                     Some(k) => ctx.created[k].hint = nh,
@@ -118,7 +121,7 @@ impl Engine {
                 }
             }
         }
-        ctx.prev = cur;
+        ctx.light.prev = cur;
         Ok(())
     }
 }

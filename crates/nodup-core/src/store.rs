@@ -1,0 +1,93 @@
+//! The fingerprint store: where the write path asks "is this content stored, and where".
+//!
+//! A store belongs to the policy ([`crate::policy::Policy::make_store`]): `light`, `strong` and
+//! `weak-verify` keep the complete DRAM index ([`crate::index::FpIndex`]); a budgeted two-level
+//! store (`smart`) or a small hot cache with no complete store (`selective`) plug in here too.
+//! What a store holds is only a *finding aid*: fingerprint → location of a dedup entry on the
+//! medium. The entries themselves — reference counts, the reverse map, recovery — stay the
+//! engine's, and every candidate a store names is confirmed against the on-media entry (and the
+//! block's bytes when the policy verifies) before it is used. A store may therefore forget any
+//! fingerprint at any time: the block is then simply not deduplicated against.
+//!
+//! Locking: the engine serialises everything about one fingerprint with its *entry lock*
+//! (`engine/locks.rs`, striped by fingerprint, which also holds the entries being created by
+//! in-flight calls). [`FpStore::find`], [`FpStore::insert`], [`FpStore::remove`] and the
+//! notifications for `fp` are called with `fp`'s entry lock held, so a store sees the
+//! operations on one fingerprint in order. The store's own storage is synchronised by the
+//! store (the complete index has one mutex per shard); its locks are leaves: a store never
+//! calls back into the engine while holding them, except through the `check` callback of
+//! `find`, which only reads the medium.
+
+/// Parameters a store is built with (from the engine superblock and the open options).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StoreParams {
+    /// Length of the medium in bytes (entry locations are below it).
+    pub medium_len: u64,
+    /// Memory budget in bytes for stores that have one; 0 = unlimited.
+    pub mem_budget: u64,
+}
+
+/// A policy's fingerprint store (see the module doc for the contract).
+pub trait FpStore: Send + Sync {
+    /// Start loading what a lookup of `fp` will read first (called a block ahead, no lock held;
+    /// a hint only).
+    fn prefetch(&self, _fp: u64) {}
+
+    /// Offer the candidate entry locations for `fp` to `check`, in the store's order, until it
+    /// accepts one; returns the accepted location. `check` reads the on-media entry.
+    fn find(&self, fp: u64, check: &mut dyn FnMut(u64) -> bool) -> Option<u64>;
+
+    /// Record that the entry at `loc` holds `fp` (a new entry, or one reloaded by recovery).
+    fn insert(&self, fp: u64, loc: u64);
+
+    /// Forget the entry at `loc` for `fp`: its block was freed, or its creation rolled back.
+    fn remove(&self, fp: u64, loc: u64);
+
+    /// A block was found to duplicate the entry at `loc` (verified, or trusted by the policy).
+    fn on_hit(&self, _fp: u64, _loc: u64) {}
+
+    /// One reference to the entry at `loc` was released; `refs` (at least 1) remain.
+    fn on_release(&self, _fp: u64, _loc: u64, _refs: u64) {}
+
+    /// Answer the byte comparison of `data` with stored block `block` (fingerprint `fp`) from
+    /// the store's own cache: `Some(equal)`, or `None` to read the medium.
+    fn verify_cached(&self, _fp: u64, _block: u64, _data: &[u8]) -> Option<bool> {
+        None
+    }
+
+    /// Load many `(fp, loc)` pairs at once (normal recovery at open); the default inserts them
+    /// one by one.
+    fn load(&self, pairs: &[(u64, u64)]) {
+        for &(fp, loc) in pairs {
+            self.insert(fp, loc);
+        }
+    }
+
+    /// Every location held (saved at clean shutdown, so the next open reloads them without a
+    /// scan of the metadata).
+    fn locations(&self) -> Vec<u64>;
+
+    /// Fingerprints held.
+    fn len(&self) -> u64;
+
+    /// True when the store holds no fingerprint.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Heap bytes the store uses (what its budget is compared with).
+    fn memory_bytes(&self) -> u64;
+
+    /// The memory budget the store keeps to, if it has one.
+    fn budget(&self) -> Option<u64> {
+        None
+    }
+
+    /// True when every live entry is held (the audit then checks that each one is findable).
+    fn complete(&self) -> bool {
+        true
+    }
+
+    /// Forget everything (failure recovery rebuilds the store from the medium).
+    fn clear(&self);
+}
