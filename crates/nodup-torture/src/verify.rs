@@ -89,7 +89,7 @@ pub fn apply_mutant(fs: &FileSystem, mutant: Mutant) {
             let _ = fs.engine().release(b);
         }
         Mutant::CorruptData => {
-            let m = fs.engine().medium();
+            let m = fs.engine().data_medium();
             let off = b * BLOCK_SIZE as u64 + 17;
             let mut x = [0u8; 1];
             if m.read(off, &mut x).is_ok() {

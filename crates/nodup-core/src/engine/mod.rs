@@ -41,6 +41,40 @@ use crate::{BlockNr, EngineStats, Error, Result, BLOCK_SIZE};
 use locks::EntryLocks;
 use superblock::Superblock;
 
+/// The two media handles the engine works on: one for data blocks, one for everything else
+/// (superblock, entries, reverse map, save area, and the caller's metadata). Both address the
+/// same image (offsets are image offsets, lengths must be equal); by default they are the same
+/// medium. Separate handles let a wrapper act on one side only: encryption of data blocks after
+/// fingerprinting, or a meter or simulator on either.
+#[derive(Clone)]
+pub struct Media {
+    /// Data blocks: copies of new data, comparisons, reads.
+    pub data: Arc<dyn Medium>,
+    /// Metadata: the engine's and the caller's.
+    pub meta: Arc<dyn Medium>,
+}
+
+impl Media {
+    /// One medium for both.
+    pub fn single(m: Arc<dyn Medium>) -> Media {
+        Media {
+            data: m.clone(),
+            meta: m,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.data.len() != self.meta.len() {
+            return Err(Error::Invalid(format!(
+                "data medium is {} bytes, metadata medium {}: both must address the same image",
+                self.data.len(),
+                self.meta.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Options fixed at format (mkfs) time and recorded in the engine superblock.
 ///
 /// `fingerprint` is what the user asked for; a policy may substitute its own: `strong` needs a
@@ -226,7 +260,10 @@ static NEXT_CTX_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The inline-dedup engine over one medium.
 pub struct Engine {
+    /// The data medium (see [`Media`]).
     pub(crate) medium: Arc<dyn Medium>,
+    /// The metadata medium, unmetered (superblock, caller's metadata).
+    meta_medium: Arc<dyn Medium>,
     pub(crate) meta: MetaIo,
     /// The access meter metadata I/O goes through, when `OpenOptions::meter_granularity` is set.
     meter: Option<Arc<AccessMeter>>,
@@ -260,7 +297,9 @@ pub struct Engine {
 }
 
 impl Engine {
-    fn build(medium: Arc<dyn Medium>, sb: Superblock, open: &OpenOptions) -> Result<Engine> {
+    fn build(media: Media, sb: Superblock, open: &OpenOptions) -> Result<Engine> {
+        media.check()?;
+        let Media { data: medium, meta } = media;
         let policy = make_policy(sb.policy)?;
         let fpr = fingerprinter(sb.fingerprint);
         let geo = LayoutGeometry {
@@ -270,9 +309,10 @@ impl Engine {
             nblocks: sb.total_blocks,
             data_start: sb.data_start,
         };
-        let (meta_medium, meter) = meta_medium(&medium, open.meter_granularity)?;
+        let (metered, meter) = meta_medium(&meta, open.meter_granularity)?;
         Ok(Engine {
-            meta: MetaIo::new(meta_medium, meter.is_some()),
+            meta: MetaIo::new(metered, meter.is_some()),
+            meta_medium: meta,
             meter,
             prefetch: policy.prefetch(open.prefetch),
             transition: open.transition_threshold.max(1),
@@ -309,6 +349,13 @@ impl Engine {
         opts: &FormatOptions,
         open: &OpenOptions,
     ) -> Result<Engine> {
+        Engine::format_media(Media::single(medium), opts, open)
+    }
+
+    /// Format with separate data and metadata handles (see [`Media`]).
+    pub fn format_media(media: Media, opts: &FormatOptions, open: &OpenOptions) -> Result<Engine> {
+        media.check()?;
+        let medium = &media.meta;
         let policy = make_policy(opts.policy)?;
         let fp = policy.fingerprint_for(opts.fingerprint);
         let layout_kind = opts.meta_layout;
@@ -325,20 +372,26 @@ impl Engine {
         medium.write(0, &[0u8; superblock::SB_SIZE])?;
         medium.flush(0, superblock::SB_SIZE as u64);
         medium.fence()?;
-        let e = Engine::build(medium, sb, open)?;
+        let e = Engine::build(media, sb, open)?;
         let mut t = IoTally::default();
         e.zero_blocks(&mut t, sb.revmap_start, sb.revmap_blocks)?;
         e.zero_blocks(&mut t, sb.save_start, 1)?;
         e.layout.format(&e.meta, &mut t)?;
         e.merge_tally(&t);
-        sb.store(&*e.medium)?;
+        sb.store(&*e.meta_medium)?;
         e.set_state(STATE_READY);
         Ok(e)
     }
 
     /// Open an existing image, validating the superblock. Performs normal recovery when clean.
     pub fn open(medium: Arc<dyn Medium>, opts: &OpenOptions) -> Result<(Engine, OpenState)> {
-        let sb = Superblock::load(&*medium)?;
+        Engine::open_media(Media::single(medium), opts)
+    }
+
+    /// Open with separate data and metadata handles (see [`Media`]).
+    pub fn open_media(media: Media, opts: &OpenOptions) -> Result<(Engine, OpenState)> {
+        media.check()?;
+        let sb = Superblock::load(&*media.meta)?;
         let kind = sb.meta_layout;
         let expected = Superblock::plan(
             sb.total_blocks * BLOCK_SIZE as u64,
@@ -351,7 +404,7 @@ impl Engine {
         )
         .map_err(|_| Error::Corrupt("engine superblock geometry is inconsistent".into()))?;
         sb.check_geometry(&expected)?;
-        let e = Engine::build(medium, sb, opts)?;
+        let e = Engine::build(media, sb, opts)?;
         let mut t = IoTally::default();
         e.layout.attach(&e.meta, &mut t)?;
         e.merge_tally(&t);
@@ -383,7 +436,7 @@ impl Engine {
         let mut s = self.sb.lock();
         if s.clean {
             s.clean = false;
-            s.store(&*self.medium)?;
+            s.store(&*self.meta_medium)?;
         }
         drop(s);
         self.set_state(STATE_READY);
@@ -467,8 +520,13 @@ impl Engine {
         (self.geo.client_start, self.geo.client_blocks)
     }
 
-    /// The medium, for the caller's own metadata I/O in its blocks.
+    /// The metadata medium, for the caller's own metadata I/O in its blocks.
     pub fn medium(&self) -> &Arc<dyn Medium> {
+        &self.meta_medium
+    }
+
+    /// The data medium (where data blocks are written and read).
+    pub fn data_medium(&self) -> &Arc<dyn Medium> {
         &self.medium
     }
 
@@ -591,7 +649,7 @@ impl Engine {
 
     fn zero_blocks(&self, t: &mut IoTally, start: u64, n: u64) -> Result<()> {
         if self
-            .medium
+            .meta_medium
             .known_zero(start * BLOCK_SIZE as u64, n * BLOCK_SIZE as u64)
         {
             return Ok(());
@@ -599,7 +657,7 @@ impl Engine {
         let zero = vec![0u8; BLOCK_SIZE];
         for b in start..start + n {
             let off = b * BLOCK_SIZE as u64;
-            if let Some(s) = self.medium.direct(off, BLOCK_SIZE) {
+            if let Some(s) = self.meta_medium.direct(off, BLOCK_SIZE) {
                 if s.iter().all(|&x| x == 0) {
                     continue;
                 }

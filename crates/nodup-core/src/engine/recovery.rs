@@ -186,7 +186,7 @@ impl Engine {
         self.merge_tally(&t);
         let mut sb = self.sb.lock();
         sb.clean = true;
-        sb.store(&*self.medium)
+        sb.store(&*self.meta_medium)
     }
 
     /// Failure recovery (see [`Engine::recover`]).
