@@ -521,6 +521,8 @@ impl Engine {
     }
 
     /// The metadata medium, for the caller's own metadata I/O in its blocks.
+    // The caller's medium is the metadata one; `medium` is the engine's data handle.
+    #[allow(clippy::misnamed_getters)]
     pub fn medium(&self) -> &Arc<dyn Medium> {
         &self.meta_medium
     }
