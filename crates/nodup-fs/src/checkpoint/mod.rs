@@ -1,0 +1,384 @@
+//! Writing incremental checkpoints (see [`crate::persist`] for the format), the reserve of
+//! blocks that keeps one always possible, and when to take one.
+//!
+//! A checkpoint runs in three steps:
+//! 1. **Cut** (under the gate, so no operation is half applied): the inodes changed since the
+//!    last checkpoint, and the live units of the segments chosen for cleaning, are encoded into
+//!    new segment payloads; the log position is noted. The time spent here is proportional to
+//!    what changed, not to the size of the file system, and is the only pause operations see.
+//! 2. **Write** (operations run again): the segments and a new manifest go to fresh blocks,
+//!    then, after a fence, the superblock names the new manifest and the cut.
+//! 3. **Free**: cleaned and emptied segments, the old manifest and the log blocks before the
+//!    cut go back to the engine.
+//!
+//! A failure in step 2 leaves the old checkpoint in force (the log still holds everything since
+//! its cut): the unit locations are put back and everything encoded is marked changed again.
+//!
+//! By concern: `build` (the new segments a cut assembles), `clean` (segment cleaning), `write`
+//! (step 2 and the undo of a failed one), `space` (the reserve and the space check before
+//! operations), `schedule` (when to take one).
+
+mod build;
+mod clean;
+mod schedule;
+mod space;
+mod write;
+
+pub(crate) use self::build::CutScratch;
+use self::build::{blocks_for, Builder, Change, BUF_POOL};
+use self::clean::{copy_bytes, still_current};
+use crate::chain::PAYLOAD;
+use crate::error::Result;
+use crate::fs::FileSystem;
+use crate::persist::manifest::{Manifest, SegRef};
+use crate::persist::unit::UnitKind;
+use crate::persist::{Loc, SegInfo};
+use nodup_core::BlockNr;
+use std::time::Instant;
+
+/// A checkpoint splits its units into segments of about this many payload bytes (1/1024 of the
+/// image, between 4 KiB and this), so cleaning can pick segments at a fine grain.
+pub const SEG_BYTES_MAX: usize = 1 << 20;
+/// Live bytes one (non-final) checkpoint rewrites at most to clean segments.
+pub const CLEAN_BUDGET: u64 = 4 << 20;
+/// Segments may hold this much more than their live bytes before cleaning starts (1/1024 of
+/// the image, between 4 KiB and this) ...
+pub const GARBAGE_SLACK_MAX: u64 = 256 << 10;
+/// ... or more than this share of garbage.
+pub const GARBAGE_RATIO: f64 = 0.5;
+/// Smallest and largest automatic log limit (see [`FileSystem::log_limit`]).
+pub const LOG_LIMIT_MIN: u64 = 256 << 10;
+/// See [`LOG_LIMIT_MIN`].
+pub const LOG_LIMIT_MAX: u64 = 64 << 20;
+/// Estimated checkpoint bytes at which the tick takes a checkpoint (twice this, and an
+/// operation takes it itself). The cut encodes what changed while operations wait, so this
+/// bounds that pause (a few milliseconds).
+pub const DIRTY_LIMIT: u64 = 4 << 20;
+/// A file system idle this long with changes not yet checkpointed takes a checkpoint.
+pub const IDLE_MS: u64 = 1000;
+
+/// Counters of the checkpoints taken since the file system was opened.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CkptStats {
+    /// Checkpoints written.
+    pub count: u64,
+    /// Checkpoints that failed (and left the previous one in force).
+    pub failed: u64,
+    /// Seconds the last checkpoint took in all.
+    pub last_seconds: f64,
+    /// Seconds operations were paused by the last checkpoint (its cut).
+    pub last_pause_seconds: f64,
+    /// Longest pause of any checkpoint so far.
+    pub max_pause_seconds: f64,
+    /// Payload bytes the last checkpoint wrote (units + manifest).
+    pub last_bytes: u64,
+    /// Inodes whose units the last checkpoint wrote.
+    pub last_inodes: u64,
+    /// Segments cleaned (rewritten and freed) so far.
+    pub segments_cleaned: u64,
+    /// What the last checkpoint did, for the log.
+    #[serde(skip)]
+    pub last_detail: String,
+    /// When a checkpoint was last logged, and how many since.
+    #[serde(skip)]
+    pub logged: Option<(Instant, u64)>,
+}
+
+/// A checkpoint is logged at most this often (slow or failed ones always).
+const LOG_EVERY_SECS: u64 = 60;
+
+impl FileSystem {
+    /// Write a checkpoint (see the module comment). `clean` is the final one of a clean
+    /// shutdown: it holds the gate throughout, drops unlinked inodes nobody has open any more,
+    /// cleans without a budget and sets the clean flag.
+    pub fn checkpoint(&self, clean: bool) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let _one = self.ckpt_lock.lock();
+        if self.is_shut_down() && !clean {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let r = self.checkpoint_locked(clean, t0);
+        let mut st = self.ckpt_stats.lock();
+        let secs = t0.elapsed().as_secs_f64();
+        match &r {
+            Ok(()) => {
+                st.count += 1;
+                st.last_seconds = secs;
+                let since = st.logged.map_or(st.count, |(_, n)| st.count - n);
+                let due = st
+                    .logged
+                    .is_none_or(|(t, _)| t.elapsed().as_secs() >= LOG_EVERY_SECS);
+                if due || secs > 1.0 || clean || std::env::var_os("NODUP_CKPT_DEBUG").is_some() {
+                    crate::logging::info(&format!(
+                        "checkpoint {} ({} since the last line){}: {:.1} ms, {}",
+                        st.count,
+                        since,
+                        if clean { ", final" } else { "" },
+                        secs * 1e3,
+                        st.last_detail
+                    ));
+                    st.logged = Some((Instant::now(), st.count));
+                }
+            }
+            Err(e) => {
+                st.failed += 1;
+                crate::logging::error(&format!("checkpoint failed (the previous one stays): {e}"));
+            }
+        }
+        r
+    }
+
+    /// Steps 1 to 3 (see the module comment); the caller holds `ckpt_lock`.
+    fn checkpoint_locked(&self, clean: bool, t0: Instant) -> Result<()> {
+        // Room for cleaning: what the reserve and free space hold beyond this checkpoint's own
+        // units; no cleaning when space is short (it frees blocks only after the switch).
+        let spare_blocks = (self.meta.lock().reserve.len() as u64
+            + self.engine.allocator().free_blocks())
+        .saturating_sub(self.reserve_want() as u64 + 16);
+        let room = spare_blocks * PAYLOAD as u64;
+        // Cleaning keeps pace with the garbage a checkpoint makes (about what it writes).
+        let pace = CLEAN_BUDGET.max(2 * self.persist.estimate());
+        let budget = if clean { room } else { room.min(pace) };
+        let victims = self.pick_victims(budget);
+        // What each victim holds (read before the cut: media reads, no locks). Its units that
+        // are still current and unchanged at the cut are copied to the new segment as they
+        // are (a memory copy: their frames are self-contained); changed ones are encoded anew
+        // with everything else that changed.
+        let victim_data = self.read_victims(&victims)?;
+
+        // Buffers for the segments, faulted in now: fresh memory touched under the gate made
+        // the cut wait for page faults (slow on a VM whose memory is under pressure).
+        let seg_bytes = self.seg_bytes();
+        let mut pool = std::mem::take(&mut *self.seg_bufs.lock());
+        let want = (self.persist.estimate() as usize + copy_bytes(&victim_data)) / seg_bytes + 2;
+        let mut scratch = std::mem::take(&mut *self.cut_scratch.lock());
+        scratch.reserve(want * (seg_bytes / 1024 + 1));
+        while pool.len() < want.min(BUF_POOL) {
+            // Non-zero fill: a zeroed allocation would map untouched zero pages.
+            let mut v = vec![1u8; seg_bytes + (64 << 10)];
+            v.clear();
+            pool.push(v);
+        }
+
+        // ---- 1. the cut
+        let gate = self.gate.write();
+        let tc = Instant::now();
+        let cpu0 = thread_cpu_secs();
+        let mut released = Vec::new();
+        if clean {
+            // Nobody can hold a handle after the final unmount: unlinked inodes go now, so a
+            // clean image never carries one.
+            let mut t = self.tables.write();
+            for ino in t.unlinked() {
+                if let Some(n) = t.remove_inode(ino) {
+                    let mut n = n.write();
+                    let mapped = n.map().map_or(0, |m| m.mapped());
+                    released.extend(n.map_mut().map(|m| m.clear()).unwrap_or_default());
+                    self.sub_mapped(mapped);
+                }
+            }
+        }
+        let t = self.tables.read();
+        let t_lock = tc.elapsed().as_secs_f64();
+        let mut b = Builder {
+            seg_bytes,
+            pool,
+            segs: Vec::new(),
+            placed: std::mem::take(&mut scratch.placed),
+            gone: std::mem::take(&mut scratch.gone),
+        };
+        let mut copied = 0usize;
+        for (g, payload, units) in &victim_data {
+            for v in units {
+                let Some(node) = t.get(v.ino) else { continue };
+                let n = node.read();
+                if still_current(&n, v, *g) {
+                    b.raw(
+                        v.ino,
+                        (v.kind != UnitKind::Head).then_some(v.unit),
+                        &payload[v.off..v.off + v.len],
+                    );
+                    copied += 1;
+                }
+            }
+        }
+        let t_mark = tc.elapsed().as_secs_f64();
+        let queue = self.persist.take_queue();
+        let mut inodes = 0u64;
+        let mut lock_wait = 0f64;
+        for &ino in &queue {
+            if let Some(node) = t.get(ino) {
+                let tw = Instant::now();
+                let mut n = node.write();
+                lock_wait += tw.elapsed().as_secs_f64();
+                b.take(&mut n);
+                inodes += 1;
+            }
+        }
+        let t_enc = tc.elapsed().as_secs_f64();
+        let (pos, cut_counts) = {
+            let mut log = self.log.lock();
+            let pos = log.position();
+            (pos, log.mark_cut())
+        };
+        let next_ino = t.next_ino;
+        let t_log = tc.elapsed().as_secs_f64();
+        // Generations: one per new segment and one for the manifest.
+        let (gen0, man_gen) = {
+            let mut meta = self.meta.lock();
+            let g = meta.next_gen;
+            meta.next_gen += b.segs.len() as u64 + 1;
+            (g, g + b.segs.len() as u64)
+        };
+        // Point every written unit at its new copy; remember the old one.
+        let mut changes = std::mem::take(&mut scratch.changes);
+        let mut dead = std::mem::take(&mut scratch.dead);
+        let mut new_live = vec![0u64; b.segs.len()];
+        for &(ino, u, si, len) in &b.placed {
+            let Some(node) = t.get(ino) else { continue };
+            let mut n = node.write();
+            let loc = Loc {
+                gen: gen0 + si as u64,
+                bytes: len,
+            };
+            new_live[si] += len as u64;
+            let old = match u {
+                None => n.ck.head.replace(loc),
+                Some(u) => n.ck.units.insert(u, loc),
+            };
+            dead.extend(old);
+            changes.push(match u {
+                None => Change::Head(ino, old),
+                Some(u) => Change::Unit(ino, u, old),
+            });
+        }
+        for &(ino, u) in &b.gone {
+            let Some(node) = t.get(ino) else { continue };
+            let old = node.write().ck.units.remove(&u);
+            dead.extend(old);
+            changes.push(Change::Unit(ino, u, old));
+        }
+        drop(t);
+        let t_locs = tc.elapsed().as_secs_f64();
+        self.persist.forget(dead.iter().copied());
+        let (manifest, dropped) = {
+            let mut segs = self.persist.segs.lock();
+            for (i, buf) in b.segs.iter().enumerate() {
+                segs.insert(
+                    gen0 + i as u64,
+                    SegInfo {
+                        blocks: Vec::new(),
+                        bytes: buf.len() as u32,
+                        live: new_live[i],
+                    },
+                );
+            }
+            let dropped: Vec<u64> = segs
+                .iter()
+                .filter(|(g, s)| s.live == 0 && **g < gen0)
+                .map(|(&g, _)| g)
+                .collect();
+            let man = Manifest {
+                next_ino,
+                segs: segs
+                    .iter()
+                    .filter(|(g, _)| !dropped.contains(g))
+                    .map(|(&g, s)| SegRef {
+                        head: s.blocks.first().copied().unwrap_or(0),
+                        gen: g,
+                        blocks: blocks_for(s.bytes as usize) as u32,
+                        bytes: s.bytes,
+                    })
+                    .collect(),
+            };
+            (man, dropped)
+        };
+        let pause = tc.elapsed().as_secs_f64();
+        let pause_cpu = thread_cpu_secs() - cpu0;
+        let detail = format!(
+            "{} inodes, {} units copied from {} cleaned segments, {} bytes; pause {:.1} ms, \
+             {:.1} ms of it on the CPU \
+             (at {:.1} locked, {:.1} copied, {:.1} encoded ({:.1} waiting for inodes), {:.1} cut, \
+             {:.1} moved)",
+            inodes,
+            copied,
+            victims.len(),
+            b.segs.iter().map(|s| s.len()).sum::<usize>(),
+            pause * 1e3,
+            pause_cpu * 1e3,
+            t_lock * 1e3,
+            t_mark * 1e3,
+            t_enc * 1e3,
+            lock_wait * 1e3,
+            t_log * 1e3,
+            t_locs * 1e3,
+        );
+        let gate = if clean {
+            Some(gate)
+        } else {
+            drop(gate);
+            None
+        };
+
+        // ---- 2. write
+        let written = self.write_checkpoint(&b.segs, gen0, manifest, man_gen, &pos, clean);
+        let (man_blocks, pending) = match written {
+            Ok(x) => x,
+            Err(e) => {
+                self.undo_cut(&changes, &b, gen0, cut_counts);
+                drop(gate);
+                self.keep_buffers(b, changes, dead);
+                return Err(e);
+            }
+        };
+
+        // ---- 3. free
+        let mut free: Vec<BlockNr> = Vec::new();
+        {
+            let mut meta = self.meta.lock();
+            free.append(&mut std::mem::replace(&mut meta.manifest, man_blocks));
+            free.append(&mut meta.legacy);
+        }
+        {
+            let mut segs = self.persist.segs.lock();
+            for g in &dropped {
+                if let Some(s) = segs.remove(g) {
+                    free.extend(s.blocks);
+                }
+            }
+        }
+        free.extend(self.log.lock().drop_before(&pos));
+        drop(gate);
+        {
+            let mut st = self.ckpt_stats.lock();
+            st.last_detail = detail;
+            st.last_pause_seconds = pause;
+            st.max_pause_seconds = st.max_pause_seconds.max(pause);
+            st.last_bytes = b.segs.iter().map(|s| s.len() as u64).sum();
+            st.last_inodes = inodes;
+            st.segments_cleaned += victims.len() as u64;
+        }
+        if !free.is_empty() {
+            self.engine.free_meta(&free)?;
+        }
+        self.keep_buffers(b, changes, dead);
+        // Releases waiting for durability are covered by the fence before the switch.
+        self.engine.release_batch(&pending)?;
+        if !released.is_empty() {
+            self.engine.release_batch(&released)?;
+        }
+        let _ = t0;
+        Ok(())
+    }
+}
+
+/// CPU time of the calling thread, seconds (tells a slow cut from a preempted one in the log).
+fn thread_cpu_secs() -> f64 {
+    // SAFETY: clock_gettime fills the timespec it is given.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}

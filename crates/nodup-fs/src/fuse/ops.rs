@@ -1,0 +1,668 @@
+//! The kernel's requests: the `fuser::Filesystem` implementation, one method per FUSE request,
+//! each translated into [`FileSystem`](crate::fs::FileSystem) calls and a reply. A trait is
+//! implemented in one block, so the requests stay together here; what they share is in the
+//! parent module.
+
+use super::caller::{caller, creator, killed_suidgid};
+use super::space::WRITER_FH;
+use super::{err, ftype, time, Adapter, MAX_WRITE, TTL};
+use crate::error::FsError;
+use crate::fs::SetAttr;
+use crate::inode::{Attr, Kind, Ts};
+use fuser::{
+    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+impl Filesystem for Adapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(MAX_WRITE);
+        let _ = config.set_max_readahead(MAX_WRITE);
+        let _ = config.set_max_background(64);
+        // HANDLE_KILLPRIV_V2 makes the kernel set SB_NOSEC: once an inode is known to carry no
+        // suid/sgid bit nor security xattr, write() stops asking us for `security.capability`
+        // (a GETXATTR round trip per write syscall otherwise, which halved 4 KiB write speed).
+        // In exchange we clear suid/sgid ourselves on writes flagged FUSE_WRITE_KILL_SUIDGID.
+        // EXPORT_SUPPORT: inode numbers are stable and never reused (generation 0), so a file
+        // handle (open_by_handle_at, an NFS export) stays valid after the kernel evicts the
+        // inode and across remounts: the kernel finds it again by looking up "." in it.
+        let mut caps = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2
+            | InitFlags::FUSE_EXPORT_SUPPORT
+            | InitFlags::FUSE_POSIX_ACL
+            | InitFlags::FUSE_DONT_MASK;
+        if self.writeback {
+            caps |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        for cap in caps.iter() {
+            match config.add_capabilities(cap) {
+                Ok(()) if cap == InitFlags::FUSE_HANDLE_KILLPRIV_V2 => self.killpriv = true,
+                Ok(()) => {}
+                Err(unsupported) if unsupported.contains(InitFlags::FUSE_WRITEBACK_CACHE) => {
+                    crate::logging::warn("the kernel does not support the FUSE writeback cache");
+                }
+                // Without KILLPRIV_V2 the kernel keeps clearing set-id bits itself.
+                Err(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = self.fs.shutdown() {
+            crate::logging::error(&format!("clean shutdown failed: {e}"));
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.fs.lookup(parent.0, name.as_bytes()) {
+            // A negative entry (inode 0) lets the kernel cache "does not exist" for TTL; every
+            // namespace change goes through this mount, so the kernel invalidates it itself.
+            Err(FsError::Errno(libc::ENOENT)) => {
+                let now = Ts::now();
+                let a = Attr {
+                    kind: Kind::File,
+                    perm: 0,
+                    uid: 0,
+                    gid: 0,
+                    nlink: 0,
+                    size: 0,
+                    rdev: 0,
+                    atime: now,
+                    mtime: now,
+                    ctime: now,
+                };
+                reply.entry(&TTL, &self.attr_of(0, &a, 0), Generation(0))
+            }
+            r => self.entry(reply, r),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        // With a handle this is the kernel asking before a buffered write (or a read past the
+        // cached end of file, or lseek to the end): refuse writers when the room is gone.
+        if let Some(fh) = fh {
+            let free = self.observe_space();
+            if self.space.refuse(fh.0, free) {
+                return reply.error(Errno::ENOSPC);
+            }
+        }
+        match self.fs.getattr(ino.0) {
+            Ok(a) => reply.attr(&self.ttl(&a), &self.attr(ino.0, &a)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<std::time::SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<std::time::SystemTime>,
+        _chgtime: Option<std::time::SystemTime>,
+        _bkuptime: Option<std::time::SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let mut mode = mode;
+        // With KILLPRIV_V2 the kernel leaves set-id clearing on chown and truncate to us, but
+        // fuser does not pass FATTR_KILL_SUIDGID on; apply the kernel's rule: chown of a
+        // non-directory always clears, truncate unless the caller is root (CAP_FSETID).
+        if self.killpriv && mode.is_none() {
+            let chown = uid.is_some() || gid.is_some();
+            let trunc = size.is_some() && req.uid() != 0;
+            if chown || trunc {
+                if let Ok(a) = self.fs.getattr(ino.0) {
+                    let caller_gid = if chown { a.gid } else { req.gid() };
+                    let perm = killed_suidgid(a.perm, a.gid, caller_gid);
+                    if a.kind != Kind::Dir && perm != a.perm {
+                        mode = Some(perm);
+                    }
+                }
+            }
+        }
+        let sa = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: time(atime),
+            mtime: time(mtime),
+            ctime: ctime.map(Ts::from_system),
+        };
+        match self.fs.setattr(ino.0, &sa) {
+            Ok(a) => reply.attr(&self.ttl(&a), &self.attr(ino.0, &a)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let Some(kind) = Kind::from_mode(mode) else {
+            return reply.error(Errno::EINVAL);
+        };
+        if kind == Kind::Dir || kind == Kind::Symlink {
+            return reply.error(Errno::EINVAL);
+        }
+        let r = self.fs.mknod(
+            parent.0,
+            name.as_bytes(),
+            kind,
+            mode,
+            rdev,
+            b"",
+            creator(req, umask),
+        );
+        self.entry(reply, r);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.fs.mknod(
+            parent.0,
+            name.as_bytes(),
+            Kind::Dir,
+            mode,
+            0,
+            b"",
+            creator(req, umask),
+        );
+        self.entry(reply, r);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.fs.unlink(parent.0, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.fs.rmdir(parent.0, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let r = self.fs.mknod(
+            parent.0,
+            link_name.as_bytes(),
+            Kind::Symlink,
+            0o777,
+            0,
+            target.as_os_str().as_bytes(),
+            caller(req),
+        );
+        self.entry(reply, r);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.rename(
+            parent.0,
+            name.as_bytes(),
+            newparent.0,
+            newname.as_bytes(),
+            flags.bits(),
+        ) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = self
+            .fs
+            .link(ino.0, newparent.0, newname.as_bytes())
+            .map(|a| (ino.0, a));
+        self.entry(reply, r);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.open_handle(ino.0) {
+            Ok(_) => {
+                // Reads may be served from the page cache without reaching us.
+                let mode = flags.0 & libc::O_ACCMODE;
+                if mode != libc::O_WRONLY {
+                    self.touch(ino.0);
+                }
+                let fh = self.handle_for(ino.0, flags.0);
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(ino.0, offset, size as usize) {
+            Ok(d) => {
+                // The writeback cache reads pages to fill partial writes, through handles
+                // opened write-only: not an access.
+                if flags.0 & libc::O_ACCMODE != libc::O_WRONLY {
+                    self.touch(ino.0);
+                }
+                reply.data(&d)
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let r = self.fs.write(ino.0, offset, data);
+        self.observe_space();
+        match r {
+            Ok(n) => {
+                // The kernel sets the flag only when the writer lacks CAP_FSETID and the file
+                // has a set-id bit to lose.
+                if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+                    self.kill_suidgid(ino.0, req.gid());
+                }
+                reply.written(n as u32)
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lo: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Nothing is buffered here at close (writes reach the engine before they return, and
+        // the kernel writes its own dirty pages back before it would send FLUSH), so ENOSYS:
+        // the kernel then stops sending FLUSH at all, one round trip less per close(2).
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        if fh.0 == WRITER_FH {
+            self.space.closed(ino.0);
+        }
+        match self.fs.release_handle(ino.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.sync() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.getattr(ino.0) {
+            // An open directory holds its inode like an open file: removed or replaced by a
+            // rename, it stays valid (nlink 0) until the last handle closes.
+            Ok(a) if a.kind == Kind::Dir => match self.fs.open_handle(ino.0) {
+                Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+                Err(e) => reply.error(err(e)),
+            },
+            Ok(_) => reply.error(Errno::ENOTDIR),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.release_handle(ino.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        match self.fs.readdir(ino.0, offset, 1024) {
+            Ok(entries) => {
+                if offset == 0 {
+                    self.touch(ino.0);
+                }
+                for (off, child, kind, name) in entries {
+                    if reply.add(INodeNo(child), off, ftype(kind), OsStr::from_bytes(&name)) {
+                        break;
+                    }
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        match self.fs.readdir(ino.0, offset, 256) {
+            Ok(entries) => {
+                if offset == 0 {
+                    self.touch(ino.0);
+                }
+                for (off, child, _kind, name) in entries {
+                    let Ok(a) = self.fs.getattr(child) else {
+                        continue;
+                    };
+                    if reply.add(
+                        INodeNo(child),
+                        off,
+                        OsStr::from_bytes(&name),
+                        &self.ttl(&a),
+                        &self.attr(child, &a),
+                        Generation(0),
+                    ) {
+                        break;
+                    }
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.sync() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let st = self.fs.statfs();
+        let files = 1u64 << 32;
+        reply.statfs(
+            st.blocks,
+            st.free,
+            st.avail,
+            files,
+            files - st.inodes.min(files),
+            4096,
+            255,
+            4096,
+        );
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        match self.set_xattr(req, ino.0, name.as_bytes(), value, flags) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let r = self.get_xattr(ino.0, name.as_bytes());
+        match r {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs.listxattr(ino.0) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in names {
+                    buf.extend_from_slice(&n);
+                    buf.push(0);
+                }
+                if size == 0 {
+                    reply.size(buf.len() as u32)
+                } else if buf.len() > size as usize {
+                    reply.error(Errno::ERANGE)
+                } else {
+                    reply.data(&buf)
+                }
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.fs.removexattr(ino.0, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // With default_permissions the kernel checks mode bits itself; only existence matters.
+        match self.fs.getattr(ino.0) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let kind = Kind::from_mode(mode).unwrap_or(Kind::File);
+        let r = self
+            .fs
+            .mknod(
+                parent.0,
+                name.as_bytes(),
+                kind,
+                mode,
+                0,
+                b"",
+                creator(req, umask),
+            )
+            .and_then(|(ino, _)| self.fs.open_handle(ino).map(|a| (ino, a)));
+        match r {
+            Ok((ino, a)) => {
+                let fh = self.handle_for(ino, flags);
+                reply.created(
+                    &self.ttl(&a),
+                    &self.attr(ino, &a),
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::FOPEN_KEEP_CACHE,
+                )
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        // The reply carries a 32-bit count; callers loop over larger copies.
+        let len = len.min(u32::MAX as u64 & !(nodup_core::BLOCK_SIZE as u64 - 1));
+        match self
+            .fs
+            .copy_range(ino_in.0, offset_in, ino_out.0, offset_out, len)
+        {
+            Ok(n) => {
+                self.data_changed_by(req, ino_out.0);
+                reply.written(n as u32)
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        if offset < 0 {
+            return reply.error(Errno::EINVAL);
+        }
+        match self.fs.seek_data_hole(ino.0, offset as u64, whence) {
+            Ok(o) => reply.offset(o as i64),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.fallocate(ino.0, offset, length, mode) {
+            Ok(()) => {
+                self.data_changed_by(req, ino.0);
+                reply.ok()
+            }
+            Err(e) => reply.error(err(e)),
+        }
+    }
+}
