@@ -37,7 +37,7 @@ use crate::meta::{make_layout, LayoutGeometry, MetaLayout, MetaLayoutKind};
 use crate::policy::prefetch::STREAM_TRUST_INIT;
 use crate::policy::{make_policy, Policy, PolicyKind, PrefetchMode};
 use crate::{BlockNr, EngineStats, Error, Result, BLOCK_SIZE};
-use superblock::Superblock;
+use superblock::{PolicyParams, Superblock};
 
 /// Options fixed at format (mkfs) time and recorded in the engine superblock.
 ///
@@ -300,13 +300,17 @@ impl Engine {
         let policy = make_policy(opts.policy)?;
         let fp = policy.fingerprint_for(opts.fingerprint);
         let layout_kind = opts.meta_layout;
-        let sb = Superblock::plan(
+        let params = PolicyParams {
+            mem_budget: opts.mem_budget,
+            ..PolicyParams::default()
+        };
+        let mut sb = Superblock::plan(
             medium.len(),
             opts.client_area_blocks,
             opts.policy,
             fp,
             layout_kind,
-            opts.mem_budget,
+            params,
             |total, slots| state_words(layout_kind, total, slots),
         )?;
         // Invalidate any previous superblock first, so a half-formatted image is never opened.
@@ -334,7 +338,7 @@ impl Engine {
             sb.policy,
             sb.fingerprint,
             kind,
-            sb.mem_budget,
+            sb.params,
             |total, slots| state_words(kind, total, slots),
         )
         .map_err(|_| Error::Corrupt("engine superblock geometry is inconsistent".into()))?;
@@ -478,6 +482,11 @@ impl Engine {
     /// The metadata layout recorded at format time.
     pub fn meta_layout(&self) -> MetaLayoutKind {
         self.geo.meta_layout
+    }
+
+    /// The policy parameters recorded at format time (defaults for a version-1 image).
+    pub fn policy_params(&self) -> PolicyParams {
+        self.geo.params
     }
 
     /// The prefetch variant in effect (the policy may override the one asked for).
