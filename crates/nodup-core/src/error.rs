@@ -14,14 +14,20 @@ pub enum Error {
     /// The image is not a nodup image (bad magic).
     #[error("not a nodup image: {0}")]
     NotNodup(String),
-    /// The image was written by a newer (or unknown) on-media version.
-    #[error("unsupported on-media version {found} (this build supports {supported})")]
+    /// The engine superblock has a newer on-media version than this build reads.
+    #[error(
+        "engine superblock version {found} is newer than this build supports (max {supported}); upgrade nodup"
+    )]
     Version {
         /// Version found on the medium.
         found: u32,
         /// Newest version this build reads.
         supported: u32,
     },
+    /// The image is valid but uses something this build does not have (an incompatible
+    /// feature bit, a cipher); the message names it.
+    #[error("{0}")]
+    Unsupported(String),
     /// A structure on the medium failed validation (checksum, bounds, invariants).
     #[error("corrupt image: {0}")]
     Corrupt(String),

@@ -65,7 +65,7 @@ fn exercise(bytes: Vec<u8>, refs: &[BlockNr]) {
 #[test]
 fn every_superblock_byte_is_checked() {
     let (img, _, _) = image(MetaLayoutKind::Region, true);
-    for i in 0..144 {
+    for i in 0..nodup_core::engine::superblock::SB_SIZE {
         for bit in [0u8, 3, 7] {
             let mut b = img.clone();
             b[i] ^= 1 << bit;

@@ -1,7 +1,9 @@
 //! A version-1 image (full-snapshot checkpoints, made by nodup at 359f281) opens read-only as
 //! it is, and its first read-write open converts it to the current format with every file,
-//! link, symlink and xattr intact.
+//! link, symlink and xattr intact. Its engine superblock is version 1 too, converted to
+//! version 2 by the same open.
 
+use nodup_core::engine::superblock::{self as engine_sb, PolicyParams};
 use nodup_core::media::MemMedium;
 use nodup_fs::inode::ROOT_INO;
 use nodup_fs::superblock::{probe_medium, FS_VERSION};
@@ -48,6 +50,7 @@ fn version_1_image_is_read_and_converted() {
     let bytes = v1_image();
     let m = Arc::new(MemMedium::from_bytes(bytes.clone()));
     assert_eq!(probe_medium(&*m).unwrap().0.version, 1);
+    assert_eq!(engine_sb::Superblock::load(&*m).unwrap().version, 1);
     let ro = FsOptions {
         read_only: true,
         ..FsOptions::default()
@@ -60,6 +63,10 @@ fn version_1_image_is_read_and_converted() {
     let fs = FileSystem::open(m.clone(), &FsOptions::default()).unwrap();
     check(&fs);
     assert_eq!(probe_medium(&*m).unwrap().0.version, FS_VERSION);
+    let esb = engine_sb::Superblock::load(&*m).unwrap();
+    assert_eq!(esb.version, engine_sb::VERSION);
+    assert_eq!(esb.params, PolicyParams::default());
+    assert_eq!(fs.engine().policy_params(), PolicyParams::default());
     fs.shutdown().unwrap();
     drop(fs);
     let fs = FileSystem::open(m.clone(), &FsOptions::default()).unwrap();

@@ -39,7 +39,7 @@ use crate::policy::{make_policy, Policy, PolicyKind, PrefetchMode};
 use crate::store::{FpStore, StoreParams};
 use crate::{BlockNr, EngineStats, Error, Result, BLOCK_SIZE};
 use locks::EntryLocks;
-use superblock::Superblock;
+use superblock::{PolicyParams, Superblock};
 
 /// The two media handles the engine works on: one for data blocks, one for everything else
 /// (superblock, entries, reverse map, save area, and the caller's metadata). Both address the
@@ -320,7 +320,7 @@ impl Engine {
             alloc: Allocator::new(sb.data_start, sb.data_blocks),
             store: policy.make_store(&StoreParams {
                 medium_len: medium.len(),
-                mem_budget: open.mem_budget.unwrap_or(sb.mem_budget),
+                mem_budget: open.mem_budget.unwrap_or(sb.params.mem_budget),
             }),
             locks: EntryLocks::default(),
             layout: make_layout(sb.meta_layout, geo),
@@ -359,13 +359,17 @@ impl Engine {
         let policy = make_policy(opts.policy)?;
         let fp = policy.fingerprint_for(opts.fingerprint);
         let layout_kind = opts.meta_layout;
-        let sb = Superblock::plan(
+        let params = PolicyParams {
+            mem_budget: opts.mem_budget,
+            ..PolicyParams::default()
+        };
+        let mut sb = Superblock::plan(
             medium.len(),
             opts.client_area_blocks,
             opts.policy,
             fp,
             layout_kind,
-            opts.mem_budget,
+            params,
             |total, slots| state_words(layout_kind, total, slots),
         )?;
         // Invalidate any previous superblock first, so a half-formatted image is never opened.
@@ -399,7 +403,7 @@ impl Engine {
             sb.policy,
             sb.fingerprint,
             kind,
-            sb.mem_budget,
+            sb.params,
             |total, slots| state_words(kind, total, slots),
         )
         .map_err(|_| Error::Corrupt("engine superblock geometry is inconsistent".into()))?;
@@ -550,6 +554,11 @@ impl Engine {
     /// The metadata layout recorded at format time.
     pub fn meta_layout(&self) -> MetaLayoutKind {
         self.geo.meta_layout
+    }
+
+    /// The policy parameters recorded at format time (defaults for a version-1 image).
+    pub fn policy_params(&self) -> PolicyParams {
+        self.geo.params
     }
 
     /// The prefetch variant in effect (the policy may override the one asked for).

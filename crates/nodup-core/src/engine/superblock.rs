@@ -1,12 +1,14 @@
 //! The engine superblock (block 0): magic, version, geometry, policy, fingerprint, layout, clean
-//! flag and checksum, validated on every open.
+//! flag, incompatible-feature bits, the policy's own parameters and checksum, validated on every
+//! open.
 //!
-//! On-media layout (little endian, `SB_SIZE` bytes at offset 0 of block 0):
+//! On-media layout, version 2 (little endian, `SB_SIZE` = 272 bytes at offset 0 of block 0;
+//! offsets in `off`):
 //!
 //! | offset | width | field             |
 //! |-------:|------:|-------------------|
 //! | 0      | 8     | magic `NODUPENG`  |
-//! | 8      | 4     | version           |
+//! | 8      | 4     | version (2)       |
 //! | 12     | 4     | block size        |
 //! | 16     | 8     | total blocks      |
 //! | 24     | 8     | client area start |
@@ -24,8 +26,52 @@
 //! | 116    | 4     | fingerprint       |
 //! | 120    | 4     | metadata layout   |
 //! | 124    | 4     | clean flag (1 = clean shutdown, save area valid) |
-//! | 128    | 8     | memory budget     |
+//! | 128    | 8     | incompatible features (bit mask) |
+//! | 136    | 128   | policy parameters (below) |
+//! | 264    | 8     | xxh3-64 of bytes 0..264 |
+//!
+//! The policy-parameter area (offsets from the start of the superblock; relative to the area
+//! in `param`):
+//!
+//! | offset | width | field                                              |
+//! |-------:|------:|----------------------------------------------------|
+//! | 136    | 8     | memory budget, bytes (0 = unlimited)               |
+//! | 144    | 8     | hot-cache entries (0 = the policy's default)       |
+//! | 152    | 8     | prefetch-cache bytes (0 = the policy's default)    |
+//! | 160    | 4     | cipher id (0 = none)                               |
+//! | 164    | 100   | reserved, zero                                     |
+//!
+//! Rules of version 2:
+//! - **Incompatible features**: a set bit means a build that does not know it would misread the
+//!   image, so open refuses every bit outside [`FEATURES_INCOMPAT_KNOWN`] (none yet), naming
+//!   the bits. A later change that older builds must not open adds a bit here instead of a
+//!   version bump.
+//! - **Reserved bytes** are written as zero and refused when they are not: a later format that
+//!   gives them a meaning bumps the version or sets an incompatible-feature bit, so an older
+//!   build never misreads them.
+//! - **Cipher**: 0 = none. No cipher is built yet; any other value is refused at open.
+//! - **Memory budget** moved from its version-1 place (offset 128) into the parameter area; it
+//!   is not kept twice (one place cannot disagree with itself).
+//! - The hot-cache and prefetch-cache sizes are not used by any policy yet: formatted as 0, read
+//!   as they are. A policy that uses one bounds it against its own limits.
+//!
+//! Version 1 (frozen: images made before the parameter area still open; offsets in `off_v1`),
+//! 144 bytes: bytes 0..128 hold the same fields at the same offsets as version 2 (with
+//! version 1), then:
+//!
+//! | offset | width | field                   |
+//! |-------:|------:|-------------------------|
+//! | 128    | 8     | memory budget           |
 //! | 136    | 8     | xxh3-64 of bytes 0..136 |
+//!
+//! Upgrade: a version-1 superblock decodes with no features and default parameters (its memory
+//! budget, everything else 0), and `version` stays 1 in memory. Open writes nothing; the
+//! superblock is written, always in the current layout, only when the engine writes it anyway:
+//! when a writable open of a clean image clears the clean flag ([`Engine::begin_use`]), and at
+//! every clean shutdown (a dirty image that went through failure recovery). A read-only open
+//! leaves a version-1 image byte-identical.
+//!
+//! [`Engine::begin_use`]: crate::Engine::begin_use
 
 use crate::codec::{le_u32, le_u64, put_u32, put_u64};
 use crate::fingerprint::FpKind;
@@ -37,12 +83,22 @@ use crate::{Error, Result, BLOCK_SIZE};
 
 /// Superblock magic.
 pub const MAGIC: [u8; 8] = *b"NODUPENG";
-/// On-media version this build writes and reads.
-pub const VERSION: u32 = 1;
-/// Encoded size.
-pub const SB_SIZE: usize = 144;
+/// On-media version this build writes (and the newest it reads).
+pub const VERSION: u32 = 2;
+/// Oldest on-media version this build reads (converted to [`VERSION`] by the next store).
+pub const MIN_VERSION: u32 = 1;
+/// Encoded size (version 2).
+pub const SB_SIZE: usize = 272;
+/// Encoded size of a version-1 superblock.
+pub const SB_SIZE_V1: usize = off_v1::END;
+/// Size of the policy-parameter area.
+pub const PARAMS_SIZE: usize = param::END;
+/// Incompatible-feature bits this build understands (none yet). Open refuses any other bit.
+pub const FEATURES_INCOMPAT_KNOWN: u64 = 0;
+/// Cipher id of an image that is not encrypted (the only one this build opens).
+pub const CIPHER_NONE: u32 = 0;
 
-/// Byte offsets of the fields (the table above).
+/// Byte offsets of the version-2 fields (the first table above).
 mod off {
     pub const MAGIC: usize = 0;
     pub const VERSION: usize = 8;
@@ -63,20 +119,123 @@ mod off {
     pub const FINGERPRINT: usize = 116;
     pub const META_LAYOUT: usize = 120;
     pub const CLEAN: usize = 124;
+    pub const FEATURES_INCOMPAT: usize = 128;
+    /// Start of the policy-parameter area (`PARAMS_SIZE` bytes, laid out in `param`).
+    pub const PARAMS: usize = 136;
+    /// xxh3-64 of every byte before it.
+    pub const CHECKSUM: usize = 264;
+}
+
+/// Byte offsets inside the policy-parameter area (the second table above, minus `off::PARAMS`).
+mod param {
+    pub const MEM_BUDGET: usize = 0;
+    pub const HOT_CACHE_ENTRIES: usize = 8;
+    pub const PREFETCH_CACHE_BYTES: usize = 16;
+    pub const CIPHER: usize = 24;
+    /// Reserved up to `END`: zero.
+    pub const RESERVED: usize = 28;
+    pub const END: usize = 128;
+}
+
+/// Byte offsets of version 1 where it differs from version 2 (frozen; the third table above).
+mod off_v1 {
+    /// Bytes before this are laid out exactly as in version 2 (`off`).
+    pub const HEAD_END: usize = 128;
     pub const MEM_BUDGET: usize = 128;
     /// xxh3-64 of every byte before it.
     pub const CHECKSUM: usize = 136;
+    pub const END: usize = 144;
 }
+
+// `Superblock::decode` knows the layouts of versions 1 and 2: a new version adds its own.
+const _: () = assert!(MIN_VERSION == 1 && VERSION == 2);
+const _: () = assert!(off::CLEAN + 4 == off::FEATURES_INCOMPAT);
+const _: () = assert!(off::FEATURES_INCOMPAT + 8 == off::PARAMS);
+const _: () = assert!(off::PARAMS + PARAMS_SIZE == off::CHECKSUM);
+const _: () = assert!(off::CHECKSUM + 8 == SB_SIZE && SB_SIZE <= BLOCK_SIZE);
+const _: () = assert!(param::CIPHER + 4 == param::RESERVED && param::RESERVED < param::END);
+const _: () = assert!(off_v1::HEAD_END == off::CLEAN + 4);
+const _: () = assert!(off_v1::MEM_BUDGET + 8 == off_v1::CHECKSUM);
+const _: () = assert!(off_v1::CHECKSUM + 8 == off_v1::END && off_v1::END <= SB_SIZE);
+
 /// Header bytes of the save area before its payload (one block).
 pub const SAVE_HEADER_BLOCKS: u64 = 1;
 /// Smallest data area accepted at format.
 pub const MIN_DATA_BLOCKS: u64 = 16;
 
+/// The policy's own parameters, fixed at format (the parameter area of the table above).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PolicyParams {
+    /// Memory budget in bytes for policies that have one (`smart`); 0 = unlimited.
+    pub mem_budget: u64,
+    /// Entries of the policy's hot fingerprint cache; 0 = the policy's default (none uses it yet).
+    pub hot_cache_entries: u64,
+    /// Bytes of the policy's prefetch cache; 0 = the policy's default (none uses it yet).
+    pub prefetch_cache_bytes: u64,
+    /// Cipher of the data blocks: [`CIPHER_NONE`] is the only one built.
+    pub cipher: u32,
+}
+
+impl PolicyParams {
+    /// Encode into the parameter area (reserved bytes zero).
+    fn encode(&self) -> [u8; PARAMS_SIZE] {
+        let mut a = [0u8; PARAMS_SIZE];
+        put_u64(&mut a, param::MEM_BUDGET, self.mem_budget);
+        put_u64(&mut a, param::HOT_CACHE_ENTRIES, self.hot_cache_entries);
+        put_u64(
+            &mut a,
+            param::PREFETCH_CACHE_BYTES,
+            self.prefetch_cache_bytes,
+        );
+        put_u32(&mut a, param::CIPHER, self.cipher);
+        a
+    }
+
+    /// Decode and validate the parameter area `a` (`PARAMS_SIZE` bytes): an unknown cipher
+    /// and non-zero reserved bytes are refused.
+    fn decode(a: &[u8]) -> Result<PolicyParams> {
+        if a.len() != PARAMS_SIZE {
+            return Err(Error::Corrupt(
+                "engine superblock: policy-parameter area truncated".into(),
+            ));
+        }
+        let cipher = le_u32(a, param::CIPHER);
+        if cipher != CIPHER_NONE {
+            return Err(Error::Unsupported(format!(
+                "image is encrypted with cipher {cipher}, which this build does not support"
+            )));
+        }
+        if a[param::RESERVED..].iter().any(|&x| x != 0) {
+            return Err(Error::Corrupt(format!(
+                "engine superblock: reserved policy-parameter bytes {}..{} are not zero",
+                off::PARAMS + param::RESERVED,
+                off::PARAMS + param::END
+            )));
+        }
+        Ok(PolicyParams {
+            mem_budget: le_u64(a, param::MEM_BUDGET),
+            hot_cache_entries: le_u64(a, param::HOT_CACHE_ENTRIES),
+            prefetch_cache_bytes: le_u64(a, param::PREFETCH_CACHE_BYTES),
+            cipher,
+        })
+    }
+}
+
+/// The bits set in `mask`, as "3, 17".
+fn bit_list(mask: u64) -> String {
+    (0..64)
+        .filter(|i| mask >> i & 1 == 1)
+        .map(|i: u32| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The decoded superblock.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Superblock {
-    /// On-media version.
+    /// On-media version this superblock was read as (1 or 2; [`VERSION`] for a new one).
+    /// [`Superblock::store`] always writes [`VERSION`].
     pub version: u32,
     /// Block size (4096).
     pub block_size: u32,
@@ -112,8 +271,10 @@ pub struct Superblock {
     pub meta_layout: MetaLayoutKind,
     /// Set by a complete clean shutdown, cleared at open.
     pub clean: bool,
-    /// Memory budget for policies that have one.
-    pub mem_budget: u64,
+    /// Incompatible-feature bits (only bits of [`FEATURES_INCOMPAT_KNOWN`] pass decoding).
+    pub features_incompat: u64,
+    /// The policy's own parameters.
+    pub params: PolicyParams,
 }
 
 impl Superblock {
@@ -124,7 +285,7 @@ impl Superblock {
         policy: PolicyKind,
         fingerprint: FpKind,
         meta_layout: MetaLayoutKind,
-        mem_budget: u64,
+        params: PolicyParams,
         max_state_words: impl Fn(u64, u64) -> u64,
     ) -> Result<Superblock> {
         let total = len / BLOCK_SIZE as u64;
@@ -170,15 +331,17 @@ impl Superblock {
             fingerprint,
             meta_layout,
             clean: false,
-            mem_budget,
+            features_incompat: 0,
+            params,
         })
     }
 
-    /// Encode with checksum.
+    /// Encode with checksum, in the current layout: version [`VERSION`] whatever `version`
+    /// says (that is how a version-1 superblock is converted).
     pub fn encode(&self) -> [u8; SB_SIZE] {
         let mut b = [0u8; SB_SIZE];
         b[off::MAGIC..off::MAGIC + 8].copy_from_slice(&MAGIC);
-        put_u32(&mut b, off::VERSION, self.version);
+        put_u32(&mut b, off::VERSION, VERSION);
         put_u32(&mut b, off::BLOCK_SIZE, self.block_size);
         for (o, v) in [
             (off::TOTAL_BLOCKS, self.total_blocks),
@@ -193,7 +356,7 @@ impl Superblock {
             (off::SAVE_BLOCKS, self.save_blocks),
             (off::DATA_START, self.data_start),
             (off::DATA_BLOCKS, self.data_blocks),
-            (off::MEM_BUDGET, self.mem_budget),
+            (off::FEATURES_INCOMPAT, self.features_incompat),
         ] {
             put_u64(&mut b, o, v);
         }
@@ -201,33 +364,64 @@ impl Superblock {
         put_u32(&mut b, off::FINGERPRINT, self.fingerprint as u32);
         put_u32(&mut b, off::META_LAYOUT, self.meta_layout as u32);
         put_u32(&mut b, off::CLEAN, self.clean as u32);
+        b[off::PARAMS..off::CHECKSUM].copy_from_slice(&self.params.encode());
         let sum = xxhash_rust::xxh3::xxh3_64(&b[..off::CHECKSUM]);
         put_u64(&mut b, off::CHECKSUM, sum);
         b
     }
 
-    /// Decode and validate against a medium of `len` bytes.
+    /// Decode and validate against a medium of `len` bytes. Reads version 2 and version 1 (see
+    /// the module documentation); `b` needs the encoded size of its version.
     pub fn decode(b: &[u8], len: u64) -> Result<Superblock> {
-        if b.len() < SB_SIZE || b[off::MAGIC..off::MAGIC + 8] != MAGIC {
+        if b.len() < off::VERSION + 4 || b[off::MAGIC..off::MAGIC + 8] != MAGIC {
             return Err(Error::NotNodup("bad engine superblock magic".into()));
         }
+        let corrupt = |m: &str| Error::Corrupt(format!("engine superblock: {m}"));
         let version = le_u32(b, off::VERSION);
-        if version > VERSION {
-            return Err(Error::Version {
-                found: version,
-                supported: VERSION,
-            });
+        // Where the checksum is depends on the version, so the version is checked first.
+        let sum_at = match version {
+            2 => off::CHECKSUM,
+            1 => off_v1::CHECKSUM,
+            v if v > VERSION => {
+                return Err(Error::Version {
+                    found: v,
+                    supported: VERSION,
+                })
+            }
+            v => {
+                return Err(Error::Corrupt(format!(
+                    "engine superblock version {v} is unknown"
+                )))
+            }
+        };
+        if b.len() < sum_at + 8 {
+            return Err(corrupt("truncated"));
         }
-        let sum = xxhash_rust::xxh3::xxh3_64(&b[..off::CHECKSUM]);
-        if sum != le_u64(b, off::CHECKSUM) {
+        let sum = xxhash_rust::xxh3::xxh3_64(&b[..sum_at]);
+        if sum != le_u64(b, sum_at) {
             return Err(Error::Corrupt("engine superblock checksum mismatch".into()));
         }
-        if version != VERSION {
-            return Err(Error::Corrupt(format!(
-                "engine superblock version {version}"
-            )));
-        }
-        let corrupt = |m: &str| Error::Corrupt(format!("engine superblock: {m}"));
+        let (features_incompat, params) = if version == 1 {
+            let params = PolicyParams {
+                mem_budget: le_u64(b, off_v1::MEM_BUDGET),
+                ..PolicyParams::default()
+            };
+            (0, params)
+        } else {
+            let features = le_u64(b, off::FEATURES_INCOMPAT);
+            let unknown = features & !FEATURES_INCOMPAT_KNOWN;
+            if unknown != 0 {
+                return Err(Error::Unsupported(format!(
+                    "image uses incompatible engine features this build does not support: \
+                     bit(s) {} (mask {unknown:#x}); upgrade nodup",
+                    bit_list(unknown)
+                )));
+            }
+            (
+                features,
+                PolicyParams::decode(&b[off::PARAMS..off::CHECKSUM])?,
+            )
+        };
         let policy = PolicyKind::from_u32(le_u32(b, off::POLICY))
             .ok_or_else(|| corrupt("unknown policy"))?;
         let fingerprint = FpKind::from_u32(le_u32(b, off::FINGERPRINT))
@@ -258,7 +452,8 @@ impl Superblock {
             fingerprint,
             meta_layout,
             clean,
-            mem_budget: le_u64(b, off::MEM_BUDGET),
+            features_incompat,
+            params,
         };
         if sb.block_size != BLOCK_SIZE as u32 {
             return Err(corrupt("block size is not 4096"));
@@ -273,10 +468,13 @@ impl Superblock {
         Ok(sb)
     }
 
-    /// Check that the areas follow each other exactly as `plan` lays them out.
+    /// Check that the areas follow each other exactly as `plan` lays them out: every field
+    /// must match `expected` but the clean flag, the version read and the feature bits.
     pub fn check_geometry(&self, expected: &Superblock) -> Result<()> {
         let mut e = *expected;
         e.clean = self.clean;
+        e.version = self.version;
+        e.features_incompat = self.features_incompat;
         if e != *self {
             return Err(Error::Corrupt(
                 "engine superblock geometry is inconsistent".into(),
@@ -285,11 +483,14 @@ impl Superblock {
         Ok(())
     }
 
-    /// Write to block 0 and make it durable.
-    pub fn store(&self, m: &dyn Medium) -> Result<()> {
+    /// Write to block 0 in the current layout and make it durable; `version` becomes
+    /// [`VERSION`] (a version-1 superblock is converted here).
+    pub fn store(&mut self, m: &dyn Medium) -> Result<()> {
         m.write(0, &self.encode())?;
         m.flush(0, SB_SIZE as u64);
-        m.fence()
+        m.fence()?;
+        self.version = VERSION;
+        Ok(())
     }
 
     /// Read block 0 of `m` and validate it.
@@ -308,38 +509,219 @@ impl Superblock {
 mod tests {
     use super::*;
 
-    #[test]
-    fn roundtrip_and_rejects() {
-        let sb = Superblock::plan(
-            64 << 20,
+    const LEN: u64 = 64 << 20;
+
+    fn params() -> PolicyParams {
+        PolicyParams {
+            mem_budget: 3 << 30,
+            hot_cache_entries: 4096,
+            prefetch_cache_bytes: 1 << 20,
+            cipher: CIPHER_NONE,
+        }
+    }
+
+    fn planned(params: PolicyParams) -> Superblock {
+        Superblock::plan(
+            LEN,
             16,
             PolicyKind::Light,
             FpKind::Xxh3,
             MetaLayoutKind::Region,
-            0,
+            params,
             |t, _| t + 1,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// Recompute the checksum stored at `at` over the bytes before it.
+    fn reseal(b: &mut [u8], at: usize) {
+        let sum = xxhash_rust::xxh3::xxh3_64(&b[..at]);
+        b[at..at + 8].copy_from_slice(&sum.to_le_bytes());
+    }
+
+    /// `sb` in the version-1 layout, written from the frozen table with literal offsets (not
+    /// through `off_v1`), followed by what else block 0 of a version-1 image may hold.
+    fn encode_v1(sb: &Superblock) -> [u8; SB_SIZE] {
+        let mut b = [0xa5u8; SB_SIZE];
+        b[..128].copy_from_slice(&sb.encode()[..128]);
+        b[8..12].copy_from_slice(&1u32.to_le_bytes());
+        b[128..136].copy_from_slice(&sb.params.mem_budget.to_le_bytes());
+        reseal(&mut b, 136);
+        b
+    }
+
+    fn err(b: &[u8]) -> String {
+        match Superblock::decode(b, LEN) {
+            Ok(_) => panic!("accepted"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn v2_roundtrip() {
+        let sb = planned(params());
+        assert_eq!(sb.version, VERSION);
         let b = sb.encode();
-        assert_eq!(Superblock::decode(&b, 64 << 20).unwrap(), sb);
+        assert_eq!(le_u32(&b, 8), 2);
+        assert!(b[164..264].iter().all(|&x| x == 0));
+        assert_eq!(le_u64(&b, 136), 3 << 30);
+        assert_eq!(le_u64(&b, 144), 4096);
+        assert_eq!(le_u64(&b, 152), 1 << 20);
+        let d = Superblock::decode(&b, LEN).unwrap();
+        assert_eq!(d, sb);
+        assert_eq!(d.params, params());
+        assert!(d.check_geometry(&planned(params())).is_ok());
+        let mut c = sb;
+        c.clean = true;
+        assert_eq!(Superblock::decode(&c.encode(), LEN).unwrap(), c);
+        assert!(Superblock::decode(&b, 1 << 20).is_err());
+    }
+
+    #[test]
+    fn v1_decodes_with_defaults_and_reencodes_as_v2() {
+        let mut sb = planned(PolicyParams {
+            mem_budget: 77 << 20,
+            ..PolicyParams::default()
+        });
+        sb.clean = true;
+        let b = encode_v1(&sb);
+        let d = Superblock::decode(&b, LEN).unwrap();
+        assert_eq!(d.version, 1);
+        assert_eq!(d.features_incompat, 0);
+        assert_eq!(
+            d.params,
+            PolicyParams {
+                mem_budget: 77 << 20,
+                ..PolicyParams::default()
+            }
+        );
+        assert_eq!(
+            Superblock {
+                version: VERSION,
+                ..d
+            },
+            sb
+        );
+        assert!(d.check_geometry(&planned(d.params)).is_ok());
+        // A version-1 superblock is exactly its 144 bytes: nothing after them is read.
+        assert_eq!(Superblock::decode(&b[..SB_SIZE_V1], LEN).unwrap(), d);
+        assert!(Superblock::decode(&b[..SB_SIZE_V1 - 1], LEN).is_err());
+        let v2 = d.encode();
+        assert_eq!(le_u32(&v2, 8), VERSION);
+        assert_eq!(Superblock::decode(&v2, LEN).unwrap(), sb);
         let mut bad = b;
-        bad[20] ^= 1;
+        bad[130] ^= 1;
+        assert_eq!(
+            err(&bad),
+            "corrupt image: engine superblock checksum mismatch"
+        );
+    }
+
+    #[test]
+    fn newer_and_unknown_versions_are_refused() {
+        let b = planned(params()).encode();
+        for v in [3u32, 9, u32::MAX] {
+            let mut n = b;
+            n[8..12].copy_from_slice(&v.to_le_bytes());
+            assert!(matches!(
+                Superblock::decode(&n, LEN),
+                Err(Error::Version { found, supported: VERSION }) if found == v
+            ));
+            assert_eq!(
+                err(&n),
+                format!(
+                    "engine superblock version {v} is newer than this build supports \
+                     (max 2); upgrade nodup"
+                )
+            );
+        }
+        let mut z = b;
+        z[8..12].copy_from_slice(&0u32.to_le_bytes());
+        reseal(&mut z, 264);
+        assert_eq!(
+            err(&z),
+            "corrupt image: engine superblock version 0 is unknown"
+        );
+    }
+
+    #[test]
+    fn unknown_incompat_features_are_refused_by_bit() {
+        let mut b = planned(params()).encode();
+        b[128..136].copy_from_slice(&((1u64 << 63) | (1 << 5)).to_le_bytes());
+        reseal(&mut b, 264);
         assert!(matches!(
-            Superblock::decode(&bad, 64 << 20),
-            Err(Error::Corrupt(_))
+            Superblock::decode(&b, LEN),
+            Err(Error::Unsupported(_))
         ));
+        assert_eq!(
+            err(&b),
+            "image uses incompatible engine features this build does not support: \
+             bit(s) 5, 63 (mask 0x8000000000000020); upgrade nodup"
+        );
+    }
+
+    #[test]
+    fn a_cipher_is_refused() {
+        let mut sb = planned(params());
+        sb.params.cipher = 3;
+        let b = sb.encode();
+        assert_eq!(le_u32(&b, 160), 3);
+        assert!(matches!(
+            Superblock::decode(&b, LEN),
+            Err(Error::Unsupported(_))
+        ));
+        assert_eq!(
+            err(&b),
+            "image is encrypted with cipher 3, which this build does not support"
+        );
+    }
+
+    #[test]
+    fn non_zero_reserved_bytes_are_refused() {
+        let good = planned(params()).encode();
+        for at in [164usize, 200, 263] {
+            let mut b = good;
+            b[at] = 1;
+            reseal(&mut b, 264);
+            assert_eq!(
+                err(&b),
+                "corrupt image: engine superblock: reserved policy-parameter bytes 164..264 \
+                 are not zero"
+            );
+        }
+    }
+
+    #[test]
+    fn damage_is_refused() {
+        let b = planned(params()).encode();
+        for at in [20usize, 128, 140, 200, 264] {
+            let mut bad = b;
+            bad[at] ^= 1;
+            assert_eq!(
+                err(&bad),
+                "corrupt image: engine superblock checksum mismatch"
+            );
+        }
         let mut bad = b;
         bad[0] = b'X';
         assert!(matches!(
-            Superblock::decode(&bad, 64 << 20),
+            Superblock::decode(&bad, LEN),
             Err(Error::NotNodup(_))
         ));
-        let mut newer = sb;
-        newer.version = VERSION + 1;
         assert!(matches!(
-            Superblock::decode(&newer.encode(), 64 << 20),
-            Err(Error::Version { .. })
+            Superblock::decode(&b[..4], LEN),
+            Err(Error::NotNodup(_))
         ));
-        assert!(Superblock::decode(&b, 1 << 20).is_err());
+        assert_eq!(
+            err(&b[..SB_SIZE - 1]),
+            "corrupt image: engine superblock: truncated"
+        );
+        let mut bad = b;
+        bad[124] = 2;
+        reseal(&mut bad, 264);
+        assert_eq!(
+            err(&bad),
+            "corrupt image: engine superblock: bad clean flag"
+        );
     }
 }
