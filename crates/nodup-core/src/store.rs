@@ -91,3 +91,94 @@ pub trait FpStore: Send + Sync {
     /// Forget everything (failure recovery rebuilds the store from the medium).
     fn clear(&self);
 }
+
+/// The engine's handle on a policy's store: the complete index is called directly, so its
+/// lookups inline into the write path (it is the store of every default policy); any other
+/// store goes through the trait.
+pub(crate) enum StoreHandle {
+    /// The complete DRAM index.
+    Complete(crate::index::FpIndex),
+    /// A policy's own store.
+    Own(Box<dyn FpStore>),
+}
+
+impl StoreHandle {
+    #[inline]
+    pub(crate) fn prefetch(&self, fp: u64) {
+        match self {
+            StoreHandle::Complete(i) => i.prefetch_slot(fp),
+            StoreHandle::Own(s) => s.prefetch(fp),
+        }
+    }
+    #[inline]
+    pub(crate) fn find(&self, fp: u64, mut check: impl FnMut(u64) -> bool) -> Option<u64> {
+        match self {
+            StoreHandle::Complete(i) => i.find_with(fp, check),
+            StoreHandle::Own(s) => s.find(fp, &mut check),
+        }
+    }
+    /// Look `fp` up; on a miss insert `spare` (when given) in the same operation. Returns
+    /// whether `spare` was inserted.
+    #[inline]
+    pub(crate) fn find_or_insert(
+        &self,
+        fp: u64,
+        spare: Option<u64>,
+        mut check: impl FnMut(u64) -> bool,
+    ) -> bool {
+        match (self, spare) {
+            (StoreHandle::Complete(i), Some(loc)) => i.find_or_insert_with(fp, loc, check),
+            (_, None) => {
+                self.find(fp, check);
+                false
+            }
+            (StoreHandle::Own(s), Some(loc)) => {
+                if s.find(fp, &mut check).is_some() {
+                    return false;
+                }
+                s.insert(fp, loc);
+                true
+            }
+        }
+    }
+    #[inline]
+    pub(crate) fn insert(&self, fp: u64, loc: u64) {
+        match self {
+            StoreHandle::Complete(i) => i.insert_loc(fp, loc),
+            StoreHandle::Own(s) => s.insert(fp, loc),
+        }
+    }
+    #[inline]
+    pub(crate) fn remove(&self, fp: u64, loc: u64) {
+        match self {
+            StoreHandle::Complete(i) => i.remove_loc(fp, loc),
+            StoreHandle::Own(s) => s.remove(fp, loc),
+        }
+    }
+    #[inline]
+    pub(crate) fn on_hit(&self, fp: u64, loc: u64) {
+        if let StoreHandle::Own(s) = self {
+            s.on_hit(fp, loc)
+        }
+    }
+    #[inline]
+    pub(crate) fn on_release(&self, fp: u64, loc: u64, refs: u64) {
+        if let StoreHandle::Own(s) = self {
+            s.on_release(fp, loc, refs)
+        }
+    }
+    #[inline]
+    pub(crate) fn verify_cached(&self, fp: u64, block: u64, data: &[u8]) -> Option<bool> {
+        match self {
+            StoreHandle::Complete(_) => None,
+            StoreHandle::Own(s) => s.verify_cached(fp, block, data),
+        }
+    }
+    /// The store as the trait (for the calls off the hot path).
+    pub(crate) fn dyn_store(&self) -> &dyn FpStore {
+        match self {
+            StoreHandle::Complete(i) => i,
+            StoreHandle::Own(s) => &**s,
+        }
+    }
+}

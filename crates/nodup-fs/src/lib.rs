@@ -58,6 +58,7 @@ pub mod namespace;
 pub mod open;
 pub mod persist;
 pub mod query;
+pub mod remap;
 pub mod report;
 pub mod snapshot_v1;
 pub mod state;

@@ -109,8 +109,13 @@ fn inode_only(rec: &Record) -> Option<u64> {
         | Record::Truncate { ino, .. }
         | Record::Punch { ino, .. }
         | Record::SetXattr { ino, .. }
-        | Record::RemoveXattr { ino, .. } => Some(*ino),
-        _ => None,
+        | Record::RemoveXattr { ino, .. }
+        | Record::Remap { ino, .. } => Some(*ino),
+        Record::Create { .. }
+        | Record::Link { .. }
+        | Record::Unlink { .. }
+        | Record::Rmdir { .. }
+        | Record::Rename { .. } => None,
     }
 }
 

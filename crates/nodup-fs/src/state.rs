@@ -267,7 +267,8 @@ impl Tables {
             | Record::Truncate { ino, .. }
             | Record::Punch { ino, .. }
             | Record::SetXattr { ino, .. }
-            | Record::RemoveXattr { ino, .. } => {
+            | Record::RemoveXattr { ino, .. }
+            | Record::Remap { ino, .. } => {
                 let node = self.need(*ino)?;
                 let mut n = node.write();
                 apply_inode(&mut n, rec, &self.persist)
@@ -411,6 +412,18 @@ fn apply_inode_inner(n: &mut Inode, rec: &Record) -> Result<Effects> {
             n.attr.size = *size;
             n.attr.mtime = *mtime;
             n.attr.ctime = *mtime;
+        }
+        Record::Remap {
+            index, from, to, ..
+        } => {
+            let map = n
+                .map_mut()
+                .ok_or_else(|| corrupt("a remap of a non-file"))?;
+            if map.get(*index) != *from || *to == 0 {
+                return Err(corrupt("a remap of a block the file does not hold"));
+            }
+            map.set(*index, *to);
+            eff.released.push(*from);
         }
         Record::Truncate {
             size, tail, now, ..

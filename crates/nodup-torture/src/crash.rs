@@ -13,13 +13,14 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
+use nodup_core::fingerprint::FpKind;
 use nodup_core::media::{CrashMode, CrashPoint, CrashSim, Medium};
 use nodup_core::FormatOptions;
 use nodup_fs::{Caller, FileSystem, FsOptions, MediumKind};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::model::{run_op, setup, Model, Snapshot};
+use crate::model::{run_op, setup, Model, Op, Snapshot};
 use crate::verify::{check_crash_image, Mutant};
 use crate::workload::{generate, WorkloadSpec};
 
@@ -42,6 +43,9 @@ pub struct CrashConfig {
     pub mutant: Mutant,
     /// Mutant at the medium level: flushes are dropped, so nothing ever becomes durable.
     pub drop_flushes: bool,
+    /// Every Nth workload (by seed) formats with the 8-value test fingerprint, so collisions
+    /// store duplicates apart and remaps move blocks (0 = never).
+    pub collide_every: u64,
 }
 
 impl Default for CrashConfig {
@@ -55,6 +59,7 @@ impl Default for CrashConfig {
             recovery_crash_every: 40,
             mutant: Mutant::None,
             drop_flushes: false,
+            collide_every: 3,
         }
     }
 }
@@ -133,7 +138,7 @@ struct Recorded {
     states: Vec<Snapshot>,
 }
 
-fn record(seed: u64, cfg: &CrashConfig) -> Result<Recorded, String> {
+fn record(seed: u64, cfg: &CrashConfig, ops: Option<&[Op]>) -> Result<Recorded, String> {
     let sim = Arc::new(CrashSim::new(cfg.image_bytes));
     let noflush = Arc::new(NoFlush(sim.clone(), false.into()));
     let medium: Arc<dyn Medium> = if cfg.drop_flushes {
@@ -147,17 +152,26 @@ fn record(seed: u64, cfg: &CrashConfig) -> Result<Recorded, String> {
         eager_cleaning: seed % 2 == 1,
         ..FsOptions::default()
     };
-    let fs = FileSystem::format(
-        medium,
-        MediumKind::Pmem,
-        &FormatOptions::default(),
-        &opts,
-        Caller::default(),
-    )
-    .map_err(|e| format!("format: {e}"))?;
+    let fopts = FormatOptions {
+        fingerprint: if cfg.collide_every > 0 && seed % cfg.collide_every == cfg.collide_every - 1 {
+            FpKind::TestCollide
+        } else {
+            FpKind::Xxh3
+        },
+        ..FormatOptions::default()
+    };
+    let fs = FileSystem::format(medium, MediumKind::Pmem, &fopts, &opts, Caller::default())
+        .map_err(|e| format!("format: {e}"))?;
     setup(&fs).map_err(|e| format!("setup: {e}"))?;
     noflush.1.store(true, std::sync::atomic::Ordering::Relaxed);
-    let ops = generate(seed, &cfg.spec);
+    let generated;
+    let ops = match ops {
+        Some(o) => o,
+        None => {
+            generated = generate(seed, &cfg.spec);
+            &generated[..]
+        }
+    };
     let mut model = Model::default();
     // states[k]: snapshots in order; each op covers a range of them.
     let mut states = vec![model.snapshot()];
@@ -173,6 +187,13 @@ fn record(seed: u64, cfg: &CrashConfig) -> Result<Recorded, String> {
         spans.push((f0, f1, before, states.len() - 1));
     }
     sim.clear_capture_filter();
+    // The live file system must be consistent too (reference counts against the files): a
+    // recovery recounts them, so a crash state alone would not show a count that is too low.
+    match nodup_fs::fsck::check(&fs, false) {
+        Ok(r) if r.consistent() => {}
+        Ok(r) => return Err(format!("seed {seed}: live fsck: {:?}", r.problems)),
+        Err(e) => return Err(format!("seed {seed}: live fsck failed: {e}")),
+    }
     let mut points = Vec::new();
     for p in sim.take_captures() {
         // A capture at fence n has fence() == n - 1 and belongs to the op with f0 < n <= f1.
@@ -243,11 +264,26 @@ fn crash_during_recovery(
 
 /// Run one workload (`seed`) and check its crash states, stopping early at `deadline`.
 pub fn run_workload(seed: u64, cfg: &CrashConfig, deadline: Option<Instant>) -> CrashStats {
+    check_ops(seed, cfg, None, deadline)
+}
+
+/// Check the crash states of a given operation sequence (`seed` picks the sampled points and
+/// the format, as for a generated workload).
+pub fn run_ops(seed: u64, cfg: &CrashConfig, ops: &[Op], deadline: Option<Instant>) -> CrashStats {
+    check_ops(seed, cfg, Some(ops), deadline)
+}
+
+fn check_ops(
+    seed: u64,
+    cfg: &CrashConfig,
+    ops: Option<&[Op]>,
+    deadline: Option<Instant>,
+) -> CrashStats {
     let mut st = CrashStats {
         workloads: 1,
         ..Default::default()
     };
-    let rec = match record(seed, cfg) {
+    let rec = match record(seed, cfg, ops) {
         Ok(r) => r,
         Err(e) => {
             st.violation(e);

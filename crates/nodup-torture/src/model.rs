@@ -5,10 +5,12 @@
 //! The namespace is two directories, the root and `d`, so renames and links cross directories.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use nodup_core::BLOCK_SIZE;
 use nodup_fs::fs::falloc;
 use nodup_fs::inode::{Kind, ROOT_INO};
+use nodup_fs::remap::RemapOutcome;
 use nodup_fs::{Caller, FileSystem, FsError};
 
 const BS: u64 = BLOCK_SIZE as u64;
@@ -36,6 +38,10 @@ impl FPath {
     }
 }
 
+/// Remap operations that moved a block, over the whole process (tests check that a
+/// workload meant to exercise the remap contract did).
+pub static REMAPS_DONE: AtomicU64 = AtomicU64::new(0);
+
 /// One file-system operation of a workload (the data of writes is carried along).
 #[derive(Debug, Clone)]
 pub enum Op {
@@ -56,6 +62,10 @@ pub enum Op {
     /// copy_file_range(from, off_in, to, off_out, len) between two different files at block
     /// aligned offsets: whole blocks are shared (one record), a partial last block is written.
     Copy(FPath, u64, FPath, u64, u64),
+    /// Background dedup (the remap contract): file block `index` of the file is pointed at
+    /// another stored copy of its bytes, the first found in the listed files (blocks
+    /// `0..span`). Content never changes; nothing happens unless duplicates were stored apart.
+    Remap(FPath, u64, Vec<FPath>, u64),
     /// fsync / sync.
     Sync,
     /// Write a checkpoint (switches the superblock; the riskiest step for crash consistency).
@@ -218,6 +228,7 @@ impl Model {
                 let id = self.names[a];
                 self.names.insert(b.clone(), id);
             }
+            Op::Remap(..) => {}
             Op::Copy(a, off_in, b, off_out, len) => {
                 let src = self.files[&self.names[a]].data.clone();
                 let size = src.len() as u64;
@@ -337,6 +348,28 @@ pub fn run_op(fs: &FileSystem, op: &Op) -> Result<(), FsError> {
         }
         Op::Copy(a, off_in, b, off_out, len) => {
             fs.copy_range(ino_of(fs, a)?, *off_in, ino_of(fs, b)?, *off_out, *len)?;
+        }
+        Op::Remap(a, index, others, span) => {
+            let ino = ino_of(fs, a)?;
+            let from = fs.mapped_block(ino, *index)?;
+            if from == 0 {
+                return Ok(());
+            }
+            let want = fs.read(ino, index * BS, BS as usize)?;
+            for p in others {
+                let other = ino_of(fs, p)?;
+                for j in 0..*span {
+                    let to = fs.mapped_block(other, j)?;
+                    if to == 0 || to == from || fs.read(other, j * BS, BS as usize)? != want {
+                        continue;
+                    }
+                    let o = fs.remap_block(ino, *index, from, to)?;
+                    if o == RemapOutcome::Done {
+                        REMAPS_DONE.fetch_add(1, Ordering::Relaxed);
+                        return Ok(());
+                    }
+                }
+            }
         }
         Op::Sync => fs.sync()?,
         Op::Checkpoint => fs.checkpoint(false)?,

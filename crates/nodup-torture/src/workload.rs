@@ -1,6 +1,6 @@
 //! Seeded workload generation: valid operation sequences (against the model) mixing creates,
 //! writes of duplicate and unique content at aligned and unaligned offsets, overwrites,
-//! truncates, punches, unlinks, renames, links, syncs and checkpoints.
+//! truncates, punches, copies, remaps, unlinks, renames, links, syncs and checkpoints.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -36,6 +36,9 @@ pub struct WorkloadSpec {
     pub max_offset_blocks: u64,
     /// Duplicate pattern pool size (smaller = more dedup).
     pub dup_pool: u64,
+    /// Extra share (percent) of background-dedup remap operations, on top of the 3 % every
+    /// workload has (0 keeps the seeded workloads as they are).
+    pub remap_percent: u32,
 }
 
 impl Default for WorkloadSpec {
@@ -46,6 +49,7 @@ impl Default for WorkloadSpec {
             max_blocks: 6,
             max_offset_blocks: 12,
             dup_pool: 6,
+            remap_percent: 0,
         }
     }
 }
@@ -84,8 +88,18 @@ pub fn generate(seed: u64, spec: &WorkloadSpec) -> Vec<Op> {
     while ops.len() < spec.ops {
         let existing = m.paths();
         let pick = |rng: &mut StdRng| existing[rng.gen_range(0..existing.len())].clone();
+        let span = spec.max_offset_blocks + spec.max_blocks as u64;
+        let extra_remap = spec.remap_percent > 0
+            && !existing.is_empty()
+            && rng.gen_range(0..100) < spec.remap_percent;
         let op = match rng.gen_range(0..100) {
             _ if existing.is_empty() => Op::Create(any_path(&mut rng)),
+            _ if extra_remap => Op::Remap(
+                pick(&mut rng),
+                rng.gen_range(0..span),
+                existing.clone(),
+                span,
+            ),
             0..=11 => {
                 let p = any_path(&mut rng);
                 if m.size(&p).is_some() {
@@ -108,7 +122,13 @@ pub fn generate(seed: u64, spec: &WorkloadSpec) -> Vec<Op> {
                 };
                 Op::Write(p, off, data(&mut rng, spec, len, &mut unique))
             }
-            45..=49 => {
+            47..=49 => Op::Remap(
+                pick(&mut rng),
+                rng.gen_range(0..span),
+                existing.clone(),
+                span,
+            ),
+            45..=46 => {
                 let (a, b) = (pick(&mut rng), pick(&mut rng));
                 if m.same_file(&a, &b) {
                     continue;

@@ -152,8 +152,10 @@ impl Engine {
         })?;
         rep.problems = problems;
         // A partial store (one that may forget) only has to hold valid entries.
-        let held = self.store.len();
-        if held != rep.indexed_entries && (self.store.complete() || held > rep.indexed_entries) {
+        let held = self.store.dyn_store().len();
+        if held != rep.indexed_entries
+            && (self.store.dyn_store().complete() || held > rep.indexed_entries)
+        {
             rep.problems.push(format!(
                 "index holds {} entries, {} of them valid",
                 held, rep.indexed_entries

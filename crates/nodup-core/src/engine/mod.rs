@@ -20,6 +20,7 @@ pub mod audit;
 mod locks;
 pub mod recovery;
 mod release;
+pub mod remap;
 mod share;
 pub mod superblock;
 pub(crate) mod write;
@@ -31,12 +32,13 @@ use parking_lot::Mutex;
 
 use crate::alloc::Allocator;
 use crate::fingerprint::{fingerprinter, Fingerprinter, FpKind};
+use crate::index::FpIndex;
 use crate::media::{AccessMeter, Medium, MeterConfig};
 use crate::meta::io::{IoTally, MetaIo};
 use crate::meta::revmap::RevMap;
 use crate::meta::{make_layout, LayoutGeometry, MetaLayout, MetaLayoutKind};
 use crate::policy::{make_policy, Policy, PolicyKind, PrefetchMode};
-use crate::store::{FpStore, StoreParams};
+use crate::store::{StoreHandle, StoreParams};
 use crate::{BlockNr, EngineStats, Error, Result, BLOCK_SIZE};
 use locks::EntryLocks;
 use superblock::{PolicyParams, Superblock};
@@ -278,7 +280,7 @@ pub struct Engine {
     fused: bool,
     alloc: Allocator,
     /// The policy's fingerprint store.
-    pub(crate) store: Box<dyn FpStore>,
+    pub(crate) store: StoreHandle,
     /// The entry locks and in-flight entries (`locks.rs`).
     pub(crate) locks: EntryLocks,
     pub(crate) layout: Box<dyn MetaLayout>,
@@ -318,10 +320,13 @@ impl Engine {
             transition: open.transition_threshold.max(1),
             fused: medium.fill_with(0, 0, &mut |_| {}).unwrap_or(false),
             alloc: Allocator::new(sb.data_start, sb.data_blocks),
-            store: policy.make_store(&StoreParams {
+            store: match policy.make_store(&StoreParams {
                 medium_len: medium.len(),
                 mem_budget: open.mem_budget.unwrap_or(sb.params.mem_budget),
-            }),
+            }) {
+                Some(s) => StoreHandle::Own(s),
+                None => StoreHandle::Complete(FpIndex::new(medium.len())),
+            },
             locks: EntryLocks::default(),
             layout: make_layout(sb.meta_layout, geo),
             revmap: RevMap {
@@ -419,7 +424,7 @@ impl Engine {
         e.load_saved()?;
         *e.open_report.lock() = Some(RecoveryReport {
             seconds: t0.elapsed().as_secs_f64(),
-            entries_scanned: e.store.len(),
+            entries_scanned: e.store.dyn_store().len(),
             referenced_blocks: e.c.physical_blocks.load(Ordering::Relaxed),
             ..Default::default()
         });
@@ -601,8 +606,8 @@ impl Engine {
             media_bytes_read: ld(&c.media_read),
             meta_bytes_written: mw,
             meta_bytes_read: mr,
-            index_entries: self.store.len(),
-            index_memory_bytes: self.store.memory_bytes() + self.locks.memory_bytes(),
+            index_entries: self.store.dyn_store().len(),
+            index_memory_bytes: self.store.dyn_store().memory_bytes() + self.locks.memory_bytes(),
             total_blocks: self.geo.data_blocks,
             free_blocks: self.alloc.free_blocks(),
             hint_hits: ld(&c.hint_hits),

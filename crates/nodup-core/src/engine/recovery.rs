@@ -138,7 +138,7 @@ impl Engine {
         let mut pairs = a.0;
         pairs.extend_from_slice(&b.0);
         drop(b);
-        self.store.load(&pairs);
+        self.store.dyn_store().load(&pairs);
         Ok(())
     }
 
@@ -149,7 +149,7 @@ impl Engine {
         self.set_state(STATE_SHUT);
         let mut t = IoTally::default();
         let bitmap = self.alloc.save_words();
-        let mut locs = self.store.locations();
+        let mut locs = self.store.dyn_store().locations();
         // Medium order, so the next open reads the entries sequentially.
         locs.sort_unstable();
         let lw = self.layout.save_state();
@@ -201,7 +201,7 @@ impl Engine {
         let mut t = IoTally::default();
         let mut rep = RecoveryReport::default();
         self.layout.attach(&self.meta, &mut t)?;
-        self.store.clear();
+        self.store.dyn_store().clear();
         self.locks.clear();
         let total = self.geo.total_blocks as usize;
 

@@ -66,17 +66,18 @@ impl FpIndex {
     }
 }
 
-impl FpStore for FpIndex {
+impl FpIndex {
     /// Start loading the slot a lookup of `fp` will read first, without taking its lock (a
     /// writer calls this a block ahead, so the lookup does not wait for DRAM).
     #[inline]
-    fn prefetch(&self, fp: u64) {
+    pub fn prefetch_slot(&self, fp: u64) {
         let h = mix(fp);
         self.views[Self::shard(h)].prefetch(h & !((1u64 << self.loc_bits) - 1));
     }
 
+    /// [`FpStore::find`] with a concrete callback (inlined into the write path).
     #[inline]
-    fn find(&self, fp: u64, check: &mut dyn FnMut(u64) -> bool) -> Option<u64> {
+    pub fn find_with(&self, fp: u64, mut check: impl FnMut(u64) -> bool) -> Option<u64> {
         let h = mix(fp);
         self.shards[Self::shard(h)].lock().find(h, |ent| {
             let loc = loc_of(ent);
@@ -84,16 +85,54 @@ impl FpStore for FpIndex {
         })
     }
 
+    /// Find `fp` like [`Self::find_with`]; on a miss insert `loc` under the same shard lock.
+    /// Returns whether `loc` was inserted.
     #[inline]
-    fn insert(&self, fp: u64, loc: u64) {
+    pub fn find_or_insert_with(
+        &self,
+        fp: u64,
+        loc: u64,
+        mut check: impl FnMut(u64) -> bool,
+    ) -> bool {
+        let h = mix(fp);
+        let mut t = self.shards[Self::shard(h)].lock();
+        if t.find(h, |ent| check(loc_of(ent)).then_some(())).is_some() {
+            return false;
+        }
+        t.insert(h, ent_of(loc));
+        true
+    }
+
+    /// [`FpStore::insert`].
+    #[inline]
+    pub fn insert_loc(&self, fp: u64, loc: u64) {
         let h = mix(fp);
         self.shards[Self::shard(h)].lock().insert(h, ent_of(loc));
     }
 
+    /// [`FpStore::remove`].
     #[inline]
-    fn remove(&self, fp: u64, loc: u64) {
+    pub fn remove_loc(&self, fp: u64, loc: u64) {
         let h = mix(fp);
         self.shards[Self::shard(h)].lock().remove(h, ent_of(loc));
+    }
+}
+
+impl FpStore for FpIndex {
+    fn prefetch(&self, fp: u64) {
+        self.prefetch_slot(fp)
+    }
+
+    fn find(&self, fp: u64, check: &mut dyn FnMut(u64) -> bool) -> Option<u64> {
+        self.find_with(fp, check)
+    }
+
+    fn insert(&self, fp: u64, loc: u64) {
+        self.insert_loc(fp, loc)
+    }
+
+    fn remove(&self, fp: u64, loc: u64) {
+        self.remove_loc(fp, loc)
     }
 
     /// Group the pairs by shard (a counting sort), so each shard's table is sized once and

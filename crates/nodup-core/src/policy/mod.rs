@@ -9,7 +9,6 @@ pub use light::prefetch;
 use serde::{Deserialize, Serialize};
 
 use crate::fingerprint::FpKind;
-use crate::index::FpIndex;
 use crate::store::{FpStore, StoreParams};
 use crate::{Error, Result};
 
@@ -89,10 +88,11 @@ pub trait Policy: Send + Sync {
     fn verify(&self) -> bool;
     /// The prefetch variant actually used, given the one asked for at open.
     fn prefetch(&self, asked: PrefetchMode) -> PrefetchMode;
-    /// The fingerprint store this policy looks blocks up in (the complete DRAM index unless the
-    /// policy brings its own).
-    fn make_store(&self, params: &StoreParams) -> Box<dyn FpStore> {
-        Box::new(FpIndex::new(params.medium_len))
+    /// The policy's own fingerprint store; `None` (the default) is the complete DRAM index
+    /// ([`crate::index::FpIndex`]), which the engine calls directly rather than through the
+    /// trait.
+    fn make_store(&self, _params: &StoreParams) -> Option<Box<dyn FpStore>> {
+        None
     }
 }
 

@@ -87,6 +87,14 @@ pub enum Record {
     },
     /// Remove an extended attribute.
     RemoveXattr { ino: u64, name: Vec<u8>, now: Ts },
+    /// Background dedup: file block `index` now names `to`, a byte-identical copy of `from`,
+    /// which it named before (replay checks that it still does). No time changes.
+    Remap {
+        ino: u64,
+        index: u64,
+        from: BlockNr,
+        to: BlockNr,
+    },
 }
 
 fn enc_ts(e: &mut Enc, t: Ts) {
@@ -114,6 +122,7 @@ impl Record {
             Record::Punch { .. } => 9,
             Record::SetXattr { .. } => 10,
             Record::RemoveXattr { .. } => 11,
+            Record::Remap { .. } => 12,
         }
     }
 
@@ -223,6 +232,17 @@ impl Record {
                 e.u64(*start);
                 e.u64(*end);
                 enc_ts(&mut e, *now);
+            }
+            Record::Remap {
+                ino,
+                index,
+                from,
+                to,
+            } => {
+                e.u64(*ino);
+                e.u64(*index);
+                e.u64(*from);
+                e.u64(*to);
             }
             Record::SetXattr {
                 ino,
@@ -377,6 +397,12 @@ impl Record {
                 name: d.bytes()?,
                 now: dec_ts(d)?,
             },
+            12 => Record::Remap {
+                ino: d.u64()?,
+                index: d.u64()?,
+                from: d.u64()?,
+                to: d.u64()?,
+            },
             k => return Err(FsError::Corrupt(format!("log record kind {k}"))),
         })
     }
@@ -453,6 +479,12 @@ mod tests {
                 start: 1,
                 end: 3,
                 now,
+            },
+            Record::Remap {
+                ino: 2,
+                index: 7,
+                from: 10,
+                to: 12,
             },
             Record::SetXattr {
                 ino: 2,

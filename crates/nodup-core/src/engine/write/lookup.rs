@@ -74,14 +74,20 @@ impl Engine {
         st: &mut CallStats,
     ) -> Result<(BlockNr, Option<Prev>, bool)> {
         let data = blocks[i];
+        // On the streaming path (a staged block, likely new) a miss inserts the writer's next
+        // entry slot in the same store operation: one store lock instead of two.
+        let spare = match (pre, lookup_only) {
+            (Some(_), false) => self.spare_slot(ctx, t),
+            _ => None,
+        };
         let mut sh = self.locks.lock(fp);
         let mut err = None;
         let mut found = None;
-        {
+        let inserted = {
             let stripe = &*sh;
             let created = &ctx.created;
             let id = ctx.id;
-            self.store.find(fp, &mut |loc| {
+            self.store.find_or_insert(fp, spare, |loc| {
                 found = if let Some(p) = stripe.pending_at(loc) {
                     if p.owner == id {
                         (created[p.slot].fp == fp).then_some(Found::Mine(p.slot))
@@ -99,8 +105,8 @@ impl Engine {
                     }
                 };
                 found.is_some()
-            });
-        }
+            })
+        };
         if let Some(e) = err {
             return Err(e);
         }
@@ -187,7 +193,12 @@ impl Engine {
                     Some(b) => b,
                     None => self.claim_block(ctx)?,
                 };
-                let loc = match self.claim_entry(ctx, fp, t) {
+                let loc = match if inserted {
+                    // The spare slot, already in the store.
+                    ctx.slots.pop_front().ok_or(Error::NoSpace)
+                } else {
+                    self.claim_entry(ctx, fp, t)
+                } {
                     Ok(l) => l,
                     // No room for metadata: the block is still stored, just not deduplicated.
                     Err(Error::NoSpace) => {
@@ -208,7 +219,9 @@ impl Engine {
                     refs: 1,
                     hint: Hint::NONE,
                 });
-                self.store.insert(fp, loc);
+                if !inserted {
+                    self.store.insert(fp, loc);
+                }
                 sh.pending.push(Pending {
                     loc,
                     owner: ctx.id,

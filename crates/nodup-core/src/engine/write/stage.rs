@@ -53,18 +53,9 @@ impl Engine {
     /// one layout call (one lock) for the blocks still to come, else claimed alone.
     pub(super) fn claim_entry(&self, ctx: &mut WriteCtx, fp: u64, t: &mut IoTally) -> Result<u64> {
         if ctx.slots.is_empty() && ctx.blocks_left > 1 {
-            let n = ctx.blocks_left.min(STAGE_GROUP);
             // An error here (e.g. no room for a new region) leaves the single claim below to
             // report it; a media error the single claim then gets past is counted as absorbed.
-            let r = self.layout.alloc_entries(
-                &self.meta,
-                t,
-                ctx.pool,
-                &self.alloc,
-                &mut ctx.apool,
-                n,
-                &mut ctx.slots,
-            );
+            let r = self.refill_slots(ctx, t);
             if matches!(r, Err(Error::Io(_))) && ctx.slots.is_empty() {
                 let one = self.layout.alloc_entry(
                     &self.meta,
@@ -87,6 +78,30 @@ impl Engine {
                     .alloc_entry(&self.meta, t, fp, ctx.pool, &self.alloc, &mut ctx.apool)
             }
         }
+    }
+
+    /// Claim entry slots for the blocks still to come, with one layout call (one lock).
+    fn refill_slots(&self, ctx: &mut WriteCtx, t: &mut IoTally) -> Result<usize> {
+        let n = ctx.blocks_left.min(STAGE_GROUP);
+        self.layout.alloc_entries(
+            &self.meta,
+            t,
+            ctx.pool,
+            &self.alloc,
+            &mut ctx.apool,
+            n,
+            &mut ctx.slots,
+        )
+    }
+
+    /// The entry slot the next new block would get, left in the writer's batch (refilled when
+    /// empty; `None` when it cannot be): a lookup that misses can then insert it in the same
+    /// store operation. A refill error is left for [`Self::claim_entry`] to report.
+    pub(super) fn spare_slot(&self, ctx: &mut WriteCtx, t: &mut IoTally) -> Option<u64> {
+        if ctx.slots.is_empty() && ctx.blocks_left > 1 {
+            let _ = self.refill_slots(ctx, t);
+        }
+        ctx.slots.front().copied()
     }
 
     /// Give back the claimed slots the call did not use (they hold the reserved marker, which

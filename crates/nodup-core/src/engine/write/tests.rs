@@ -9,7 +9,7 @@ use crate::engine::{Engine, FormatOptions, OpenOptions, WriteCtx};
 use crate::index::FpIndex;
 use crate::media::{Medium, MemMedium};
 use crate::policy::{Decision, Policy, PolicyKind, PrefetchMode};
-use crate::store::{FpStore, StoreParams};
+use crate::store::{FpStore, StoreHandle, StoreParams};
 use crate::BLOCK_SIZE;
 
 #[derive(Default)]
@@ -82,8 +82,11 @@ impl Policy for TestPolicy {
     fn prefetch(&self, _asked: PrefetchMode) -> PrefetchMode {
         PrefetchMode::None
     }
-    fn make_store(&self, p: &StoreParams) -> Box<dyn FpStore> {
-        Box::new(CountingStore(FpIndex::new(p.medium_len), self.0.clone()))
+    fn make_store(&self, p: &StoreParams) -> Option<Box<dyn FpStore>> {
+        Some(Box::new(CountingStore(
+            FpIndex::new(p.medium_len),
+            self.0.clone(),
+        )))
     }
 }
 
@@ -96,10 +99,11 @@ fn engine(seen: &Arc<Seen>) -> Engine {
     let mut e = Engine::format(m.clone(), &fo, &OpenOptions::default()).unwrap();
     // Swap in the test policy and its store (the image is empty, so nothing is lost).
     let p = TestPolicy(seen.clone());
-    e.store = p.make_store(&StoreParams {
+    let own = p.make_store(&StoreParams {
         medium_len: m.len(),
         mem_budget: 0,
     });
+    e.store = StoreHandle::Own(own.expect("the test policy brings its own store"));
     e.policy = Box::new(p);
     e
 }

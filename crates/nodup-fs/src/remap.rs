@@ -1,0 +1,82 @@
+//! The file system's side of the remap contract (`nodup_core::engine::remap`): a background
+//! dedup worker asks to replace file block `index` of `ino`, which it saw holding physical
+//! block `from`, by the existing byte-identical block `to`. The change is one log record
+//! ([`Record::Remap`]) made under the inode lock, so it is atomic and crash-safe, and a write
+//! that raced with the request wins: a block rewritten after the request was queued no longer
+//! holds `from` and is skipped. Content, size and times never change.
+
+use crate::error::{errno, Result};
+use crate::fs::FileSystem;
+use crate::inode::Body;
+use crate::log::record::Record;
+use crate::state::apply_inode;
+use nodup_core::engine::remap::RefGrant;
+use nodup_core::BlockNr;
+
+/// What [`FileSystem::remap_block`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemapOutcome {
+    /// The file block now names `to`; `from` lost this reference.
+    Done,
+    /// The file block no longer names `from` (rewritten, truncated or unlinked since): skipped.
+    Moved,
+    /// The blocks hold different bytes: skipped.
+    Differs,
+    /// `to` cannot take another reference (no dedup entry): skipped.
+    NoEntry,
+}
+
+impl FileSystem {
+    /// The physical block file block `index` of `ino` maps to (0 = a hole or past the end).
+    pub fn mapped_block(&self, ino: u64, index: u64) -> Result<BlockNr> {
+        let node = self.node(ino)?;
+        let n = node.read();
+        Ok(n.map().map_or(0, |m| m.get(index)))
+    }
+
+    /// Replace file block `index` of `ino`, expected to hold `from`, by block `to` when both
+    /// hold the same bytes (see the module doc). Durable when the file system's log is (as a
+    /// write's record is: at once on durable mounts, else at the next sync).
+    pub fn remap_block(
+        &self,
+        ino: u64,
+        index: u64,
+        from: BlockNr,
+        to: BlockNr,
+    ) -> Result<RemapOutcome> {
+        if self.read_only {
+            return errno(libc::EROFS);
+        }
+        if from == 0 || to == 0 || from == to {
+            return errno(libc::EINVAL);
+        }
+        self.ensure_space(0, false, 64)?;
+        let _g = self.gate.read();
+        let node = self.node(ino)?;
+        let mut n = node.write();
+        match &n.body {
+            Body::File(m) if m.get(index) == from => {}
+            _ => return Ok(RemapOutcome::Moved),
+        }
+        match self.engine.remap_ref(from, to)? {
+            RefGrant::Granted => {}
+            RefGrant::Differs => return Ok(RemapOutcome::Differs),
+            RefGrant::NoEntry => return Ok(RemapOutcome::NoEntry),
+        }
+        let rec = Record::Remap {
+            ino,
+            index,
+            from,
+            to,
+        };
+        if let Err(e) = self.append(&rec) {
+            let _ = self.engine.release(to);
+            return Err(e);
+        }
+        let eff = apply_inode(&mut n, &rec, &self.persist)?;
+        drop(n);
+        // Releases `from` once the record is durable (as for an overwrite).
+        self.finish(eff)?;
+        Ok(RemapOutcome::Done)
+    }
+}
