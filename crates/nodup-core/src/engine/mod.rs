@@ -17,7 +17,9 @@
 //! caller reports.
 
 pub mod audit;
+mod ctx;
 mod locks;
+mod media;
 pub mod recovery;
 mod release;
 pub mod remap;
@@ -33,7 +35,7 @@ use parking_lot::Mutex;
 use crate::alloc::Allocator;
 use crate::fingerprint::{fingerprinter, Fingerprinter, FpKind};
 use crate::index::FpIndex;
-use crate::media::{AccessMeter, Medium, MeterConfig};
+use crate::media::{AccessMeter, Medium};
 use crate::meta::io::{IoTally, MetaIo};
 use crate::meta::revmap::RevMap;
 use crate::meta::{make_layout, LayoutGeometry, MetaLayout, MetaLayoutKind};
@@ -43,39 +45,9 @@ use crate::{BlockNr, EngineStats, Error, Result, BLOCK_SIZE};
 use locks::EntryLocks;
 use superblock::{PolicyParams, Superblock};
 
-/// The two media handles the engine works on: one for data blocks, one for everything else
-/// (superblock, entries, reverse map, save area, and the caller's metadata). Both address the
-/// same image (offsets are image offsets, lengths must be equal); by default they are the same
-/// medium. Separate handles let a wrapper act on one side only: encryption of data blocks after
-/// fingerprinting, or a meter or simulator on either.
-#[derive(Clone)]
-pub struct Media {
-    /// Data blocks: copies of new data, comparisons, reads.
-    pub data: Arc<dyn Medium>,
-    /// Metadata: the engine's and the caller's.
-    pub meta: Arc<dyn Medium>,
-}
-
-impl Media {
-    /// One medium for both.
-    pub fn single(m: Arc<dyn Medium>) -> Media {
-        Media {
-            data: m.clone(),
-            meta: m,
-        }
-    }
-
-    fn check(&self) -> Result<()> {
-        if self.data.len() != self.meta.len() {
-            return Err(Error::Invalid(format!(
-                "data medium is {} bytes, metadata medium {}: both must address the same image",
-                self.data.len(),
-                self.meta.len()
-            )));
-        }
-        Ok(())
-    }
-}
+pub use ctx::WriteCtx;
+use media::meta_medium;
+pub use media::Media;
 
 /// Options fixed at format (mkfs) time and recorded in the engine superblock.
 ///
@@ -143,68 +115,6 @@ pub enum OpenState {
     Clean,
     /// The image was not shut down cleanly: the caller must call [`Engine::recover`] before writing.
     NeedsRecovery,
-}
-
-/// Per-writer state (one per thread or stream): stream trust degree, last entry, allocation pool.
-/// Prefetch state never crosses calls to [`Engine::write`]; hint bookkeeping may.
-#[derive(Debug)]
-pub struct WriteCtx {
-    /// Owner id of this writer's in-flight entries (0 = not bound yet).
-    id: u64,
-    /// Writer pool: selects the current region.
-    pool: usize,
-    /// Allocation pool cursor.
-    apool: usize,
-    /// Light-Dedup's per-stream state (trust degree, previous entry, prefetch-next).
-    pub(crate) light: crate::policy::light::Stream,
-    /// Data blocks written by the current call (flushed together).
-    new_blocks: Vec<BlockNr>,
-    /// New blocks of the current call still to be copied, with their input position.
-    copies: Vec<(BlockNr, usize)>,
-    /// Entries created by the current call (persisted together after the data).
-    pub(crate) created: Vec<write::Created>,
-    /// Refcount fields changed by the current call (flushed together before the final fence).
-    touched: Vec<u64>,
-    /// Compare buffer for media without a direct view.
-    pub(crate) scratch: Vec<u8>,
-    /// Blocks allocated ahead (in allocation order) while the stream writes new data, taken
-    /// from the allocator in batches; given back at the end of a call.
-    ahead: std::collections::VecDeque<BlockNr>,
-    /// Entry slots claimed ahead for this call's new blocks (returned at the end of the call).
-    slots: std::collections::VecDeque<u64>,
-    /// Blocks of the current call not decided yet (bounds allocation batches).
-    blocks_left: usize,
-    /// (shard, entry) pairs to publish at the end of a call (kept to reuse its memory).
-    publish: Vec<(usize, u64)>,
-    /// The previous block of the stream was new (not a duplicate).
-    last_new: bool,
-    /// Whether a block meeting another call's pending entry waits for it (see `write/join.rs`).
-    join: bool,
-    /// Blocks of the current call waiting for another call's entry: (input position, fingerprint).
-    waiting: Vec<(usize, u64)>,
-}
-
-impl Default for WriteCtx {
-    fn default() -> Self {
-        WriteCtx {
-            id: 0,
-            pool: 0,
-            apool: 0,
-            light: Default::default(),
-            new_blocks: Vec::new(),
-            copies: Vec::new(),
-            created: Vec::new(),
-            touched: Vec::new(),
-            scratch: Vec::new(),
-            ahead: std::collections::VecDeque::new(),
-            slots: std::collections::VecDeque::new(),
-            blocks_left: 0,
-            publish: Vec::new(),
-            last_new: true,
-            join: true,
-            waiting: Vec::new(),
-        }
-    }
 }
 
 /// What a recovery did, for logs and reports.
@@ -719,22 +629,5 @@ fn state_words(kind: MetaLayoutKind, total: u64, slots: u64) -> u64 {
 pub(super) fn add_nonzero(counter: &std::sync::atomic::AtomicU64, n: u64) {
     if n != 0 {
         counter.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
-/// The metadata medium and, when it is one, the meter itself.
-type MetaMedium = (Arc<dyn Medium>, Option<Arc<AccessMeter>>);
-
-/// The medium to use for metadata: an access meter over `m` when a granularity is asked.
-fn meta_medium(m: &Arc<dyn Medium>, granularity: Option<usize>) -> Result<MetaMedium> {
-    match granularity {
-        None => Ok((m.clone(), None)),
-        Some(g) => {
-            let meter = Arc::new(AccessMeter::new(
-                m.clone(),
-                MeterConfig::with_granularity(g),
-            )?);
-            Ok((meter.clone(), Some(meter)))
-        }
     }
 }
