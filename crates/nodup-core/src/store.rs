@@ -112,32 +112,33 @@ impl StoreHandle {
     }
     #[inline]
     pub(crate) fn find(&self, fp: u64, mut check: impl FnMut(u64) -> bool) -> Option<u64> {
-        match self {
-            StoreHandle::Complete(i) => i.find_with(fp, check),
-            StoreHandle::Own(s) => s.find(fp, &mut check),
-        }
+        self.find_map(fp, None, |loc| check(loc).then_some(loc)).0
     }
-    /// Look `fp` up; on a miss insert `spare` (when given) in the same operation. Returns
-    /// whether `spare` was inserted.
+    /// Offer the candidates of `fp` to `f` until it returns a value; on a miss insert `spare`
+    /// (when given) in the same store operation. Returns the value and whether `spare` was
+    /// inserted.
     #[inline]
-    pub(crate) fn find_or_insert(
+    pub(crate) fn find_map<T>(
         &self,
         fp: u64,
         spare: Option<u64>,
-        mut check: impl FnMut(u64) -> bool,
-    ) -> bool {
-        match (self, spare) {
-            (StoreHandle::Complete(i), Some(loc)) => i.find_or_insert_with(fp, loc, check),
-            (_, None) => {
-                self.find(fp, check);
-                false
-            }
-            (StoreHandle::Own(s), Some(loc)) => {
-                if s.find(fp, &mut check).is_some() {
-                    return false;
+        mut f: impl FnMut(u64) -> Option<T>,
+    ) -> (Option<T>, bool) {
+        match self {
+            StoreHandle::Complete(i) => i.find_map(fp, spare, f),
+            StoreHandle::Own(s) => {
+                let mut out = None;
+                s.find(fp, &mut |loc| {
+                    out = f(loc);
+                    out.is_some()
+                });
+                match (out, spare) {
+                    (None, Some(loc)) => {
+                        s.insert(fp, loc);
+                        (None, true)
+                    }
+                    (out, _) => (out, false),
                 }
-                s.insert(fp, loc);
-                true
             }
         }
     }

@@ -75,32 +75,26 @@ impl FpIndex {
         self.views[Self::shard(h)].prefetch(h & !((1u64 << self.loc_bits) - 1));
     }
 
-    /// [`FpStore::find`] with a concrete callback (inlined into the write path).
+    /// Offer the candidate locations of `fp` to `f` until it returns a value (inlined into the
+    /// write path); on a miss insert `spare`, when given, under the same shard lock. Returns
+    /// the value and whether `spare` was inserted.
     #[inline]
-    pub fn find_with(&self, fp: u64, mut check: impl FnMut(u64) -> bool) -> Option<u64> {
-        let h = mix(fp);
-        self.shards[Self::shard(h)].lock().find(h, |ent| {
-            let loc = loc_of(ent);
-            check(loc).then_some(loc)
-        })
-    }
-
-    /// Find `fp` like [`Self::find_with`]; on a miss insert `loc` under the same shard lock.
-    /// Returns whether `loc` was inserted.
-    #[inline]
-    pub fn find_or_insert_with(
+    pub fn find_map<T>(
         &self,
         fp: u64,
-        loc: u64,
-        mut check: impl FnMut(u64) -> bool,
-    ) -> bool {
+        spare: Option<u64>,
+        mut f: impl FnMut(u64) -> Option<T>,
+    ) -> (Option<T>, bool) {
         let h = mix(fp);
         let mut t = self.shards[Self::shard(h)].lock();
-        if t.find(h, |ent| check(loc_of(ent)).then_some(())).is_some() {
-            return false;
+        let r = t.find(h, |ent| f(loc_of(ent)));
+        match (r, spare) {
+            (None, Some(loc)) => {
+                t.insert(h, ent_of(loc));
+                (None, true)
+            }
+            (r, _) => (r, false),
         }
-        t.insert(h, ent_of(loc));
-        true
     }
 
     /// [`FpStore::insert`].
@@ -124,7 +118,7 @@ impl FpStore for FpIndex {
     }
 
     fn find(&self, fp: u64, check: &mut dyn FnMut(u64) -> bool) -> Option<u64> {
-        self.find_with(fp, check)
+        self.find_map(fp, None, |loc| check(loc).then_some(loc)).0
     }
 
     fn insert(&self, fp: u64, loc: u64) {

@@ -82,29 +82,25 @@ impl Engine {
         };
         let mut sh = self.locks.lock(fp);
         let mut err = None;
-        let mut found = None;
-        let inserted = {
+        let (found, inserted) = {
             let stripe = &*sh;
             let created = &ctx.created;
             let id = ctx.id;
-            self.store.find_or_insert(fp, spare, |loc| {
-                found = if let Some(p) = stripe.pending_at(loc) {
+            self.store.find_map(fp, spare, |loc| {
+                if let Some(p) = stripe.pending_at(loc) {
                     if p.owner == id {
-                        (created[p.slot].fp == fp).then_some(Found::Mine(p.slot))
-                    } else {
-                        (p.fp == fp).then_some(Found::Other)
+                        return (created[p.slot].fp == fp).then_some(Found::Mine(p.slot));
                     }
-                } else {
-                    match self.meta.read_entry(t, loc) {
-                        Ok(e) if e.fp == fp && e.is_valid() => Some(Found::Live(loc, e)),
-                        Ok(_) => None,
-                        Err(e) => {
-                            err = Some(e);
-                            Some(Found::Other)
-                        }
+                    return (p.fp == fp).then_some(Found::Other);
+                }
+                match self.meta.read_entry(t, loc) {
+                    Ok(e) if e.fp == fp && e.is_valid() => Some(Found::Live(loc, e)),
+                    Ok(_) => None,
+                    Err(e) => {
+                        err = Some(e);
+                        Some(Found::Other)
                     }
-                };
-                found.is_some()
+                }
             })
         };
         if let Some(e) = err {
