@@ -76,8 +76,16 @@ impl FpIndex {
     }
 
     /// Offer the candidate locations of `fp` to `f` until it returns a value (inlined into the
-    /// write path); on a miss insert `spare`, when given, under the same shard lock. Returns
-    /// the value and whether `spare` was inserted.
+    /// write path); on a miss insert `spare`, when given. Returns the value and whether
+    /// `spare` was inserted.
+    ///
+    /// The candidates are copied out under the shard lock and `f` (which reads the medium)
+    /// runs after it is released: a store lock is a leaf, and a lock released between the
+    /// entry read and the byte comparison that follows it would hold back the comparison's
+    /// loads (its release is a full barrier). Copying is safe because the caller holds `fp`'s
+    /// entry lock: no entry of `fp` appears or goes meanwhile, and a candidate of another
+    /// fingerprint is told apart by `f` on the entry itself. With no candidate at all (new
+    /// content, the common miss) `spare` is inserted under the same lock hold.
     #[inline]
     pub fn find_map<T>(
         &self,
@@ -86,14 +94,42 @@ impl FpIndex {
         mut f: impl FnMut(u64) -> Option<T>,
     ) -> (Option<T>, bool) {
         let h = mix(fp);
-        let mut t = self.shards[Self::shard(h)].lock();
-        let r = t.find(h, |ent| f(loc_of(ent)));
-        match (r, spare) {
-            (None, Some(loc)) => {
-                t.insert(h, ent_of(loc));
+        let shard = &self.shards[Self::shard(h)];
+        let mut few = [0u64; 4];
+        let mut n = 0;
+        let mut more: Vec<u64> = Vec::new();
+        {
+            let mut t = shard.lock();
+            t.find(h, |ent| {
+                if n < few.len() {
+                    few[n] = ent;
+                } else {
+                    more.push(ent);
+                }
+                n += 1;
+                None::<()>
+            });
+            if n == 0 {
+                return match spare {
+                    Some(loc) => {
+                        t.insert(h, ent_of(loc));
+                        (None, true)
+                    }
+                    None => (None, false),
+                };
+            }
+        }
+        for &ent in few.iter().take(n.min(few.len())).chain(more.iter()) {
+            if let Some(r) = f(loc_of(ent)) {
+                return (Some(r), false);
+            }
+        }
+        match spare {
+            Some(loc) => {
+                shard.lock().insert(h, ent_of(loc));
                 (None, true)
             }
-            (r, _) => (r, false),
+            None => (None, false),
         }
     }
 
@@ -316,6 +352,32 @@ mod tests {
             idx.insert(fp, loc_of(i));
         }
         idx
+    }
+
+    #[test]
+    fn find_map_offers_every_candidate_and_inserts_the_spare_on_a_miss() {
+        let idx = FpIndex::new(64 << 20);
+        let fp = 0xABCD_u64;
+        // Six entries under one fingerprint (a damaged index or colliding test fingerprints):
+        // more candidates than the four kept on the stack.
+        for k in 1..=6 {
+            idx.insert_loc(fp, loc_of(k));
+        }
+        let mut seen = Vec::new();
+        let (hit, ins) = idx.find_map(fp, None, |loc| {
+            seen.push(loc);
+            (loc == loc_of(6)).then_some(loc)
+        });
+        assert_eq!((hit, ins), (Some(loc_of(6)), false));
+        assert_eq!(seen.len(), 6);
+        // Every candidate refused: the spare goes in, after the candidates were looked at.
+        let (hit, ins) = idx.find_map(fp, Some(loc_of(7)), |_| None::<u64>);
+        assert_eq!((hit, ins), (None, true));
+        assert_eq!(idx.len(), 7);
+        // No candidate at all: inserted under the same lock hold.
+        let (hit, ins) = idx.find_map(0x1234, Some(loc_of(8)), |_| None::<u64>);
+        assert_eq!((hit, ins), (None, true));
+        assert_eq!(idx.find_map(0x1234, None, Some).0, Some(loc_of(8)));
     }
 
     #[test]
