@@ -304,3 +304,52 @@ fn normal_recovery_is_reported_and_batches_release() {
     assert!(e.release_batch(&over).is_err());
     assert_eq!(e.stats().physical_bytes, 0);
 }
+
+/// A media error while `share` writes its reference counts puts them back: the engine keeps
+/// serving and the counts stay the caller's (it used to leave them too high and ask for
+/// failure recovery, which the fault campaign reported as an unusable file system).
+#[test]
+fn a_failed_share_leaves_the_counts_as_they_were() {
+    use nodup_core::media::{FaultMedium, FaultOp, FaultRule};
+    let rules = [
+        ("write", FaultRule::new(FaultOp::Write).nth(1).once()),
+        (
+            "short write",
+            FaultRule::new(FaultOp::Write).nth(1).once().short_write(40),
+        ),
+        ("fence", FaultRule::new(FaultOp::Fence).nth(1).once()),
+    ];
+    for (nth, rule) in rules {
+        let mem: Arc<dyn Medium> = Arc::new(MemMedium::new(16 << 20));
+        let fm = Arc::new(FaultMedium::new(mem, 7));
+        let e = Engine::format(
+            fm.clone(),
+            &FormatOptions::default(),
+            &OpenOptions::default(),
+        )
+        .unwrap();
+        let mut ctx = WriteCtx::default();
+        let data: Vec<Vec<u8>> = (0..8).map(block).collect();
+        let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+        let got = e.write(&mut ctx, &refs).unwrap();
+        fm.add_rule(rule);
+        let r = e.share(&got);
+        fm.clear_rules();
+        assert!(
+            r.is_err(),
+            "nth {nth}: the injected fault must reach the caller"
+        );
+        for &b in &got {
+            assert_eq!(
+                e.block_refcount(b).unwrap(),
+                Some(1),
+                "nth {nth}: block {b}"
+            );
+        }
+        // Still serving: another share works and counts.
+        assert!(e.share(&got).unwrap().iter().all(|&s| s));
+        assert_eq!(e.block_refcount(got[0]).unwrap(), Some(2));
+        let a = e.audit().unwrap();
+        assert!(a.problems.is_empty(), "nth {nth}: {:?}", a.problems);
+    }
+}

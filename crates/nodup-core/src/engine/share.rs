@@ -23,8 +23,9 @@ impl Engine {
     /// them while this runs). Returns, per block, whether it got the reference: a block without
     /// a dedup entry (a policy that keeps none, or a block recovery left without one) cannot
     /// count a second reference, and the caller copies its data instead. Durable on return.
-    /// On an error no reference is granted: counts already written stay too high, so the
-    /// engine asks for failure recovery (which recounts from the files) before more writes.
+    /// On an error no reference is granted: the counts already written are put back (and the
+    /// engine keeps serving); only when putting them back fails too does it ask for failure
+    /// recovery (which recounts from the files) before more writes.
     pub fn share(&self, blocks: &[BlockNr]) -> Result<Vec<bool>> {
         self.check_ready()?;
         if let Some(&b) = blocks.iter().find(|&&b| !self.in_data(b)) {
@@ -32,13 +33,8 @@ impl Engine {
         }
         let mut t = IoTally::default();
         let r = self.share_inner(&mut t, blocks);
-        let f = self.meta.fence();
         self.merge_tally(&t);
-        if r.is_err() || f.is_err() {
-            self.set_state(super::STATE_NEEDS_RECOVERY);
-        }
         let out = r?;
-        f?;
         let shared = out.iter().filter(|&&s| s).count() as u64;
         self.c.blocks_shared.fetch_add(shared, Ordering::Relaxed);
         Ok(out)
@@ -97,6 +93,8 @@ impl Engine {
         let _guards: Vec<_> = shards.iter().map(|&s| self.locks.lock_stripe(s)).collect();
         // Under the locks: the current counts, validated, incremented in place.
         let mut now = self.read_spans(t, &locs, ENTRY_SIZE)?;
+        // The entries as read, to put back if the call fails half-way.
+        let orig = now.clone();
         let mut ok = vec![false; locs.len()];
         for (k, &(b, n)) in want.iter().enumerate() {
             let at = k * ENTRY_SIZE as usize;
@@ -114,6 +112,7 @@ impl Engine {
         // Write back runs of adjacent entries that were all incremented. Their other fields
         // are rewritten with what was just read under the locks; only a prefetch hint, which
         // writers update without a lock as performance state, can be set back.
+        let mut runs: Vec<(usize, usize)> = Vec::new();
         let mut k = 0;
         while k < locs.len() {
             if !ok[k] {
@@ -124,10 +123,35 @@ impl Engine {
             while j < locs.len() && ok[j] && locs[j] == locs[j - 1] + ENTRY_SIZE {
                 j += 1;
             }
-            let (a, z) = (k * ENTRY_SIZE as usize, j * ENTRY_SIZE as usize);
-            self.meta.write(t, locs[k], &now[a..z])?;
-            self.meta.flush(locs[k], (z - a) as u64);
+            runs.push((k, j));
             k = j;
+        }
+        let mut written = 0;
+        let mut res = Ok(());
+        for &(k, j) in &runs {
+            let (a, z) = (k * ENTRY_SIZE as usize, j * ENTRY_SIZE as usize);
+            // Counted as written even when the store fails: a short write may have landed.
+            written += 1;
+            res = self.meta.write(t, locs[k], &now[a..z]);
+            self.meta.flush(locs[k], (z - a) as u64);
+            if res.is_err() {
+                break;
+            }
+        }
+        let res = res.and_then(|_| self.meta.fence());
+        if let Err(e) = res {
+            // No reference is granted: put back every run that may have been written (still
+            // under the locks), durably, so the counts are the caller's again.
+            let mut undo = Ok(());
+            for &(k, j) in &runs[..written] {
+                let (a, z) = (k * ENTRY_SIZE as usize, j * ENTRY_SIZE as usize);
+                undo = undo.and_then(|_| self.meta.write(t, locs[k], &orig[a..z]));
+                self.meta.flush(locs[k], (z - a) as u64);
+            }
+            if undo.and_then(|_| self.meta.fence()).is_err() {
+                self.set_state(super::STATE_NEEDS_RECOVERY);
+            }
+            return Err(e);
         }
         Ok(blocks
             .iter()
