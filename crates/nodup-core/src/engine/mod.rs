@@ -595,6 +595,19 @@ impl Engine {
         self.meta.fence()
     }
 
+    /// Store the reference count `new` at `off` (not flushed). A failed (possibly partial)
+    /// store puts `old` back, or gives up on the live state if even that fails.
+    #[inline]
+    pub(crate) fn store_count(&self, t: &mut IoTally, off: u64, old: u64, new: u64) -> Result<()> {
+        if let Err(e) = self.meta.write_u64(t, off, new) {
+            if self.meta.write_u64(t, off, old).is_err() {
+                self.set_state(STATE_NEEDS_RECOVERY);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
     fn merge_tally(&self, t: &IoTally) {
         let c = &self.c;
         add_nonzero(&c.meta_read, t.meta_read);

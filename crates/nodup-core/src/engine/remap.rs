@@ -74,14 +74,7 @@ impl Engine {
             return Ok(RefGrant::Differs);
         }
         let off = loc + OFF_REFCOUNT;
-        if let Err(err) = self.meta.write_u64(t, off, count) {
-            // A failed (possibly partial) store: put the old count back, or give up on the
-            // live state if even that fails.
-            if self.meta.write_u64(t, off, e.refcount).is_err() {
-                self.set_state(super::STATE_NEEDS_RECOVERY);
-            }
-            return Err(err);
-        }
+        self.store_count(t, off, e.refcount, count)?;
         self.meta.flush(off, 8);
         if let Err(err) = self.meta.fence() {
             // The count may or may not be durable: too high is safe, but the live state must

@@ -181,7 +181,7 @@ impl Engine {
             }
             None => {
                 // A new block. Its number, entry slot and index record are claimed before the
-                // data is copied (unless staging copied it already) and the shard lock is
+                // data is copied (unless staging copied it already) and the entry lock is
                 // dropped first: the locked instructions of the claim then do not wait for
                 // the copy's stores to drain, and the copy's write-back overlaps the next
                 // block's work.
@@ -243,7 +243,7 @@ impl Engine {
 
     /// Refcount + 1 of a committed entry (flushed and fenced at the end of the call, one flush
     /// per line of consecutive entries).
-    /// The caller holds the entry's shard lock.
+    /// The caller holds the entry lock of its fingerprint.
     pub(crate) fn incref(
         &self,
         ctx: &mut WriteCtx,
@@ -252,14 +252,7 @@ impl Engine {
         t: &mut IoTally,
     ) -> Result<()> {
         let off = loc + OFF_REFCOUNT;
-        if let Err(e) = self.meta.write_u64(t, off, old.saturating_add(1)) {
-            // A failed (possibly partial) store: put the old count back, or give up on the
-            // live state if even that fails.
-            if self.meta.write_u64(t, off, old).is_err() {
-                self.set_state(crate::engine::STATE_NEEDS_RECOVERY);
-            }
-            return Err(e);
-        }
+        self.store_count(t, off, old, old.saturating_add(1))?;
         ctx.touched.push(off);
         Ok(())
     }

@@ -161,7 +161,7 @@ impl Engine {
     }
 
     /// Take back one reference-count increment of the committed entry at `loc` (under its
-    /// shard lock, as other writers may have changed the count since).
+    /// entry lock, as other writers may have changed the count since).
     pub(super) fn decref_touched(&self, loc: u64, t: &mut IoTally) -> Result<()> {
         let fp = self.meta.read_u64(t, loc + OFF_FP)?;
         let _sh = self.locks.lock(fp);

@@ -30,7 +30,7 @@ impl Engine {
         let sh = self.locks.lock(fp);
         // The hint is only a guess, checked on the entry itself as the paper's SP does, without
         // probing the index (a cache miss per block that cost more than SP saves on DRAM).
-        // Under the lock of `fp`'s shard, a slot that holds `fp` and a valid block number is the
+        // Under `fp`'s entry lock, a slot that holds `fp` and a valid block number is the
         // committed entry of `fp`, unless it is pending here (a call still in flight): freeing
         // clears the block number and unindexes under this lock, rollback clears before it
         // unlocks, and a new entry's block number is stored last, after its fingerprint is
