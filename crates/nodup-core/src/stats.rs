@@ -33,6 +33,8 @@ pub struct EngineStats {
     pub index_entries: u64,
     /// Exact heap bytes of the DRAM index.
     pub index_memory_bytes: u64,
+    /// Block reads answered by the dedup-aware read cache (no media read).
+    pub read_cache_hits: u64,
     /// Blocks of the data area.
     pub total_blocks: u64,
     /// Free blocks of the data area.

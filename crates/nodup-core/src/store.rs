@@ -19,12 +19,26 @@
 //! `find`, which only reads the medium.
 
 /// Parameters a store is built with (from the engine superblock and the open options).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Clone, Default)]
 pub struct StoreParams {
     /// Length of the medium in bytes (entry locations are below it).
     pub medium_len: u64,
-    /// Memory budget in bytes for stores that have one; 0 = unlimited.
+    /// Memory budget in bytes for stores that have one; 0 = the policy's default.
     pub mem_budget: u64,
+    /// Where a store may keep fingerprints on the medium (none for an in-memory test engine).
+    pub io: Option<StoreIo>,
+}
+
+/// The medium and allocator a store with an on-media part uses: blocks it takes from the
+/// data area's allocator hold only its own records, are written through the metadata medium,
+/// and are given back to the allocator by the store; after a crash the engine's failure
+/// recovery rebuilds the allocator without them and the store rebuilds its part ([`FpStore::load`]).
+#[derive(Clone)]
+pub struct StoreIo {
+    /// The metadata medium.
+    pub medium: std::sync::Arc<dyn crate::media::Medium>,
+    /// The data area's allocator.
+    pub alloc: std::sync::Arc<crate::alloc::Allocator>,
 }
 
 /// A policy's fingerprint store (see the module doc for the contract).
@@ -36,6 +50,18 @@ pub trait FpStore: Send + Sync {
     /// Offer the candidate entry locations for `fp` to `check`, in the store's order, until it
     /// accepts one; returns the accepted location. `check` reads the on-media entry.
     fn find(&self, fp: u64, check: &mut dyn FnMut(u64) -> bool) -> Option<u64>;
+
+    /// [`FpStore::find`] over everything the store keeps, including what it keeps on the
+    /// medium (the out-of-line worker's lookup); with `promote`, a match found on the medium is
+    /// brought into memory.
+    fn find_deep(
+        &self,
+        fp: u64,
+        check: &mut dyn FnMut(u64) -> bool,
+        _promote: bool,
+    ) -> Option<u64> {
+        self.find(fp, check)
+    }
 
     /// Record that the entry at `loc` holds `fp` (a new entry, or one reloaded by recovery).
     fn insert(&self, fp: u64, loc: u64);
@@ -67,6 +93,19 @@ pub trait FpStore: Send + Sync {
     /// scan of the metadata).
     fn locations(&self) -> Vec<u64>;
 
+    /// A store that saves its own state at clean shutdown returns it here (after making
+    /// everything it names durable); `None` saves [`FpStore::locations`] instead.
+    fn save_words(&self) -> crate::Result<Option<Vec<u64>>> {
+        Ok(None)
+    }
+
+    /// Reload what [`FpStore::save_words`] saved (validated: a corrupt save is an error).
+    fn restore_words(&self, _words: &[u64]) -> crate::Result<()> {
+        Err(crate::Error::Unsupported(
+            "this fingerprint store saves locations, not its own words".into(),
+        ))
+    }
+
     /// Fingerprints held.
     fn len(&self) -> u64;
 
@@ -86,6 +125,22 @@ pub trait FpStore: Send + Sync {
     /// True when every live entry is held (the audit then checks that each one is findable).
     fn complete(&self) -> bool {
         true
+    }
+
+    /// True when [`FpStore::len`] counts exactly the valid entries held (a store that forgets
+    /// freed entries lazily counts stale ones too).
+    fn exact_len(&self) -> bool {
+        true
+    }
+
+    /// Blocks of the data area the store holds for its on-media part.
+    fn owned_blocks(&self) -> u64 {
+        0
+    }
+
+    /// The store's own figures for `nodup stats` (memory per structure, I/O).
+    fn report(&self) -> Option<serde_json::Value> {
+        None
     }
 
     /// Forget everything (failure recovery rebuilds the store from the medium).

@@ -155,6 +155,7 @@ fn policies_behave() {
         PolicyKind::Strong,
         PolicyKind::WeakVerify,
         PolicyKind::Light,
+        PolicyKind::Smart,
     ] {
         for pf in PrefetchMode::ALL {
             let m = Arc::new(MemMedium::new(8 << 20));
@@ -188,7 +189,7 @@ fn policies_behave() {
     }
     let m = Arc::new(MemMedium::new(8 << 20));
     let opts = FormatOptions {
-        policy: PolicyKind::Smart,
+        policy: PolicyKind::Selective,
         ..Default::default()
     };
     assert!(matches!(

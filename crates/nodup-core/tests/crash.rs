@@ -200,7 +200,12 @@ fn crash_states_recover_to_the_last_completed_call() {
         ] {
             total += crash_run(seed, PolicyKind::Light, layout);
         }
-        for policy in [PolicyKind::Strong, PolicyKind::WeakVerify, PolicyKind::None] {
+        for policy in [
+            PolicyKind::Strong,
+            PolicyKind::WeakVerify,
+            PolicyKind::None,
+            PolicyKind::Smart,
+        ] {
             total += crash_run(seed + 100, policy, MetaLayoutKind::Region);
         }
     }

@@ -106,6 +106,8 @@ impl Harness {
         let open = OpenOptions {
             prefetch,
             transition_threshold: 6,
+            // `smart` with a budget small enough to evict: a few dozen fingerprints in memory.
+            mem_budget: (policy == PolicyKind::Smart).then_some(8 << 10),
             ..Default::default()
         };
         let engine = Engine::format(medium.clone(), &fopts, &open).unwrap();
@@ -186,13 +188,19 @@ impl Harness {
         prop_assert_eq!(s.physical_bytes, count.len() as u64 * BLOCK_SIZE as u64);
         prop_assert_eq!(
             s.free_blocks,
-            s.total_blocks - count.len() as u64 - e.layout_owned_blocks()
+            s.total_blocks - count.len() as u64 - e.layout_owned_blocks() - e.store_owned_blocks()
         );
         let audit = e.audit().unwrap();
         prop_assert!(audit.problems.is_empty(), "{:?}", audit.problems);
         prop_assert_eq!(audit.valid_entries, with_entry);
-        prop_assert_eq!(s.index_entries, with_entry);
+        // A two-level store also counts records it has not purged yet, and its inline lookups
+        // see only memory: equal content may be stored twice (two entries of one fingerprint,
+        // one indexed after a recovery) until its worker, the file system's, remaps it.
+        if self.policy != PolicyKind::Smart {
+            prop_assert_eq!(s.index_entries, with_entry);
+        }
         match self.policy {
+            PolicyKind::Smart => {}
             PolicyKind::None => prop_assert_eq!(with_entry, 0),
             _ if !self.collide => {
                 // Without collisions, equal content always ends up in one block.
@@ -227,7 +235,9 @@ fn run(
     }
     let st = h.engine.stats();
     prop_assert_eq!(st.physical_bytes, 0);
-    prop_assert_eq!(st.index_entries, 0);
+    if policy != PolicyKind::Smart {
+        prop_assert_eq!(st.index_entries, 0);
+    }
     Ok(())
 }
 
@@ -266,6 +276,16 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..40),
     ) {
         run(pol, l, PrefetchMode::Cbp, false, pmem, &ops)?;
+    }
+
+    #[test]
+    fn smart_matches_model(
+        l in layout(),
+        collide in any::<bool>(),
+        pmem in proptest::option::of(any::<bool>()),
+        ops in proptest::collection::vec(op(), 1..40),
+    ) {
+        run(PolicyKind::Smart, l, PrefetchMode::Cbp, collide, pmem, &ops)?;
     }
 
     #[test]

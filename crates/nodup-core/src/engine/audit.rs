@@ -104,6 +104,11 @@ impl Engine {
         self.layout.owned_blocks().len() as u64
     }
 
+    /// Blocks of the data area held by the policy's store for its on-media part.
+    pub fn store_owned_blocks(&self) -> u64 {
+        self.store.dyn_store().owned_blocks()
+    }
+
     /// Check entries, reverse map, index and layout counters against each other.
     pub fn audit(&self) -> Result<AuditReport> {
         let mut t = IoTally::default();
@@ -154,6 +159,7 @@ impl Engine {
         // A partial store (one that may forget) only has to hold valid entries.
         let held = self.store.dyn_store().len();
         if held != rep.indexed_entries
+            && self.store.dyn_store().exact_len()
             && (self.store.dyn_store().complete() || held > rep.indexed_entries)
         {
             rep.problems.push(format!(

@@ -4,6 +4,16 @@ use crate::BlockNr;
 
 use super::write;
 
+/// A block a write call stored as new data rather than as a duplicate (listed for policies
+/// with an out-of-line worker, see [`crate::policy::Policy::reports_misses`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Miss {
+    /// Position of the block in the call's input.
+    pub index: usize,
+    /// Its fingerprint, when it was computed inline.
+    pub fp: Option<u64>,
+}
+
 /// Per-writer state (one per thread or stream): stream trust degree, last entry, allocation pool.
 /// Prefetch state never crosses calls to [`Engine::write`]; hint bookkeeping may.
 #[derive(Debug)]
@@ -41,6 +51,8 @@ pub struct WriteCtx {
     pub(super) join: bool,
     /// Blocks of the current call waiting for another call's entry: (input position, fingerprint).
     pub(super) waiting: Vec<(usize, u64)>,
+    /// Blocks the last call stored as new data (filled when the policy reports misses).
+    pub misses: Vec<Miss>,
 }
 
 impl Default for WriteCtx {
@@ -62,6 +74,7 @@ impl Default for WriteCtx {
             last_new: true,
             join: true,
             waiting: Vec::new(),
+            misses: Vec::new(),
         }
     }
 }

@@ -20,6 +20,8 @@ pub mod audit;
 mod ctx;
 mod locks;
 mod media;
+mod outofline;
+mod read_cache;
 pub mod recovery;
 mod release;
 pub mod remap;
@@ -39,13 +41,13 @@ use crate::media::{AccessMeter, Medium};
 use crate::meta::io::{IoTally, MetaIo};
 use crate::meta::revmap::RevMap;
 use crate::meta::{make_layout, LayoutGeometry, MetaLayout, MetaLayoutKind};
-use crate::policy::{make_policy, Policy, PolicyKind, PrefetchMode};
-use crate::store::{StoreHandle, StoreParams};
+use crate::policy::{make_policy, Policy, PolicyKind, PolicyOptions, PrefetchMode};
+use crate::store::{StoreHandle, StoreIo, StoreParams};
 use crate::{BlockNr, EngineStats, Error, Result, BLOCK_SIZE};
 use locks::EntryLocks;
 use superblock::{PolicyParams, Superblock};
 
-pub use ctx::WriteCtx;
+pub use ctx::{Miss, WriteCtx};
 use media::meta_medium;
 pub use media::Media;
 
@@ -94,6 +96,8 @@ pub struct OpenOptions {
     /// Open without writing anything: the image stays byte-identical (stats, fsck without
     /// repair). Mutating calls fail until [`Engine::begin_use`].
     pub read_only: bool,
+    /// Options of the policy in force (`smart`'s eviction, selectivity, run filter).
+    pub policy: PolicyOptions,
 }
 
 impl Default for OpenOptions {
@@ -104,6 +108,7 @@ impl Default for OpenOptions {
             mem_budget: None,
             meter_granularity: None,
             read_only: false,
+            policy: PolicyOptions::default(),
         }
     }
 }
@@ -188,7 +193,9 @@ pub struct Engine {
     /// The medium lets the engine store into it directly ([`Medium::fill_with`]): new blocks
     /// are fingerprinted while they are copied.
     fused: bool,
-    alloc: Allocator,
+    alloc: Arc<Allocator>,
+    /// The dedup-aware read cache, when the policy keeps one.
+    read_cache: Option<read_cache::ReadCache>,
     /// The policy's fingerprint store.
     pub(crate) store: StoreHandle,
     /// The entry locks and in-flight entries (`locks.rs`).
@@ -212,7 +219,23 @@ impl Engine {
     fn build(media: Media, sb: Superblock, open: &OpenOptions) -> Result<Engine> {
         media.check()?;
         let Media { data: medium, meta } = media;
-        let policy = make_policy(sb.policy)?;
+        let policy = make_policy(sb.policy, &open.policy)?;
+        let alloc = Arc::new(Allocator::new(sb.data_start, sb.data_blocks));
+        let store = match policy.make_store(&StoreParams {
+            medium_len: medium.len(),
+            mem_budget: open.mem_budget.unwrap_or(sb.params.mem_budget),
+            io: Some(StoreIo {
+                medium: meta.clone(),
+                alloc: alloc.clone(),
+            }),
+        }) {
+            Some(s) => StoreHandle::Own(s),
+            None => StoreHandle::Complete(FpIndex::new(medium.len())),
+        };
+        let read_cache = match policy.read_cache_bytes() {
+            0 => None,
+            n => Some(read_cache::ReadCache::new(n)),
+        };
         let fpr = fingerprinter(sb.fingerprint);
         let geo = LayoutGeometry {
             start_block: sb.layout_start,
@@ -229,14 +252,9 @@ impl Engine {
             prefetch: policy.prefetch(open.prefetch),
             transition: open.transition_threshold.max(1),
             fused: medium.fill_with(0, 0, &mut |_| {}).unwrap_or(false),
-            alloc: Allocator::new(sb.data_start, sb.data_blocks),
-            store: match policy.make_store(&StoreParams {
-                medium_len: medium.len(),
-                mem_budget: open.mem_budget.unwrap_or(sb.params.mem_budget),
-            }) {
-                Some(s) => StoreHandle::Own(s),
-                None => StoreHandle::Complete(FpIndex::new(medium.len())),
-            },
+            alloc,
+            read_cache,
+            store,
             locks: EntryLocks::default(),
             layout: make_layout(sb.meta_layout, geo),
             revmap: RevMap {
@@ -271,7 +289,7 @@ impl Engine {
     pub fn format_media(media: Media, opts: &FormatOptions, open: &OpenOptions) -> Result<Engine> {
         media.check()?;
         let medium = &media.meta;
-        let policy = make_policy(opts.policy)?;
+        let policy = make_policy(opts.policy, &open.policy)?;
         let fp = policy.fingerprint_for(opts.fingerprint);
         let layout_kind = opts.meta_layout;
         let params = PolicyParams {
@@ -381,10 +399,19 @@ impl Engine {
                 "block {block} is not in the data area"
             )));
         }
+        if let Some(rc) = &self.read_cache {
+            if rc.get(block, buf) {
+                return Ok(());
+            }
+        }
         self.c
             .media_read
             .fetch_add(BLOCK_SIZE as u64, Ordering::Relaxed);
-        self.medium.read(block * BLOCK_SIZE as u64, buf)
+        self.medium.read(block * BLOCK_SIZE as u64, buf)?;
+        if let Some(rc) = &self.read_cache {
+            rc.put(block, buf);
+        }
+        Ok(())
     }
 
     /// Drop one reference to a data block (overwrite, truncate, punch, unlink); frees it at zero.
@@ -461,6 +488,20 @@ impl Engine {
         self.geo.policy
     }
 
+    /// The policy object in force.
+    pub fn policy(&self) -> &dyn Policy {
+        &*self.policy
+    }
+
+    /// The policy's, its store's and the read cache's own figures (`null` parts when absent).
+    pub fn policy_report(&self) -> serde_json::Value {
+        serde_json::json!({
+            "policy": self.policy.report(),
+            "store": self.store.dyn_store().report(),
+            "read_cache": self.read_cache.as_ref().map(|rc| rc.report()),
+        })
+    }
+
     /// The fingerprint function in use.
     pub fn fingerprint_kind(&self) -> FpKind {
         self.geo.fingerprint
@@ -492,6 +533,11 @@ impl Engine {
         &self.alloc
     }
 
+    /// Fingerprint of `data` with the image's function.
+    pub fn fingerprint(&self, data: &[u8]) -> u64 {
+        self.fpr.fingerprint(data)
+    }
+
     /// Current counters.
     pub fn stats(&self) -> EngineStats {
         let c = &self.c;
@@ -518,6 +564,7 @@ impl Engine {
             meta_bytes_read: mr,
             index_entries: self.store.dyn_store().len(),
             index_memory_bytes: self.store.dyn_store().memory_bytes() + self.locks.memory_bytes(),
+            read_cache_hits: self.read_cache.as_ref().map_or(0, |rc| rc.hits()),
             total_blocks: self.geo.data_blocks,
             free_blocks: self.alloc.free_blocks(),
             hint_hits: ld(&c.hint_hits),

@@ -2,7 +2,10 @@
 //! recovery driven by the caller's references.
 //!
 //! Save area layout (`save_start`): one header block, then the payload as little-endian u64
-//! words: allocation bitmap of the data area, index entry locations, layout state.
+//! words: allocation bitmap of the data area, the store's words, layout state. The store's
+//! words are the sorted entry locations of the complete index, or, for a store that saves its
+//! own state (`smart`: the directory of its on-media groups, see `policy/smart/store.rs`),
+//! what it saved; the policy recorded in the superblock says which.
 //!
 //! | offset | width | field                               |
 //! |-------:|------:|-------------------------------------|
@@ -10,7 +13,7 @@
 //! | 8      | 4     | version                             |
 //! | 12     | 4     | reserved                            |
 //! | 16     | 8     | bitmap words                        |
-//! | 24     | 8     | index locations                     |
+//! | 24     | 8     | store words                         |
 //! | 32     | 8     | layout words                        |
 //! | 40     | 8     | data blocks in use                  |
 //! | 48     | 8     | xxh3-64 of the payload              |
@@ -76,7 +79,13 @@ impl Engine {
         let (bitmap, rest) = words.split_at(nb as usize);
         let (locs, lw) = rest.split_at(ni as usize);
         self.alloc.load_words(bitmap)?;
-        self.reload_index(&mut t, locs)?;
+        match &self.store {
+            crate::store::StoreHandle::Complete(_) => self.reload_index(&mut t, locs)?,
+            crate::store::StoreHandle::Own(s) => match s.restore_words(locs) {
+                Err(Error::Unsupported(_)) => self.reload_index(&mut t, locs)?,
+                r => r?,
+            },
+        }
         self.layout.load_state(lw)?;
         self.c.physical_blocks.store(phys, Ordering::Relaxed);
         self.merge_tally(&t);
@@ -148,10 +157,18 @@ impl Engine {
         self.check_ready()?;
         self.set_state(STATE_SHUT);
         let mut t = IoTally::default();
+        // The store first: saving its own state may take and give back blocks.
+        let own = self.store.dyn_store().save_words()?;
         let bitmap = self.alloc.save_words();
-        let mut locs = self.store.dyn_store().locations();
-        // Medium order, so the next open reads the entries sequentially.
-        locs.sort_unstable();
+        let locs = match own {
+            Some(w) => w,
+            None => {
+                let mut locs = self.store.dyn_store().locations();
+                // Medium order, so the next open reads the entries sequentially.
+                locs.sort_unstable();
+                locs
+            }
+        };
         let lw = self.layout.save_state();
         let cap_words = (self.geo.save_blocks - 1) * (BLOCK_SIZE as u64 / 8);
         if (bitmap.len() + locs.len() + lw.len()) as u64 > cap_words {
@@ -203,6 +220,14 @@ impl Engine {
         self.layout.attach(&self.meta, &mut t)?;
         self.store.dyn_store().clear();
         self.locks.clear();
+        if let Some(rc) = &self.read_cache {
+            rc.clear();
+        }
+        // The fingerprints to index, handed to the store in one `load` once the allocator is
+        // rebuilt (a store that keeps part of itself on the medium takes blocks from it).
+        // Fingerprint -> the one entry location indexed for it.
+        let mut indexed: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+        let mut pairs: Vec<(u64, u64)> = Vec::new();
         let total = self.geo.total_blocks as usize;
 
         // 1. What the caller references: the source of truth.
@@ -274,7 +299,10 @@ impl Engine {
                 t.data_read += BLOCK_SIZE as u64;
                 self.fpr.fingerprint(&block) == e.fp
             };
-            let index_it = fp_ok && !self.fp_indexed(&mut t, e.fp)?;
+            let index_it = fp_ok && !indexed.contains_key(&e.fp);
+            if index_it {
+                indexed.insert(e.fp, loc);
+            }
             if !index_it {
                 rep.entries_unindexed += 1;
             }
@@ -290,8 +318,7 @@ impl Engine {
                 single.push((loc, b));
             }
             if index_it {
-                let _sh = self.locks.lock(e.fp);
-                self.store.insert(e.fp, loc);
+                pairs.push((e.fp, loc));
             }
             Ok(())
         })?;
@@ -337,6 +364,8 @@ impl Engine {
         self.layout.rebuild(&valid)?;
         self.c.physical_blocks.store(phys, Ordering::Relaxed);
         rep.referenced_blocks = phys;
+        self.store.dyn_store().load(&pairs);
+        drop(pairs);
 
         // 5. A block referenced more than once must carry an entry with its count: a block
         //    without one counts as a single reference, and the next release would free it
@@ -368,7 +397,10 @@ impl Engine {
                             // free space (or grow the image) and recover again.
                             return Err(Error::NoSpace);
                         };
-                        self.drop_entry(&mut t, vloc, vb)?;
+                        let vfp = self.drop_entry(&mut t, vloc, vb)?;
+                        if indexed.get(&vfp) == Some(&vloc) {
+                            indexed.remove(&vfp);
+                        }
                         ent_at[vb as usize] = 0;
                         rep.entries_invalidated += 1;
                     }
@@ -378,11 +410,12 @@ impl Engine {
             self.recreate_entry(&mut t, loc, b, fp, want as u64)?;
             ent_at[b as usize] = loc;
             rep.entries_recreated += 1;
-            if self.fp_indexed(&mut t, fp)? {
-                rep.entries_unindexed += 1;
-            } else {
+            if let std::collections::hash_map::Entry::Vacant(v) = indexed.entry(fp) {
+                v.insert(loc);
                 let _sh = self.locks.lock(fp);
                 self.store.insert(fp, loc);
+            } else {
+                rep.entries_unindexed += 1;
             }
         }
         self.merge_tally(&t);
@@ -391,32 +424,11 @@ impl Engine {
         Ok(rep)
     }
 
-    /// True when the index already holds an entry with fingerprint `fp` (lookups must find
-    /// one block per fingerprint, never a second one).
-    fn fp_indexed(&self, t: &mut IoTally, fp: u64) -> Result<bool> {
-        let _sh = self.locks.lock(fp);
-        let mut err = None;
-        let found = self
-            .store
-            .find(fp, &mut |loc| match self.meta.read_entry(t, loc) {
-                Ok(o) => o.fp == fp,
-                Err(x) => {
-                    err = Some(x);
-                    true
-                }
-            })
-            .is_some();
-        match err {
-            Some(x) => Err(x),
-            None => Ok(found),
-        }
-    }
-
     /// Write a new entry for block `b` into the claimed slot `loc`, crash-safely: the body goes
     /// first under `RESERVED` (which no recovery trusts), and only once it is durable the
     /// commit field names the block, together with the reverse-map slot. A crash in between
     /// leaves a reserved slot, which the next recovery clears and recreates.
-    fn recreate_entry(
+    pub(super) fn recreate_entry(
         &self,
         t: &mut IoTally,
         loc: u64,
@@ -441,7 +453,8 @@ impl Engine {
 
     /// Give up the entry at `loc` of block `b` (referenced once, so it needs none): unindex
     /// it, clear it and its reverse-map slot durably, then hand the slot back to the layout.
-    fn drop_entry(&self, t: &mut IoTally, loc: u64, b: BlockNr) -> Result<()> {
+    /// Returns the fingerprint it held.
+    fn drop_entry(&self, t: &mut IoTally, loc: u64, b: BlockNr) -> Result<u64> {
         let e = self.meta.read_entry(t, loc)?;
         {
             let _sh = self.locks.lock(e.fp);
@@ -452,6 +465,6 @@ impl Engine {
         self.revmap.set(&self.meta, t, b, 0)?;
         self.meta.fence()?;
         self.layout.free_entry(loc);
-        Ok(())
+        Ok(e.fp)
     }
 }

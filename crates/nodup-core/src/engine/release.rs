@@ -64,6 +64,9 @@ impl Engine {
                 self.layout.free_entry(loc);
             }
             for b in &to_free {
+                if let Some(rc) = &self.read_cache {
+                    rc.invalidate(*b);
+                }
                 res = res.and(self.alloc.free(*b));
             }
             self.c

@@ -2,6 +2,7 @@
 
 pub mod baseline;
 pub mod light;
+pub mod smart;
 
 /// Light's prefetch rules, kept reachable under their earlier path.
 pub use light::prefetch;
@@ -25,7 +26,7 @@ crate::named_enum! {
         Strong = 3 => "strong",
         /// CRC-32C + comparison, no prefetch (DeWrite / LD-w/o-P role).
         WeakVerify = 4 => "weak-verify",
-        /// SmartDedup (later issue).
+        /// SmartDedup: dedup in a fixed memory budget (two-level store, inline + out-of-line).
         Smart = 5 => "smart",
         /// FSDedup selective dedup (later issue).
         Selective = 6 => "selective",
@@ -94,16 +95,62 @@ pub trait Policy: Send + Sync {
     fn make_store(&self, _params: &StoreParams) -> Option<Box<dyn FpStore>> {
         None
     }
+    /// Whether runs of new data are staged (fingerprinted and copied ahead of their lookups).
+    fn stages(&self) -> bool {
+        true
+    }
+    /// Whether the next block is fingerprinted inline at all (selectivity); a block that is not
+    /// is stored without an entry and reported as a miss (see [`Policy::reports_misses`]).
+    fn fingerprint_inline(&self) -> bool {
+        true
+    }
+    /// Whether the write path lists the blocks it stored as new (`WriteCtx::misses`), for an
+    /// out-of-line worker.
+    fn reports_misses(&self) -> bool {
+        false
+    }
+    /// One call's inline results: blocks looked up and duplicates found among them.
+    fn after_call(&self, _fingerprinted: u64, _hits: u64) {}
+    /// Deduplicate only runs of at least this many consecutive duplicates (1: every one).
+    fn min_dup_run(&self) -> usize {
+        1
+    }
+    /// Bytes of the engine's dedup-aware read cache (0: none).
+    fn read_cache_bytes(&self) -> u64 {
+        0
+    }
+    /// How the policy shares its memory budget, when it has one.
+    fn budget_split(&self) -> Option<smart::BudgetSplit> {
+        None
+    }
+    /// New resource readings (battery, low-power mode, CPU and device load).
+    fn set_resources(&self, _r: smart::Resources) {}
+    /// The resource readings in force, for policies that adapt to them.
+    fn resources(&self) -> Option<smart::Resources> {
+        None
+    }
+    /// The policy's own figures for `nodup stats`.
+    fn report(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
-/// The policy object for `kind`.
-pub fn make_policy(kind: PolicyKind) -> Result<Box<dyn Policy>> {
+/// Per-open options of the policies that have any.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PolicyOptions {
+    /// Options of `smart`.
+    pub smart: smart::SmartOptions,
+}
+
+/// The policy object for `kind` with its per-open options.
+pub fn make_policy(kind: PolicyKind, opts: &PolicyOptions) -> Result<Box<dyn Policy>> {
     match kind {
         PolicyKind::Light => Ok(Box::new(light::Light)),
         PolicyKind::None => Ok(Box::new(baseline::NoDedup)),
         PolicyKind::Strong => Ok(Box::new(baseline::Strong)),
         PolicyKind::WeakVerify => Ok(Box::new(baseline::WeakVerify)),
-        PolicyKind::Smart | PolicyKind::Selective => Err(Error::Invalid(format!(
+        PolicyKind::Smart => Ok(Box::new(smart::Smart::new(opts.smart))),
+        PolicyKind::Selective => Err(Error::Invalid(format!(
             "policy {} is not implemented yet",
             kind.name()
         ))),

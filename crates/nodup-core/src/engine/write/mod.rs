@@ -53,10 +53,14 @@ pub(crate) struct Created {
 #[derive(Debug, Default)]
 pub(crate) struct CallStats {
     pub(crate) blocks: u64,
+    /// Blocks looked up in the store (fingerprinted inline and not skipped by the policy).
+    pub(crate) looked_up: u64,
     pub(crate) hits: u64,
     pub(crate) collisions: u64,
     pub(crate) hint_hits: u64,
     pub(crate) hint_misses: u64,
+    /// Duplicates given up by the run filter.
+    pub(crate) filtered: u64,
 }
 
 /// Placeholder block number of a block waiting for another call's entry (block 0 is the engine
@@ -100,6 +104,7 @@ impl Engine {
         }
         self.bind(ctx);
         let _active = Active::enter(&self.active);
+        ctx.misses.clear();
         let mut out = Vec::with_capacity(blocks.len());
         self.write_call(ctx, blocks, &mut out, true)?;
         if !ctx.waiting.is_empty() {
@@ -139,9 +144,13 @@ impl Engine {
             let mut got = Vec::with_capacity(sub.len());
             // The blocks are not consecutive in the input: no hint links them.
             ctx.light.prev = None;
+            let m0 = ctx.misses.len();
             self.write_call(ctx, &sub, &mut got, in_time && round < join::JOIN_ROUNDS)?;
             for (k, &(i, _)) in waiting.iter().enumerate() {
                 out[i] = got[k];
+            }
+            for m in ctx.misses[m0..].iter_mut() {
+                m.index = waiting[m.index].0;
             }
             for w in ctx.waiting.iter_mut() {
                 w.0 = waiting[w.0].0;
@@ -170,6 +179,7 @@ impl Engine {
         ctx.copies.clear();
         // No prefetch state crosses calls.
         ctx.light.prefetched = None;
+        let m0 = ctx.misses.len();
         let r1 = self.phase1(ctx, blocks, out, &mut t, &mut st);
         // Unused read-ahead blocks go back, newest first, so the allocator cursor rewinds.
         let mut r0 = Ok(());
@@ -192,9 +202,11 @@ impl Engine {
             self.merge_tally(&t);
             ctx.light.prev = None;
             ctx.waiting.clear();
+            ctx.misses.truncate(m0);
             return Err(e);
         }
         self.publish(ctx);
+        self.policy.after_call(st.looked_up, st.hits);
         self.merge_tally(&t);
         let c = &self.c;
         // Waiting blocks are counted by the call that stores them.
@@ -219,6 +231,11 @@ impl Engine {
     ) -> Result<()> {
         let n = blocks.len();
         let never = self.policy.never_dedups();
+        let stages = self.policy.stages();
+        let report = self.policy.reports_misses();
+        let min_run = self.policy.min_dup_run();
+        // Per block, the entry a duplicate was counted on (for the run filter).
+        let mut dups: Vec<Option<Prev>> = Vec::new();
         // Blocks staged ahead of their lookup (see `stage`), in input order.
         let mut early: VecDeque<Staged> = VecDeque::new();
         // How many blocks to stage at once: doubles while the stream keeps writing new data.
@@ -230,7 +247,7 @@ impl Engine {
                 out.push(self.new_block(ctx, i, t)?);
                 continue;
             }
-            if early.is_empty() && ctx.last_new {
+            if stages && early.is_empty() && ctx.last_new {
                 // The stream is writing new data, so these blocks will all be looked up (a
                 // block after a new one cannot follow a hint): stage them together, then
                 // decide them together. Their index slots load meanwhile, and the lookups'
@@ -267,26 +284,105 @@ impl Engine {
                     }
                 }
             }
+            let mut fp_seen = None;
             let (b, next, new) = match cur {
                 Some((b, next)) => (b, next, false),
+                None if staged.is_none() && !self.policy.fingerprint_inline() => {
+                    // Not sampled for inline dedup: stored as is, left to the worker.
+                    (self.new_block(ctx, i, t)?, None, true)
+                }
                 None => {
                     let (fp, pre) = match staged {
                         Some(s) => (s.fp, s.block),
                         None => (self.fpr.fingerprint(data), None),
                     };
+                    fp_seen = Some(fp);
                     match self.policy.decide(fp) {
                         Decision::Skip => (self.place(ctx, i, pre, t)?, None, true),
-                        Decision::Lookup => self.dedup_one(ctx, blocks, i, fp, pre, true, t, st)?,
+                        Decision::Lookup => {
+                            st.looked_up += 1;
+                            self.dedup_one(ctx, blocks, i, fp, pre, true, t, st)?
+                        }
                         Decision::LookupOrInsert => {
+                            st.looked_up += 1;
                             self.dedup_one(ctx, blocks, i, fp, pre, false, t, st)?
                         }
                     }
                 }
             };
+            if report && new && b != WAITING {
+                ctx.misses.push(crate::engine::Miss {
+                    index: i,
+                    fp: fp_seen,
+                });
+            }
+            if min_run > 1 {
+                dups.push(if new { None } else { next });
+            }
             out.push(b);
             ctx.last_new = new;
             group = if new { (group * 2).min(STAGE_GROUP) } else { 1 };
             self.track_hint(ctx, next, t, st)?;
+        }
+        if min_run > 1 {
+            self.filter_short_runs(ctx, blocks, out, &dups, min_run, report, t, st)?;
+        }
+        Ok(())
+    }
+
+    /// The fragmentation filter (SmartDedup §4.5, after iDedup): duplicates count only in runs
+    /// of at least `min_run` consecutive input blocks that map to consecutive stored blocks; the
+    /// others give their reference back and are stored as new blocks (reported as misses, so the
+    /// out-of-line worker, which sees runs across calls, can still join them to a long run).
+    #[allow(clippy::too_many_arguments)]
+    fn filter_short_runs(
+        &self,
+        ctx: &mut WriteCtx,
+        blocks: &[&[u8]],
+        out: &mut [BlockNr],
+        dups: &[Option<Prev>],
+        min_run: usize,
+        report: bool,
+        t: &mut IoTally,
+        st: &mut CallStats,
+    ) -> Result<()> {
+        let mut i = 0;
+        while i < out.len() {
+            if dups[i].is_none() {
+                i += 1;
+                continue;
+            }
+            let mut j = i + 1;
+            while j < out.len() && dups[j].is_some() && out[j] == out[j - 1] + 1 {
+                j += 1;
+            }
+            if j - i < min_run {
+                for k in i..j {
+                    let Some(p) = dups[k] else { continue };
+                    match p.created {
+                        Some(c) => ctx.created[c].refs -= 1,
+                        None => {
+                            self.decref_touched(p.loc, t)?;
+                            // Rollback must not take this increment back a second time.
+                            let off = p.loc + crate::meta::record::OFF_REFCOUNT;
+                            if let Some(x) = ctx.touched.iter().rposition(|&o| o == off) {
+                                ctx.touched.swap_remove(x);
+                            }
+                        }
+                    }
+                    st.hits -= 1;
+                    st.filtered += 1;
+                    out[k] = self.new_block(ctx, k, t)?;
+                    if report {
+                        let fp = self.fpr.fingerprint(blocks[k]);
+                        ctx.misses.push(crate::engine::Miss {
+                            index: k,
+                            fp: Some(fp),
+                        });
+                    }
+                }
+            }
+            i = j;
         }
         Ok(())
     }

@@ -102,6 +102,7 @@ fn engine(seen: &Arc<Seen>) -> Engine {
     let own = p.make_store(&StoreParams {
         medium_len: m.len(),
         mem_budget: 0,
+        io: None,
     });
     e.store = StoreHandle::Own(own.expect("the test policy brings its own store"));
     e.policy = Box::new(p);

@@ -1,0 +1,216 @@
+//! Model tests of the two-level store: a tiny budget forces constant eviction, merging and
+//! promotion; whatever it does, every live fingerprint stays findable (memory or medium), a
+//! freed one is never offered as valid, and the store keeps to its budget.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use super::ondisk::GroupIo;
+use super::store::{Eviction, SmartStore};
+use crate::alloc::Allocator;
+use crate::media::{Medium, MemMedium};
+use crate::store::FpStore;
+use crate::BLOCK_SIZE;
+
+const BLOCKS: u64 = 4096;
+
+fn store(budget: u64, bits: u32, ev: Eviction) -> (SmartStore, Arc<Allocator>, Arc<dyn Medium>) {
+    let m: Arc<dyn Medium> = Arc::new(MemMedium::new(BLOCKS * BLOCK_SIZE as u64));
+    let a = Arc::new(Allocator::new(16, BLOCKS - 16));
+    let io = GroupIo::new(m.clone(), a.clone());
+    (SmartStore::new(budget, bits, ev, Some(io)), a, m)
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Insert(u8, u16),
+    Remove(u8),
+    Hit(u8),
+    Find(u8),
+    Deep(u8),
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (any::<u8>(), any::<u16>()).prop_map(|(f, l)| Op::Insert(f, l)),
+        2 => any::<u8>().prop_map(Op::Remove),
+        2 => any::<u8>().prop_map(Op::Hit),
+        2 => any::<u8>().prop_map(Op::Find),
+        3 => any::<u8>().prop_map(Op::Deep),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+/// A fingerprint from a small key: spread over the prefixes, a few keys share a prefix.
+fn fp_of(k: u8) -> u64 {
+    (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x55
+}
+
+fn run(ops: Vec<Op>, ev: Eviction) -> Result<(), TestCaseError> {
+    let budget = 24 << 10;
+    let (mut s, mut a, mut m) = store(budget, 6, ev);
+    // fp -> live locations (the engine's entries).
+    let mut model: HashMap<u64, HashSet<u64>> = HashMap::new();
+    for op in ops {
+        match op {
+            Op::Insert(k, l) => {
+                let fp = fp_of(k);
+                let loc = 32 * (l as u64 + 1);
+                if model.values().any(|v| v.contains(&loc)) {
+                    continue;
+                }
+                s.insert(fp, loc);
+                model.entry(fp).or_default().insert(loc);
+            }
+            Op::Remove(k) => {
+                let fp = fp_of(k);
+                if let Some(v) = model.get_mut(&fp) {
+                    if let Some(&loc) = v.iter().next() {
+                        v.remove(&loc);
+                        s.remove(fp, loc);
+                    }
+                }
+            }
+            Op::Hit(k) => {
+                let fp = fp_of(k);
+                if let Some(&loc) = model.get(&fp).and_then(|v| v.iter().next()) {
+                    s.on_hit(fp, loc);
+                    s.on_release(fp, loc, 3);
+                }
+            }
+            Op::Find(k) => {
+                let fp = fp_of(k);
+                let live = model.get(&fp).cloned().unwrap_or_default();
+                // Memory may have forgotten it, but never names a freed location as a match.
+                let mut offered = Vec::new();
+                s.find(fp, &mut |loc| {
+                    offered.push(loc);
+                    false
+                });
+                let dead: Vec<u64> = offered
+                    .iter()
+                    .copied()
+                    .filter(|l| !live.contains(l))
+                    .collect();
+                prop_assert!(dead.is_empty(), "memory offered freed {:?}", dead);
+            }
+            Op::Deep(k) => {
+                let fp = fp_of(k);
+                let live = model.get(&fp).cloned().unwrap_or_default();
+                let got = s.find_deep(fp, &mut |loc| live.contains(&loc), true);
+                prop_assert_eq!(
+                    got.is_some(),
+                    !live.is_empty(),
+                    "fp {:#x} live {:?}",
+                    fp,
+                    live
+                );
+            }
+            Op::Reopen => {
+                let w = s.save_words().unwrap().unwrap();
+                // A new store over the same medium and allocator, as after a clean open; every
+                // other time with other prefix bits (a changed budget).
+                let bits = if w[1] & 0xff == 6 { 7 } else { 6 };
+                let s2 =
+                    SmartStore::new(budget, bits, ev, Some(GroupIo::new(m.clone(), a.clone())));
+                s2.restore_words(&w).unwrap();
+                s = s2;
+            }
+        }
+        prop_assert!(
+            s.memory_bytes() <= budget,
+            "{} > {}",
+            s.memory_bytes(),
+            budget
+        );
+        prop_assert_eq!(s.counters().dropped, 0);
+    }
+    // Every live fingerprint is still found, and with nothing live every group block is back.
+    for (&fp, live) in &model {
+        if !live.is_empty() {
+            prop_assert!(s.find_deep(fp, &mut |l| live.contains(&l), false).is_some());
+        }
+    }
+    for (&fp, live) in model.iter_mut() {
+        for &loc in live.iter() {
+            s.remove(fp, loc);
+        }
+        live.clear();
+    }
+    s.save_words().unwrap();
+    prop_assert_eq!(a.free_blocks(), BLOCKS - 16);
+    let _ = (&mut a, &mut m);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn group_lru_keeps_every_fingerprint_findable(ops in proptest::collection::vec(op(), 1..400)) {
+        run(ops, Eviction::GroupLru)?;
+    }
+
+    #[test]
+    fn lru_keeps_every_fingerprint_findable(ops in proptest::collection::vec(op(), 1..300)) {
+        run(ops, Eviction::Lru)?;
+    }
+
+    #[test]
+    fn refcount_keeps_every_fingerprint_findable(ops in proptest::collection::vec(op(), 1..300)) {
+        run(ops, Eviction::RefCount)?;
+    }
+}
+
+#[test]
+fn group_eviction_moves_the_coldest_group_and_promotion_brings_one_back() {
+    // An 8 KiB budget leaves room for about a hundred nodes: 100 more force evictions.
+    let (s, _a, _m) = store(8 << 10, 6, Eviction::GroupLru);
+    let n = s.node_capacity() + 100;
+    assert!(n <= 256);
+    for k in 0..n {
+        s.insert(fp_of(k as u8), 32 * (k + 1));
+    }
+    let (mem, disk) = s.held();
+    assert_eq!(mem + disk, n);
+    assert!(disk > 0);
+    let c = s.counters();
+    assert!(c.group_evictions > 0 && c.merges > 0);
+    // Key 0 went first (its group was the least recently used): not in memory, found deep.
+    let fp0 = fp_of(0);
+    assert!(s.find(fp0, &mut |_| true).is_none());
+    assert_eq!(s.find_deep(fp0, &mut |l| l == 32, true), Some(32));
+    assert_eq!(s.counters().promotions, 1);
+    assert_eq!(s.find(fp0, &mut |_| true), Some(32));
+}
+
+#[test]
+fn per_fingerprint_lru_costs_more_group_io_than_group_lru() {
+    let mut io = Vec::new();
+    for ev in [Eviction::GroupLru, Eviction::Lru] {
+        let (s, _a, _m) = store(8 << 10, 6, ev);
+        for k in 0..2000u64 {
+            s.insert(k.wrapping_mul(0x2545_F491_4F6C_DD1D), 32 * (k + 1));
+        }
+        let r = s.report().unwrap();
+        io.push(r["store_io_written_bytes"].as_u64().unwrap());
+    }
+    assert!(io[0] * 2 < io[1], "group LRU {} vs LRU {}", io[0], io[1]);
+}
+
+#[test]
+fn reference_count_eviction_keeps_the_most_referenced() {
+    let (s, _a, _m) = store(8 << 10, 6, Eviction::RefCount);
+    let hot = fp_of(200);
+    s.insert(hot, 32);
+    for _ in 0..10 {
+        s.on_hit(hot, 32);
+    }
+    for k in 0..150u64 {
+        s.insert(fp_of(k as u8) ^ 1, 64 + 32 * k);
+    }
+    assert_eq!(s.find(hot, &mut |_| true), Some(32));
+}

@@ -1,0 +1,309 @@
+//! The on-media groups of `smart`'s fingerprint store (SmartDedup §3.2): for each prefix, a
+//! sorted array of `(mixed fingerprint, entry location)` records in a chain of data-area blocks
+//! taken from the engine's allocator, grown and shrunk one block at a time. A group is read
+//! whole (one or two blocks on average), merged in memory and written back whole: eviction's
+//! read-merge-write.
+//!
+//! The groups are only a finding aid: every candidate they name is confirmed by the engine
+//! against the entry on the medium, and after a crash failure recovery discards them (their
+//! blocks are not in the rebuilt allocator) and builds them again from the entries. So they are
+//! written without ordering fences at run time; a clean shutdown fences once before saving the
+//! directory that names them (`store.rs`). Every block is validated on read: a group that fails
+//! is dropped (its fingerprints are no longer found; counted in `io_errors`), never trusted.
+//!
+//! Block format (4096 bytes):
+//!
+//! | offset | width | field                                                    |
+//! |-------:|------:|----------------------------------------------------------|
+//! | 0      | 8     | magic `NDSGRP01`                                         |
+//! | 8      | 4     | version (1)                                              |
+//! | 12     | 4     | prefix                                                   |
+//! | 16     | 4     | position of the block in its chain (0, 1, ...)           |
+//! | 20     | 4     | records in this block (≤ 253)                            |
+//! | 24     | 8     | next block of the chain, 0 for the last                  |
+//! | 32     | 8     | xxh3-64 of bytes 0..32 and 40..4096                      |
+//! | 40     | 8     | reserved, zero                                           |
+//! | 48     | 16·n  | records: mixed fingerprint u64, entry location u64, ascending by fingerprint |
+
+use std::sync::Arc;
+
+use crate::alloc::Allocator;
+use crate::codec::{le_u32, le_u64, put_u32, put_u64};
+use crate::media::Medium;
+use crate::{BlockNr, Error, Result, BLOCK_SIZE};
+
+/// Group block magic.
+pub const GROUP_MAGIC: [u8; 8] = *b"NDSGRP01";
+/// Group block format version.
+pub const GROUP_VERSION: u32 = 1;
+
+/// Byte offsets in a group block.
+mod off {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const PREFIX: usize = 12;
+    pub const SEQ: usize = 16;
+    pub const COUNT: usize = 20;
+    pub const NEXT: usize = 24;
+    pub const CHECKSUM: usize = 32;
+    pub const RESERVED: usize = 40;
+    pub const RECORDS: usize = 48;
+}
+
+/// Bytes of one record.
+pub const REC_SIZE: usize = 16;
+/// Records per block.
+pub const PER_BLOCK: usize = (BLOCK_SIZE - off::RECORDS) / REC_SIZE;
+
+const _: () = assert!(off::MAGIC + 8 == off::VERSION && off::VERSION + 4 == off::PREFIX);
+const _: () = assert!(off::PREFIX + 4 == off::SEQ && off::SEQ + 4 == off::COUNT);
+const _: () = assert!(off::COUNT + 4 == off::NEXT && off::NEXT + 8 == off::CHECKSUM);
+const _: () = assert!(off::CHECKSUM + 8 == off::RESERVED && off::RESERVED + 8 == off::RECORDS);
+const _: () = assert!(PER_BLOCK == 253);
+
+/// A record: mixed fingerprint and entry location.
+pub type Rec = (u64, u64);
+
+/// Blocks a group of `n` records takes.
+pub fn blocks_for(n: usize) -> usize {
+    n.div_ceil(PER_BLOCK)
+}
+
+fn checksum(b: &[u8]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&b[..off::CHECKSUM]);
+    h.update(&b[off::RESERVED..]);
+    h.digest()
+}
+
+/// Group I/O: the medium, the allocator the blocks come from, and the I/O counters.
+pub(crate) struct GroupIo {
+    medium: Arc<dyn Medium>,
+    alloc: Arc<Allocator>,
+    pool: usize,
+    /// Bytes read from group blocks.
+    pub(crate) read_bytes: u64,
+    /// Bytes written to group blocks.
+    pub(crate) written_bytes: u64,
+    /// Blocks read that failed validation or could not be read/written.
+    pub(crate) errors: u64,
+    buf: Vec<u8>,
+}
+
+/// What a group read found: the records and the chain of blocks holding them.
+pub(crate) struct Group {
+    pub(crate) recs: Vec<Rec>,
+    pub(crate) chain: Vec<BlockNr>,
+}
+
+impl GroupIo {
+    /// Group I/O over `medium`, taking blocks from `alloc`.
+    pub(crate) fn new(medium: Arc<dyn Medium>, alloc: Arc<Allocator>) -> GroupIo {
+        GroupIo {
+            medium,
+            alloc,
+            pool: 0,
+            read_bytes: 0,
+            written_bytes: 0,
+            errors: 0,
+            buf: vec![0u8; BLOCK_SIZE],
+        }
+    }
+
+    fn check_block(&self, b: BlockNr) -> Result<()> {
+        if b < self.alloc.start()
+            || b >= self.alloc.start() + self.alloc.len()
+            || !self.alloc.is_allocated(b)
+        {
+            return Err(Error::Corrupt(format!(
+                "fingerprint group names block {b}, not an allocated data-area block"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Read the group of `prefix` (`bits`-bit prefixes) starting at `head`, expected to hold
+    /// `len` records in `nblocks` blocks. Any mismatch is an error (the caller drops the group).
+    pub(crate) fn read(
+        &mut self,
+        bits: u32,
+        prefix: u32,
+        head: BlockNr,
+        len: u32,
+        nblocks: u32,
+    ) -> Result<Group> {
+        let mut recs = Vec::with_capacity(len as usize);
+        let mut chain = Vec::with_capacity(nblocks as usize);
+        let mut b = head;
+        let corrupt = |m: String| Error::Corrupt(format!("fingerprint group {prefix}: {m}"));
+        while b != 0 {
+            if chain.len() >= nblocks as usize {
+                return Err(corrupt(format!("chain longer than {nblocks} blocks")));
+            }
+            self.check_block(b)?;
+            self.medium.read(b * BLOCK_SIZE as u64, &mut self.buf)?;
+            self.read_bytes += BLOCK_SIZE as u64;
+            let x = &self.buf;
+            if x[off::MAGIC..off::MAGIC + 8] != GROUP_MAGIC
+                || le_u32(x, off::VERSION) != GROUP_VERSION
+                || le_u64(x, off::CHECKSUM) != checksum(x)
+            {
+                return Err(corrupt(format!("block {b} is not a valid group block")));
+            }
+            let n = le_u32(x, off::COUNT) as usize;
+            if le_u32(x, off::PREFIX) != prefix
+                || le_u32(x, off::SEQ) as usize != chain.len()
+                || n == 0
+                || n > PER_BLOCK
+            {
+                return Err(corrupt(format!(
+                    "block {b}: wrong prefix, position or count"
+                )));
+            }
+            for i in 0..n {
+                let o = off::RECORDS + i * REC_SIZE;
+                let r = (le_u64(x, o), le_u64(x, o + 8));
+                if r.0 >> (64 - bits) != prefix as u64 || recs.last().is_some_and(|l| *l > r) {
+                    return Err(corrupt(format!(
+                        "block {b}: records out of order or prefix"
+                    )));
+                }
+                recs.push(r);
+            }
+            chain.push(b);
+            b = le_u64(x, off::NEXT);
+        }
+        if recs.len() != len as usize || chain.len() != nblocks as usize {
+            return Err(corrupt(format!(
+                "{} records in {} blocks, expected {len} in {nblocks}",
+                recs.len(),
+                chain.len()
+            )));
+        }
+        Ok(Group { recs, chain })
+    }
+
+    /// Write `recs` (sorted) as the group of `prefix` into `chain` (its current blocks, reused
+    /// in order), taking or giving back blocks at the tail as the size needs. Returns the new
+    /// chain (empty for no records). On an error the group is lost: every block of the old and
+    /// new chain goes back to the allocator and the error is returned.
+    pub(crate) fn write(
+        &mut self,
+        prefix: u32,
+        mut chain: Vec<BlockNr>,
+        recs: &[Rec],
+    ) -> Result<Vec<BlockNr>> {
+        let want = blocks_for(recs.len());
+        while chain.len() < want {
+            match self.alloc.alloc(&mut self.pool) {
+                Ok(b) => chain.push(b),
+                Err(e) => {
+                    self.give_back(&chain);
+                    return Err(e);
+                }
+            }
+        }
+        for b in chain.drain(want..).collect::<Vec<_>>() {
+            self.give_back(&[b]);
+        }
+        for (k, part) in recs.chunks(PER_BLOCK).enumerate() {
+            let x = &mut self.buf;
+            x.fill(0);
+            x[off::MAGIC..off::MAGIC + 8].copy_from_slice(&GROUP_MAGIC);
+            put_u32(x, off::VERSION, GROUP_VERSION);
+            put_u32(x, off::PREFIX, prefix);
+            put_u32(x, off::SEQ, k as u32);
+            put_u32(x, off::COUNT, part.len() as u32);
+            put_u64(x, off::NEXT, chain.get(k + 1).copied().unwrap_or(0));
+            for (i, &(h, loc)) in part.iter().enumerate() {
+                let o = off::RECORDS + i * REC_SIZE;
+                put_u64(x, o, h);
+                put_u64(x, o + 8, loc);
+            }
+            let c = checksum(x);
+            put_u64(x, off::CHECKSUM, c);
+            let at = chain[k] * BLOCK_SIZE as u64;
+            if let Err(e) = self.medium.write(at, x) {
+                self.give_back(&chain);
+                return Err(e);
+            }
+            self.medium.flush(at, BLOCK_SIZE as u64);
+            self.written_bytes += BLOCK_SIZE as u64;
+        }
+        Ok(chain)
+    }
+
+    /// Return group blocks to the allocator.
+    pub(crate) fn give_back(&mut self, blocks: &[BlockNr]) {
+        for &b in blocks {
+            if self.alloc.free(b).is_err() {
+                self.errors += 1;
+            }
+        }
+    }
+
+    /// Make every group write durable (before the directory naming them is saved).
+    pub(crate) fn fence(&self) -> Result<()> {
+        self.medium.fence()
+    }
+
+    /// True when `b` is an allocated block of the data area (directory validation).
+    pub(crate) fn valid_block(&self, b: BlockNr) -> bool {
+        self.check_block(b).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::MemMedium;
+
+    fn io() -> GroupIo {
+        let m: Arc<dyn Medium> = Arc::new(MemMedium::new(64 * BLOCK_SIZE as u64));
+        GroupIo::new(m, Arc::new(Allocator::new(8, 56)))
+    }
+
+    #[test]
+    fn groups_round_trip_grow_and_shrink() {
+        let mut g = io();
+        let bits = 8;
+        let p = 0x5a;
+        let recs: Vec<Rec> = (0..600u64)
+            .map(|i| ((p as u64) << 56 | i, i * 32))
+            .collect();
+        let chain = g.write(p, Vec::new(), &recs).unwrap();
+        assert_eq!(chain.len(), 3);
+        let got = g.read(bits, p, chain[0], 600, 3).unwrap();
+        assert_eq!(got.recs, recs);
+        assert_eq!(got.chain, chain);
+        // Shrink to one block: two blocks go back.
+        let free0 = g.alloc.free_blocks();
+        let chain2 = g.write(p, chain.clone(), &recs[..10]).unwrap();
+        assert_eq!(chain2, vec![chain[0]]);
+        assert_eq!(g.alloc.free_blocks(), free0 + 2);
+        assert_eq!(g.read(bits, p, chain2[0], 10, 1).unwrap().recs, &recs[..10]);
+        // Empty: every block goes back.
+        assert!(g.write(p, chain2, &[]).unwrap().is_empty());
+        assert_eq!(g.alloc.free_blocks(), 56);
+    }
+
+    #[test]
+    fn damaged_groups_are_refused() {
+        let mut g = io();
+        let p = 3;
+        let recs: Vec<Rec> = (0..5u64).map(|i| (3u64 << 56 | i, 64 + i)).collect();
+        let chain = g.write(p, Vec::new(), &recs).unwrap();
+        // Wrong expectations.
+        assert!(g.read(8, p, chain[0], 4, 1).is_err());
+        assert!(g.read(8, p + 1, chain[0], 5, 1).is_err());
+        // A flipped byte fails the checksum.
+        let at = chain[0] * BLOCK_SIZE as u64 + 100;
+        let mut x = [0u8; 1];
+        g.medium.read(at, &mut x).unwrap();
+        g.medium.write(at, &[x[0] ^ 1]).unwrap();
+        assert!(g.read(8, p, chain[0], 5, 1).is_err());
+        // A block outside the data area or free is refused before it is read.
+        assert!(g.read(8, p, 2, 5, 1).is_err());
+        assert!(g.read(8, p, 60, 5, 1).is_err());
+    }
+}
