@@ -37,14 +37,18 @@ fn check(e: &Engine, held: &Held, what: &str) {
     let count = common::check_held(e, held, content, what);
     let a = e.audit().unwrap();
     assert_eq!(a.fp_mismatches, 0, "{what}");
-    assert_eq!(
-        a.valid_entries, a.indexed_entries,
-        "{what}: live entries missing from the index"
-    );
+    // `smart` may hold two entries of one content (its inline lookups see only memory); a
+    // recovery indexes one of them.
+    if e.policy_kind() != nodup_core::policy::PolicyKind::Smart {
+        assert_eq!(
+            a.valid_entries, a.indexed_entries,
+            "{what}: live entries missing from the index"
+        );
+    }
     let s = e.stats();
     assert_eq!(
         s.free_blocks,
-        s.total_blocks - count.len() as u64 - e.layout_owned_blocks(),
+        s.total_blocks - count.len() as u64 - e.layout_owned_blocks() - e.store_owned_blocks(),
         "{what}"
     );
 }

@@ -150,7 +150,13 @@ impl Engine {
                 ));
             }
             let _sh = self.locks.lock(e.fp);
-            if self.store.find(e.fp, &mut |l| l == loc).is_some() {
+            // Anywhere the store keeps it (a two-level store: memory or medium).
+            if self
+                .store
+                .dyn_store()
+                .find_deep(e.fp, &mut |l| l == loc, false)
+                .is_some()
+            {
                 rep.indexed_entries += 1;
             }
             Ok(())
