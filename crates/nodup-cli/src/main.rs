@@ -24,6 +24,8 @@ enum Command {
     List(cmd::list::ListArgs),
     /// Print dedup statistics of an image or a mount point.
     Stats(cmd::check::StatsArgs),
+    /// Send a command to a mounted file system (checkpoint; smart's worker rate and resources).
+    Ctl(cmd::ctl::CtlArgs),
     /// Check (and optionally repair) an image; exit 0 only when consistent.
     Fsck(cmd::check::FsckArgs),
     /// Per file and directory on a mount: logical, exclusive (freed if deleted) and shared bytes.
@@ -115,6 +117,7 @@ fn main() {
         Command::Umount(a) => cmd::mount::umount(a),
         Command::List(a) => cmd::list::list(a),
         Command::Stats(a) => cmd::check::stats(a),
+        Command::Ctl(a) => cmd::ctl::ctl(a),
         Command::Fsck(a) => cmd::check::fsck(a),
         Command::Du(a) => cmd::du::du(a),
         Command::Estimate(a) => cmd::estimate::estimate(a),

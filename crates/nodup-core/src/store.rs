@@ -165,10 +165,6 @@ impl StoreHandle {
             StoreHandle::Own(s) => s.prefetch(fp),
         }
     }
-    #[inline]
-    pub(crate) fn find(&self, fp: u64, mut check: impl FnMut(u64) -> bool) -> Option<u64> {
-        self.find_map(fp, None, |loc| check(loc).then_some(loc)).0
-    }
     /// Offer the candidates of `fp` to `f` until it returns a value; on a miss insert `spare`
     /// (when given) in the same store operation. Returns the value and whether `spare` was
     /// inserted.

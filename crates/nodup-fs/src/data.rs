@@ -112,7 +112,7 @@ impl FileSystem {
                 slices.push(&data[s..s + BLOCK_SIZE]);
             }
         }
-        let phys = self.engine_write(&slices)?;
+        let (phys, misses) = self.engine_write_misses(&slices)?;
         let rec = Record::Write {
             ino,
             first: fb0,
@@ -128,6 +128,9 @@ impl FileSystem {
         }
         let eff = apply_inode(&mut n, &rec, &self.persist)?;
         drop(n);
+        if let Some(s) = &self.smart {
+            s.note(ino, fb0, &misses);
+        }
         self.finish(eff)?;
         Ok(data.len())
     }

@@ -51,6 +51,8 @@ pub struct FsOptions {
     /// Clean every checkpoint segment that holds any garbage, at every checkpoint (tests: puts
     /// segment cleaning into every crash state of a torture run).
     pub eager_cleaning: bool,
+    /// The image file, when there is one (`smart` samples the utilisation of its device).
+    pub image_path: Option<std::path::PathBuf>,
 }
 
 /// Who performs an operation (owner of new inodes).
@@ -175,6 +177,8 @@ pub struct FileSystem {
     /// Set to ask the maintenance thread for a checkpoint now; the thread waits on `wake`.
     wake_flag: Mutex<bool>,
     wake: parking_lot::Condvar,
+    /// Policy `smart`'s skipped buffer and out-of-line worker (writable opens of `smart` images).
+    pub(crate) smart: Option<crate::smart::SmartFs>,
 }
 
 pub(crate) fn name_ok(name: &[u8]) -> Result<()> {
@@ -202,6 +206,7 @@ impl FileSystem {
     ) -> FileSystem {
         let mapped = tables.mapped_blocks();
         let persist = tables.persist.clone();
+        let smart = crate::smart::for_engine(&engine, area, opts);
         FileSystem {
             engine,
             durable: kind == MediumKind::Pmem || medium.kind() == "mem",
@@ -230,6 +235,7 @@ impl FileSystem {
             last_op_ms: AtomicU64::new(0),
             wake_flag: Mutex::new(false),
             wake: parking_lot::Condvar::new(),
+            smart,
         }
     }
 
@@ -413,10 +419,20 @@ impl FileSystem {
 
     /// Store `blocks` through the engine (deduplicated); one physical block each, in order.
     pub(crate) fn engine_write(&self, blocks: &[&[u8]]) -> Result<Vec<BlockNr>> {
+        Ok(self.engine_write_misses(blocks)?.0)
+    }
+
+    /// [`FileSystem::engine_write`], also returning the blocks stored as new data that the
+    /// policy wants an out-of-line worker to look at again.
+    pub(crate) fn engine_write_misses(
+        &self,
+        blocks: &[&[u8]],
+    ) -> Result<(Vec<BlockNr>, Vec<nodup_core::engine::Miss>)> {
         let mut ctx = self.ctxs.lock().pop().unwrap_or_default();
         let r = self.engine.write(&mut ctx, blocks);
+        let misses = std::mem::take(&mut ctx.misses);
         self.ctxs.lock().push(ctx);
-        Ok(r?)
+        Ok((r?, misses))
     }
 
     // ---------------------------------------------------------------- accessors and repair

@@ -60,6 +60,7 @@ pub mod persist;
 pub mod query;
 pub mod remap;
 pub mod report;
+pub mod smart;
 pub mod snapshot_v1;
 pub mod state;
 pub mod superblock;

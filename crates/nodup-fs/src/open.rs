@@ -304,6 +304,11 @@ impl FileSystem {
         if self.read_only {
             return Ok(());
         }
+        // The worker stops first; what it has not done yet is kept for the next mount.
+        self.stop_smart_worker();
+        if let Err(e) = self.smart_checkpoint() {
+            crate::logging::warn(&format!("smart: skipped-buffer checkpoint at unmount: {e}"));
+        }
         self.checkpoint(true)?;
         // The gate keeps the maintenance thread from allocating while we give blocks back.
         let _g = self.gate.write();

@@ -11,6 +11,7 @@ use crate::inode::Body;
 use crate::log::record::Record;
 use crate::state::apply_inode;
 use nodup_core::engine::remap::RefGrant;
+use nodup_core::engine::Adopted;
 use nodup_core::BlockNr;
 
 /// What [`FileSystem::remap_block`] did.
@@ -78,5 +79,27 @@ impl FileSystem {
         // Releases `from` once the record is durable (as for an overwrite).
         self.finish(eff)?;
         Ok(RemapOutcome::Done)
+    }
+}
+
+impl FileSystem {
+    /// Give physical block `block`, which file block `index` of `ino` holds without a dedup
+    /// entry, an entry for fingerprint `fp` (the out-of-line worker, for blocks not
+    /// fingerprinted inline), so later copies find it. Under the inode lock, so the file's one
+    /// reference cannot be released meanwhile; nothing is logged (the entry is the engine's
+    /// own, crash-safe metadata). Returns false when the file no longer holds the block or the
+    /// engine had no slot or already an entry.
+    pub fn adopt_block(&self, ino: u64, index: u64, block: BlockNr, fp: u64) -> Result<bool> {
+        if self.read_only {
+            return errno(libc::EROFS);
+        }
+        let _g = self.gate.read();
+        let node = self.node(ino)?;
+        let n = node.read();
+        match &n.body {
+            Body::File(m) if m.get(index) == block => {}
+            _ => return Ok(false),
+        }
+        Ok(self.engine.adopt(block, fp)? == Adopted::Done)
     }
 }

@@ -84,8 +84,41 @@ impl FileSystem {
                 "recovery".into(),
                 serde_json::to_value(&self.recovery).unwrap_or_default(),
             );
+            if let Some(sm) = self.smart_report() {
+                o.insert("smart".into(), sm);
+            }
         }
         v
+    }
+
+    /// `smart`'s figures: the policy, its store and read cache, the worker and skipped buffer,
+    /// and the memory of each structure against the budget.
+    fn smart_report(&self) -> Option<serde_json::Value> {
+        let s = self.smart.as_ref()?;
+        let eng = self.engine.policy_report();
+        let fsr = s.report();
+        let mem =
+            |v: &serde_json::Value, p: &str| v.pointer(p).and_then(|x| x.as_u64()).unwrap_or(0);
+        let store = mem(&eng, "/store/memory/total_bytes");
+        let rc = mem(&eng, "/read_cache/memory_bytes");
+        let skipped = mem(&fsr, "/skipped_buffer/memory_bytes");
+        let budget = mem(&eng, "/policy/budget/total");
+        Some(serde_json::json!({
+            "engine": eng,
+            "fs": fsr,
+            "memory": {
+                "budget_bytes": budget,
+                "fingerprint_store_bytes": store,
+                "skipped_buffer_bytes": skipped,
+                "read_cache_bytes": rc,
+                "total_bytes": store + skipped + rc,
+            },
+            "inline_hits": mem(&eng, "/store/counters/mem_hits"),
+            "out_of_line_hits": mem(&fsr, "/worker/remapped"),
+            "selectivity": eng.pointer("/policy/selectivity/effective_share").cloned(),
+            "store_io_read_bytes": mem(&eng, "/store/store_io_read_bytes"),
+            "store_io_written_bytes": mem(&eng, "/store/store_io_written_bytes"),
+        }))
     }
 
     /// statfs numbers. Free blocks count the metadata blocks held in advance (checkpoint

@@ -61,6 +61,7 @@ pub fn run(args: Vec<OsString>) -> Result<()> {
         prefetch: "cbp".into(),
         writeback_cache: None,
         mem_budget: None,
+        smart: Default::default(),
         encrypt_key_file: None,
         threads: 4,
         atime: "relatime".into(),
@@ -92,8 +93,9 @@ pub fn run(args: Vec<OsString>) -> Result<()> {
             ("relatime" | "atime", None) => m.atime = "relatime".into(),
             ("strictatime" | "noatime", None) => m.atime = k.into(),
             ("log_file" | "log-file", Some(v)) => m.log_file = Some(v.into()),
+            ("mem_budget" | "mem-budget", Some(v)) => m.mem_budget = Some(v.into()),
             _ if sloppy => {}
-            _ => bail!("unknown mount option {o:?} (nodup takes prefetch=, threads=, writeback_cache, nonempty, log_file=, relatime, strictatime, noatime)"),
+            _ => bail!("unknown mount option {o:?} (nodup takes prefetch=, threads=, writeback_cache, nonempty, log_file=, mem_budget=, relatime, strictatime, noatime)"),
         }
     }
     if fake {

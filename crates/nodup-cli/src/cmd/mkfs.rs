@@ -20,15 +20,17 @@ pub const MIN_IMAGE: u64 = 4 << 20;
 /// DRAM it needs stops being reasonable, and ext4 files end at 16 TiB anyway).
 pub const MAX_IMAGE: u64 = 16 << 40;
 
-/// Policies the command line accepts; `smart` and `selective` are recognised but not built yet,
-/// so they are hidden from `--help` and refused with a clear message.
+/// Policies the command line accepts; `selective` is recognised but not built yet, so it is
+/// hidden from `--help` and refused with a clear message.
 pub fn policy_values() -> [PossibleValue; 6] {
     [
         PossibleValue::new("light").help("inline dedup, xxh3 + byte compare, prefetch (default)"),
         PossibleValue::new("none").help("no dedup (the baseline)"),
         PossibleValue::new("strong").help("sha256, trusted without compare"),
         PossibleValue::new("weak-verify").help("crc32c + byte compare, no prefetch"),
-        PossibleValue::new("smart").hide(true),
+        PossibleValue::new("smart").help(
+            "dedup in a fixed memory budget: inline + out-of-line, two-level fingerprint store",
+        ),
         PossibleValue::new("selective").hide(true),
     ]
 }
@@ -50,8 +52,9 @@ pub struct MkfsArgs {
     /// On-media dedup metadata layout.
     #[arg(long, default_value = "region", value_parser = ["region", "entry", "hashtable"])]
     pub meta_layout: String,
-    /// Memory budget of the fingerprint store (only the `smart` policy has one; not built yet).
-    #[arg(long, hide = true)]
+    /// Memory budget of the `smart` policy's dedup structures (fingerprint store, skipped
+    /// buffer, read cache), e.g. 3M; default 3.5M. Recorded in the image; `mount` may override.
+    #[arg(long, value_name = "SIZE")]
     pub mem_budget: Option<String>,
     /// Encrypt data with the key in FILE (not built yet).
     #[arg(long, value_name = "FILE", hide = true)]
@@ -67,16 +70,26 @@ pub struct MkfsArgs {
 
 /// Reject policies and options that are not built or mean nothing for the chosen policy.
 pub fn check_policy_options(policy: &str, mem_budget: bool, key_file: bool) -> Result<()> {
-    if policy == "smart" || policy == "selective" {
-        bail!("policy {policy} is not built yet (light, none, strong and weak-verify are)");
+    if policy == "selective" {
+        bail!("policy {policy} is not built yet (light, none, strong, weak-verify and smart are)");
     }
-    if mem_budget {
-        bail!("--mem-budget: policy {policy} keeps no fingerprint budget (only smart will, and it is not built yet)");
+    if mem_budget && policy != "smart" {
+        bail!("--mem-budget: policy {policy} keeps no memory budget (only smart does)");
     }
     if key_file {
         bail!("--encrypt-key-file: encrypted images are not built yet");
     }
     Ok(())
+}
+
+/// A `--mem-budget` value: a size of at least `smart`'s minimum.
+pub fn parse_budget(s: &str) -> Result<u64> {
+    let b = parse_size(s)?;
+    let min = nodup_core::policy::smart::MIN_BUDGET;
+    if b < min {
+        bail!("--mem-budget {s}: smart needs at least {}", bytes(min));
+    }
+    Ok(b)
 }
 
 /// `nodup mkfs`.
@@ -132,10 +145,15 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
             bytes(free)
         );
     }
+    let mem_budget = match &a.mem_budget {
+        Some(b) => parse_budget(b)?,
+        None => 0,
+    };
     let fopts = FormatOptions {
         policy,
         fingerprint,
         meta_layout,
+        mem_budget,
         ..FormatOptions::default()
     };
     // SAFETY: getuid/getgid cannot fail.

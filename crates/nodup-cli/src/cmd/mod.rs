@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod check;
+pub mod ctl;
 pub mod du;
 pub mod estimate;
 pub mod estimate_model;

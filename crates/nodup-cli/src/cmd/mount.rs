@@ -1,10 +1,11 @@
 //! `nodup mount|umount`: mounting an image (a daemon serving FUSE) and unmounting it cleanly.
 
-use super::mkfs::check_policy_options;
+use super::mkfs::{check_policy_options, parse_budget};
 use super::plain_error;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use nodup_core::policy::PrefetchMode;
+use nodup_core::policy::smart::{Eviction, SmartOptions};
+use nodup_core::policy::{PolicyOptions, PrefetchMode};
 use nodup_core::OpenOptions;
 use nodup_fs::atime::AtimeMode;
 use nodup_fs::fuse::MountOptions;
@@ -33,9 +34,12 @@ pub struct MountArgs {
     /// FUSE writeback cache (default: on for blockfile images, off for pmem images); =false disables.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub writeback_cache: Option<bool>,
-    /// Memory budget override (only the `smart` policy has one; not built yet).
-    #[arg(long, hide = true)]
+    /// Memory budget override for a `smart` image (the one recorded at mkfs otherwise).
+    #[arg(long, value_name = "SIZE")]
     pub mem_budget: Option<String>,
+    /// Options of the `smart` policy.
+    #[command(flatten)]
+    pub smart: SmartArgs,
     /// Key file for encrypted images (not built yet).
     #[arg(long, value_name = "FILE", hide = true)]
     pub encrypt_key_file: Option<PathBuf>,
@@ -58,6 +62,82 @@ pub struct MountArgs {
     pub ready_fd: Option<i32>,
 }
 
+/// Mount options of the `smart` policy (experiments and operators; refused for other policies).
+#[derive(Args, Debug, Clone, Default)]
+pub struct SmartArgs {
+    /// smart: which in-memory fingerprints make room: the least recently used group
+    /// (default), fingerprint, or the one with the fewest references (CAFTL).
+    #[arg(long, value_parser = ["group-lru", "lru", "refcount"], value_name = "POLICY")]
+    pub eviction: Option<String>,
+    /// smart: share of blocks fingerprinted inline: "adaptive" (default) or a fixed fraction in (0, 1].
+    #[arg(long, value_name = "adaptive|F")]
+    pub selectivity: Option<String>,
+    /// smart: deduplicate only runs of at least N consecutive duplicate blocks (1 = all, default).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub min_run: Option<u32>,
+    /// smart: the dedup-aware read cache (default on).
+    #[arg(long, value_name = "BOOL")]
+    pub read_cache: Option<bool>,
+    /// smart: blocks per second the out-of-line worker processes (0 pauses it; default 50000).
+    #[arg(long, value_name = "N")]
+    pub worker_rate: Option<u64>,
+}
+
+impl SmartArgs {
+    /// True when any option was given.
+    fn any(&self) -> bool {
+        self.eviction.is_some()
+            || self.selectivity.is_some()
+            || self.min_run.is_some()
+            || self.read_cache.is_some()
+            || self.worker_rate.is_some()
+    }
+
+    /// The engine's options for `smart`.
+    fn options(&self) -> Result<SmartOptions> {
+        let mut o = SmartOptions::default();
+        if let Some(e) = &self.eviction {
+            o.eviction =
+                Eviction::from_name(e).ok_or_else(|| anyhow!("--eviction {e}: unknown policy"))?;
+        }
+        match self.selectivity.as_deref() {
+            None | Some("adaptive") => {}
+            Some(f) => match f.parse::<f64>() {
+                Ok(x) if x > 0.0 && x <= 1.0 => o.fixed_selectivity = Some(x),
+                _ => bail!("--selectivity {f}: \"adaptive\" or a fraction in (0, 1]"),
+            },
+        }
+        if let Some(n) = self.min_run {
+            o.min_run = n;
+        }
+        if let Some(r) = self.read_cache {
+            o.read_cache = r;
+        }
+        Ok(o)
+    }
+
+    /// The same options on a command line (the daemon's).
+    fn to_args(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some(x) = &self.eviction {
+            v.push(format!("--eviction={x}"));
+        }
+        if let Some(x) = &self.selectivity {
+            v.push(format!("--selectivity={x}"));
+        }
+        if let Some(x) = self.min_run {
+            v.push(format!("--min-run={x}"));
+        }
+        if let Some(x) = self.read_cache {
+            v.push(format!("--read-cache={x}"));
+        }
+        if let Some(x) = self.worker_rate {
+            v.push(format!("--worker-rate={x}"));
+        }
+        v
+    }
+}
+
 /// Arguments of `nodup umount`.
 #[derive(Args)]
 pub struct UmountArgs {
@@ -68,10 +148,14 @@ pub struct UmountArgs {
     pub timeout: u64,
 }
 
-fn open_options(prefetch: &str) -> Result<OpenOptions> {
+fn open_options(a: &MountArgs) -> Result<OpenOptions> {
     Ok(OpenOptions {
-        prefetch: PrefetchMode::from_name(prefetch)
-            .ok_or_else(|| anyhow!("unknown prefetch mode {prefetch}"))?,
+        prefetch: PrefetchMode::from_name(&a.prefetch)
+            .ok_or_else(|| anyhow!("unknown prefetch mode {}", a.prefetch))?,
+        mem_budget: a.mem_budget.as_deref().map(parse_budget).transpose()?,
+        policy: PolicyOptions {
+            smart: a.smart.options()?,
+        },
         ..OpenOptions::default()
     })
 }
@@ -136,7 +220,10 @@ pub fn mount(a: MountArgs) -> Result<()> {
     let policy =
         nodup_core::policy::PolicyKind::from_u32(sb.policy).map_or("unknown", |p| p.name());
     check_policy_options(policy, a.mem_budget.is_some(), a.encrypt_key_file.is_some())?;
-    open_options(&a.prefetch)?;
+    if a.smart.any() && policy != "smart" {
+        bail!("--eviction, --selectivity, --min-run, --read-cache and --worker-rate are options of policy smart, not {policy}");
+    }
+    open_options(&a)?;
     if a.ready_fd.is_none() {
         check_mountpoint(&a.mountpoint, a.nonempty)?;
     }
@@ -173,6 +260,10 @@ fn spawn_daemon(a: &MountArgs) -> Result<()> {
     if let Some(w) = a.writeback_cache {
         cmd.arg(format!("--writeback-cache={w}"));
     }
+    if let Some(b) = &a.mem_budget {
+        cmd.arg(format!("--mem-budget={b}"));
+    }
+    cmd.args(a.smart.to_args());
     if let Some(f) = &a.log_file {
         // The daemon runs in `/` after setsid: hand it an absolute path.
         let abs = std::path::absolute(f).unwrap_or_else(|_| f.clone());
@@ -260,7 +351,8 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
         ImageLock::try_lock(&a.image).map_err(|_| anyhow!("{img}: image is already mounted"))?;
     let (medium, kind) = image::open(&a.image).map_err(|e| anyhow!("{img}: {e}"))?;
     let opts = FsOptions {
-        open: open_options(&a.prefetch)?,
+        open: open_options(a)?,
+        image_path: Some(a.image.clone()),
         ..FsOptions::default()
     };
     logging::info(&format!(
@@ -269,6 +361,10 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
         std::process::id()
     ));
     let fs = FileSystem::open(medium, &opts).map_err(|e| anyhow!("{img}: {e}"))?;
+    if let Some(r) = a.smart.worker_rate {
+        fs.smart_control(&format!("worker-rate={r}"))
+            .map_err(|e| anyhow!("--worker-rate: {e}"))?;
+    }
     let rec = fs.recovery().clone();
     let note = format!(
         "{} mount, recovery {}",

@@ -50,6 +50,7 @@ use superblock::{PolicyParams, Superblock};
 pub use ctx::{Miss, WriteCtx};
 use media::meta_medium;
 pub use media::Media;
+pub use outofline::Adopted;
 
 /// Options fixed at format (mkfs) time and recorded in the engine superblock.
 ///

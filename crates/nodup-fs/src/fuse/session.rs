@@ -137,8 +137,10 @@ pub fn serve(
                 }
             })?
     };
+    fs.start_smart_worker()?;
     ready();
     let r = session.run();
+    fs.stop_smart_worker();
     stop.store(true, Ordering::Relaxed);
     fs.wake_maintenance();
     let _ = maint.join();

@@ -28,7 +28,10 @@ impl Adapter {
         if ino == ROOT_INO && name == CTL_XATTR.as_bytes() {
             return match value {
                 b"checkpoint" => self.fs.checkpoint(false),
-                _ => errno(libc::EINVAL),
+                v => match std::str::from_utf8(v) {
+                    Ok(cmd) => self.fs.smart_control(cmd),
+                    Err(_) => errno(libc::EINVAL),
+                },
             };
         }
         // Setting an access ACL drops set-group-ID when the caller is neither in the file's

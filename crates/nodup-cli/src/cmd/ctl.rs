@@ -1,0 +1,70 @@
+//! `nodup ctl`: commands to a mounted file system through its control attribute: a checkpoint
+//! now, and for `smart` the worker's rate and the resource readings its adaptation follows
+//! (for experiments: a battery level or low-power mode on a machine that has neither).
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+
+/// Arguments of `nodup ctl`.
+#[derive(Args)]
+pub struct CtlArgs {
+    /// Mount point of a nodup file system.
+    pub mountpoint: PathBuf,
+    /// Write a checkpoint now.
+    #[arg(long)]
+    pub checkpoint: bool,
+    /// smart: blocks per second of the out-of-line worker (0 pauses it).
+    #[arg(long, value_name = "N")]
+    pub worker_rate: Option<u64>,
+    /// smart: low-power mode (no inline dedup, worker paused): on, off, or auto (measured).
+    #[arg(long, value_parser = ["on", "off", "auto"])]
+    pub low_power: Option<String>,
+    /// smart: battery level 0-100 the rate follows, or auto (the machine's, if any).
+    #[arg(long, value_name = "PERCENT|auto")]
+    pub battery: Option<String>,
+    /// smart: CPU utilisation 0-1 to act on, or auto (measured).
+    #[arg(long, value_name = "F|auto")]
+    pub cpu_busy: Option<String>,
+    /// smart: device utilisation 0-1 to act on, or auto (measured).
+    #[arg(long, value_name = "F|auto")]
+    pub device_busy: Option<String>,
+}
+
+/// `nodup ctl`.
+pub fn ctl(a: CtlArgs) -> Result<()> {
+    let mut cmds: Vec<String> = Vec::new();
+    if a.checkpoint {
+        cmds.push("checkpoint".into());
+    }
+    if let Some(r) = a.worker_rate {
+        cmds.push(format!("worker-rate={r}"));
+    }
+    for (k, v) in [
+        ("low-power", &a.low_power),
+        ("battery", &a.battery),
+        ("cpu-busy", &a.cpu_busy),
+        ("device-busy", &a.device_busy),
+    ] {
+        if let Some(v) = v {
+            cmds.push(format!("{k}={v}"));
+        }
+    }
+    if cmds.is_empty() {
+        bail!("nothing to do: give at least one of --checkpoint, --worker-rate, --low-power, --battery, --cpu-busy, --device-busy");
+    }
+    let mp = a.mountpoint.display();
+    for c in cmds {
+        nodup_fs::ctl::command(&a.mountpoint, &c).map_err(|e| match e.raw_os_error() {
+            Some(libc::EINVAL) => anyhow::anyhow!(
+                "{mp}: \"{c}\" refused (a value out of range, or an option of policy smart on another policy)"
+            ),
+            Some(libc::ENODATA) | Some(libc::ENOTSUP) => {
+                anyhow::anyhow!("{mp}: not a nodup mount")
+            }
+            _ => anyhow::Error::new(e).context(format!("{mp}: {c}")),
+        })
+        .with_context(|| format!("{mp}"))?;
+    }
+    Ok(())
+}

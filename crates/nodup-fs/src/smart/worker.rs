@@ -1,0 +1,308 @@
+//! The out-of-line worker of `smart` (SmartDedup §3.3): it takes blocks from the skipped
+//! buffer, finds each one's fingerprint (from inline dedup, the block's entry, or by reading
+//! it), asks the engine for another copy anywhere in the fingerprint stores, and on a match
+//! remaps the file's block onto it through the file system's log ([`FileSystem::remap_block`]:
+//! atomic, crash-safe, skipped when a write raced with it). A block with no copy and no entry
+//! (not fingerprinted inline) gets an entry, so later copies find it. With a run filter of T
+//! blocks, only runs of at least T consecutive file blocks whose copies are consecutive stored
+//! blocks are remapped, counting what the file already maps contiguously around them.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nodup_core::{BlockNr, BLOCK_SIZE};
+
+use super::skipped::Item;
+use crate::error::Result;
+use crate::fs::FileSystem;
+use crate::remap::RemapOutcome;
+
+/// How often the worker wakes.
+const TICK: Duration = Duration::from_millis(100);
+/// How often it samples the machine.
+const SAMPLE: Duration = Duration::from_secs(1);
+/// How often it checkpoints the skipped buffer (when it changed).
+const CHECKPOINT: Duration = Duration::from_secs(30);
+/// Blocks of a whole-file scan taken per step.
+const SCAN_CHUNK: u64 = 256;
+
+/// A block under consideration.
+#[derive(Debug, Clone, Copy)]
+struct Cand {
+    ino: u64,
+    lbn: u64,
+    own: BlockNr,
+    fp: u64,
+    has_entry: bool,
+    /// Another stored copy.
+    to: Option<BlockNr>,
+}
+
+impl FileSystem {
+    /// Work through at most `max` queued blocks now; returns how many were looked at (0 when
+    /// nothing is queued). Not a policy with a worker: always 0.
+    pub fn smart_step(&self, max: usize) -> Result<usize> {
+        let Some(s) = &self.smart else {
+            return Ok(0);
+        };
+        let mut items: Vec<(u64, u64, Option<u64>)> = Vec::new();
+        while items.len() < max {
+            // A file being scanned whole goes first.
+            let scanning = {
+                let mut scan = s.scan.lock();
+                match *scan {
+                    Some((ino, next)) => {
+                        let blocks = self
+                            .node(ino)
+                            .map(|n| n.read().attr.size.div_ceil(BLOCK_SIZE as u64))
+                            .unwrap_or(0);
+                        let end = blocks.min(next + SCAN_CHUNK.min((max - items.len()) as u64));
+                        items.extend((next..end).map(|l| (ino, l, None)));
+                        *scan = (end < blocks).then_some((ino, end));
+                        true
+                    }
+                    None => false,
+                }
+            };
+            if scanning {
+                continue;
+            }
+            let taken = s.buf.lock().take(max - items.len());
+            if taken.is_empty() {
+                break;
+            }
+            for it in taken {
+                match it {
+                    Item::Block { ino, lbn, fp } => items.push((ino, lbn, fp)),
+                    Item::File { ino } => {
+                        // Taken only while no file is being scanned (see above).
+                        *s.scan.lock() = Some((ino, 0));
+                        s.stats.lock().files_scanned += 1;
+                    }
+                }
+            }
+        }
+        if items.is_empty() {
+            return Ok(0);
+        }
+        items.sort_unstable_by_key(|&(i, l, _)| (i, l));
+        items.dedup_by_key(|x| (x.0, x.1));
+        let n = items.len();
+        let mut cands = Vec::with_capacity(n);
+        for (ino, lbn, fp) in items {
+            match self.candidate(ino, lbn, fp) {
+                Ok(Some(c)) => cands.push(c),
+                Ok(None) => {}
+                Err(e) => {
+                    s.stats.lock().errors += 1;
+                    crate::logging::warn(&format!("smart worker: inode {ino} block {lbn}: {e}"));
+                }
+            }
+        }
+        self.apply_candidates(&cands, s.min_run)?;
+        s.stats.lock().processed += n as u64;
+        Ok(n)
+    }
+
+    /// Fingerprint and copy elsewhere of file block `lbn` of `ino` (`None`: nothing to do).
+    fn candidate(&self, ino: u64, lbn: u64, fp: Option<u64>) -> Result<Option<Cand>> {
+        let own = match self.mapped_block(ino, lbn) {
+            Ok(0) => return Ok(None),
+            Ok(b) => b,
+            // Unlinked since: nothing to do.
+            Err(e) if e.errno() == libc::ENOENT => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let entry = self.engine.block_entry(own)?;
+        let fp = match (fp, entry) {
+            (_, Some((efp, _))) => efp,
+            (Some(f), None) => f,
+            (None, None) => {
+                let mut buf = vec![0u8; BLOCK_SIZE];
+                self.engine.read(own, &mut buf)?;
+                if let Some(s) = &self.smart {
+                    s.stats.lock().read_bytes += BLOCK_SIZE as u64;
+                }
+                self.engine.fingerprint(&buf)
+            }
+        };
+        let to = self.engine.find_duplicate(fp, own)?.map(|(b, _)| b);
+        Ok(Some(Cand {
+            ino,
+            lbn,
+            own,
+            fp,
+            has_entry: entry.is_some(),
+            to,
+        }))
+    }
+
+    /// Remap the candidates that pass the run filter, adopt the blocks with no copy.
+    fn apply_candidates(&self, cands: &[Cand], min_run: usize) -> Result<()> {
+        let Some(s) = &self.smart else { return Ok(()) };
+        let mut i = 0;
+        while i < cands.len() {
+            let c = cands[i];
+            if c.to.is_none() {
+                if !c.has_entry {
+                    match self.adopt_block(c.ino, c.lbn, c.own, c.fp) {
+                        Ok(true) => s.stats.lock().adopted += 1,
+                        Ok(false) => {}
+                        Err(e) => {
+                            s.stats.lock().errors += 1;
+                            crate::logging::warn(&format!("smart worker: adopt: {e}"));
+                        }
+                    }
+                } else {
+                    s.stats.lock().unique += 1;
+                }
+                i += 1;
+                continue;
+            }
+            // The run of consecutive file blocks with consecutive copies starting here.
+            let mut j = i + 1;
+            while j < cands.len()
+                && cands[j].ino == c.ino
+                && cands[j].lbn == cands[j - 1].lbn + 1
+                && cands[j].to.is_some()
+                && cands[j].to == cands[j - 1].to.map(|b| b + 1)
+            {
+                j += 1;
+            }
+            let mut run = j - i;
+            if run < min_run {
+                run += self.contiguous_around(&cands[i], &cands[j - 1], min_run - run);
+            }
+            if run < min_run {
+                s.stats.lock().filtered += (j - i) as u64;
+                i = j;
+                continue;
+            }
+            for c in &cands[i..j] {
+                let Some(to) = c.to else { continue };
+                let out = self.remap_block(c.ino, c.lbn, c.own, to);
+                let mut st = s.stats.lock();
+                match out {
+                    Ok(RemapOutcome::Done) => st.remapped += 1,
+                    Ok(RemapOutcome::Moved) => st.moved += 1,
+                    Ok(RemapOutcome::Differs) => st.differs += 1,
+                    Ok(RemapOutcome::NoEntry) => st.unique += 1,
+                    Err(e) => {
+                        st.errors += 1;
+                        drop(st);
+                        crate::logging::warn(&format!("smart worker: remap: {e}"));
+                    }
+                }
+            }
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// File blocks already mapped contiguously with the run `first..=last` would make (before
+    /// `first` and after `last`), counting up to `want`.
+    fn contiguous_around(&self, first: &Cand, last: &Cand, want: usize) -> usize {
+        let mut n = 0;
+        let (Some(f), Some(l)) = (first.to, last.to) else {
+            return 0;
+        };
+        let mut k = 1;
+        while n < want && first.lbn >= k && f > k {
+            match self.mapped_block(first.ino, first.lbn - k) {
+                Ok(b) if b == f - k => n += 1,
+                _ => break,
+            }
+            k += 1;
+        }
+        let mut k = 1;
+        while n < want {
+            match self.mapped_block(last.ino, last.lbn + k) {
+                Ok(b) if b != 0 && b == l + k => n += 1,
+                _ => break,
+            }
+            k += 1;
+        }
+        n
+    }
+
+    /// Run the worker until nothing is queued (tests, benches, `fsck`-like settling).
+    pub fn smart_settle(&self) -> Result<()> {
+        while self.smart_step(4096)? > 0 {}
+        Ok(())
+    }
+
+    /// Write the skipped buffer's checkpoint now (when the image has room for one).
+    pub fn smart_checkpoint(&self) -> Result<()> {
+        let Some(s) = &self.smart else { return Ok(()) };
+        let Some(at) = s.ckpt_at else { return Ok(()) };
+        let mut items = s.buf.lock().snapshot();
+        if let Some((ino, _)) = *s.scan.lock() {
+            items.push(Item::File { ino });
+        }
+        super::persist::store(&*self.medium, at, &items)?;
+        s.dirty.store(false, Ordering::Relaxed);
+        *s.last_ckpt.lock() = Instant::now();
+        Ok(())
+    }
+
+    /// Start the background worker (a mount does; an embedded user may instead call
+    /// [`FileSystem::smart_step`]). Nothing happens for other policies or read-only opens.
+    pub fn start_smart_worker(self: &Arc<Self>) -> Result<()> {
+        let Some(s) = &self.smart else { return Ok(()) };
+        let fs = Arc::clone(self);
+        let h = std::thread::Builder::new()
+            .name("nodup-smart".into())
+            .spawn(move || fs.worker_loop())?;
+        *s.thread.lock() = Some(h);
+        Ok(())
+    }
+
+    /// Stop the background worker and wait for it (before the file system shuts down).
+    pub fn stop_smart_worker(&self) {
+        if let Some(s) = &self.smart {
+            s.stop.store(true, Ordering::Relaxed);
+            let h = s.thread.lock().take();
+            if let Some(h) = h {
+                if h.thread().id() != std::thread::current().id() {
+                    let _ = h.join();
+                }
+            }
+        }
+    }
+
+    fn worker_loop(&self) {
+        let Some(s) = &self.smart else { return };
+        let mut last_sample = Instant::now() - SAMPLE;
+        let mut carry = 0.0f64;
+        while !s.stop.load(Ordering::Relaxed) && !self.is_shut_down() {
+            std::thread::sleep(TICK);
+            if last_sample.elapsed() >= SAMPLE {
+                last_sample = Instant::now();
+                let ov = *s.overrides.lock();
+                let r = s.sampler.lock().sample(&ov);
+                self.engine.policy().set_resources(r);
+            }
+            if s.dirty.load(Ordering::Relaxed) && s.last_ckpt.lock().elapsed() >= CHECKPOINT {
+                if let Err(e) = self.smart_checkpoint() {
+                    crate::logging::warn(&format!("smart: skipped-buffer checkpoint: {e}"));
+                }
+            }
+            let factor = self.engine.policy().resources().map_or(1.0, |r| r.factor());
+            carry += *s.rate.lock() as f64 * factor * TICK.as_secs_f64();
+            let n = carry.floor() as usize;
+            if n == 0 {
+                continue;
+            }
+            carry -= n as f64;
+            match self.smart_step(n) {
+                Ok(0) => carry = 0.0,
+                Ok(_) => {}
+                Err(e) => {
+                    crate::logging::warn(&format!("smart worker: {e}"));
+                    carry = 0.0;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! Policy `smart` on the file system, without FUSE: with a budget far below what the data's
+//! fingerprints need, inline dedup finds only part of the duplicates and the out-of-line worker
+//! finds the rest on the medium; blocks never fingerprinted inline are adopted and found later;
+//! the run filter keeps short runs apart; the skipped buffer survives an unmount; a crash in
+//! the middle recovers to a consistent file system; the policy's memory stays in its budget.
+
+use nodup_core::media::MemMedium;
+use nodup_core::policy::smart::SmartOptions;
+use nodup_core::policy::{PolicyKind, PolicyOptions};
+use nodup_core::{FormatOptions, OpenOptions, BLOCK_SIZE};
+use nodup_fs::inode::{Kind, ROOT_INO};
+use nodup_fs::{fsck, Caller, FileSystem, FsOptions, MediumKind};
+use std::sync::Arc;
+
+fn block(seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; BLOCK_SIZE];
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for c in v.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        c.copy_from_slice(&x.to_le_bytes());
+    }
+    v
+}
+
+fn create(fs: &FileSystem, name: &str) -> u64 {
+    fs.mknod(
+        ROOT_INO,
+        name.as_bytes(),
+        Kind::File,
+        0o644,
+        0,
+        b"",
+        Caller::default(),
+    )
+    .unwrap()
+    .0
+}
+
+fn physical(fs: &FileSystem) -> u64 {
+    fs.engine().stats().physical_bytes / BLOCK_SIZE as u64
+}
+
+fn opts(smart: SmartOptions, budget: u64) -> FsOptions {
+    FsOptions {
+        open: OpenOptions {
+            mem_budget: Some(budget),
+            policy: PolicyOptions { smart },
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn format(m: &Arc<MemMedium>, o: &FsOptions) -> FileSystem {
+    let fo = FormatOptions {
+        policy: PolicyKind::Smart,
+        mem_budget: 64 << 10,
+        ..Default::default()
+    };
+    FileSystem::format(m.clone(), MediumKind::Pmem, &fo, o, Caller::default()).unwrap()
+}
+
+fn check_file(fs: &FileSystem, ino: u64, seeds: &[u64]) {
+    let data = fs
+        .read(ino, 0, seeds.len() * BLOCK_SIZE)
+        .expect("read back");
+    for (i, &s) in seeds.iter().enumerate() {
+        assert!(
+            data[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE] == block(s)[..],
+            "inode {ino} block {i}"
+        );
+    }
+}
+
+const N: u64 = 6000;
+
+/// Unique data, then the same blocks in another order (one block per write, as small random
+/// writes come), with room in memory for a few hundred fingerprints.
+fn unique_then_shuffled(fs: &FileSystem) -> (u64, u64, Vec<u64>) {
+    let a = create(fs, "a");
+    let first: Vec<u64> = (0..N).collect();
+    for chunk in first.chunks(64) {
+        let buf: Vec<u8> = chunk.iter().flat_map(|&s| block(s)).collect();
+        fs.write(a, chunk[0] * BLOCK_SIZE as u64, &buf).unwrap();
+    }
+    let b = create(fs, "b");
+    let mut order: Vec<u64> = (0..N).collect();
+    // A fixed permutation (multiplicative, N prime to the step).
+    order.sort_by_key(|&i| (i * 7919) % N);
+    for (i, &s) in order.iter().enumerate() {
+        fs.write(b, i as u64 * BLOCK_SIZE as u64, &block(s))
+            .unwrap();
+    }
+    (a, b, order)
+}
+
+#[test]
+fn the_worker_finds_what_memory_forgot() {
+    let m = Arc::new(MemMedium::new(96 << 20));
+    let o = opts(SmartOptions::default(), 64 << 10);
+    let fs = format(&m, &o);
+    let (a, b, order) = unique_then_shuffled(&fs);
+    let s = fs.stats_json();
+    let inline = s["smart"]["inline_hits"].as_u64().unwrap();
+    assert!(inline < N / 2, "only part inline: {inline} of {N}");
+    assert!(physical(&fs) > N + N / 2);
+    assert!(!fs.smart_idle());
+    fs.smart_settle().unwrap();
+    assert!(fs.smart_idle());
+    assert_eq!(physical(&fs), N, "every duplicate found out of line");
+    let s = fs.stats_json();
+    let sm = &s["smart"];
+    assert!(sm["out_of_line_hits"].as_u64().unwrap() + inline >= N);
+    assert!(sm["store_io_read_bytes"].as_u64().unwrap() > 0);
+    let mem = sm["memory"]["total_bytes"].as_u64().unwrap();
+    assert!(mem <= 64 << 10, "dedup memory {mem} over the budget");
+    check_file(&fs, a, &(0..N).collect::<Vec<_>>());
+    check_file(&fs, b, &order);
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+    // Clean remount: the store's groups come back from the save area.
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = FileSystem::open(m.clone(), &o).unwrap();
+    assert_eq!(fs.recovery().kind, "clean");
+    let c = create(&fs, "c");
+    for s in 0..200 {
+        fs.write(c, s * BLOCK_SIZE as u64, &block(s)).unwrap();
+    }
+    fs.smart_settle().unwrap();
+    assert_eq!(
+        physical(&fs),
+        N,
+        "new copies found through the reloaded groups"
+    );
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+}
+
+#[test]
+fn blocks_not_fingerprinted_inline_are_adopted_then_found() {
+    let m = Arc::new(MemMedium::new(32 << 20));
+    let smart = SmartOptions {
+        fixed_selectivity: Some(0.3),
+        ..Default::default()
+    };
+    let fs = format(&m, &opts(smart, 64 << 10));
+    let a = create(&fs, "a");
+    let buf: Vec<u8> = (0..300).flat_map(block).collect();
+    fs.write(a, 0, &buf).unwrap();
+    fs.smart_settle().unwrap();
+    let w = &fs.stats_json()["smart"]["fs"]["worker"];
+    assert!(w["adopted"].as_u64().unwrap() >= 150, "{w}");
+    let b = create(&fs, "b");
+    fs.write(b, 0, &buf).unwrap();
+    fs.smart_settle().unwrap();
+    assert_eq!(physical(&fs), 300);
+    check_file(&fs, b, &(0..300).collect::<Vec<_>>());
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+}
+
+#[test]
+fn the_run_filter_leaves_short_runs_apart() {
+    let m = Arc::new(MemMedium::new(32 << 20));
+    let smart = SmartOptions {
+        min_run: 4,
+        ..Default::default()
+    };
+    let fs = format(&m, &opts(smart, 256 << 10));
+    let a = create(&fs, "a");
+    let buf: Vec<u8> = (0..64).flat_map(block).collect();
+    fs.write(a, 0, &buf).unwrap();
+    // b: a run of 8 duplicates, then single duplicates between unique blocks.
+    let b = create(&fs, "b");
+    let mut seeds: Vec<u64> = (0..8).collect();
+    for k in 0..8 {
+        seeds.push(1000 + k);
+        seeds.push(20 + 2 * k);
+    }
+    let data: Vec<u8> = seeds.iter().flat_map(|&s| block(s)).collect();
+    fs.write(b, 0, &data).unwrap();
+    fs.smart_settle().unwrap();
+    // The run of 8 shares a's blocks; the 8 singles and 8 unique blocks are stored apart.
+    assert_eq!(physical(&fs), 64 + 16);
+    check_file(&fs, b, &seeds);
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+}
+
+#[test]
+fn queued_blocks_survive_an_unmount_and_a_crash() {
+    let m = Arc::new(MemMedium::new(96 << 20));
+    let o = opts(SmartOptions::default(), 64 << 10);
+    let fs = format(&m, &o);
+    let (_, b, order) = unique_then_shuffled(&fs);
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = FileSystem::open(m.clone(), &o).unwrap();
+    assert!(!fs.smart_idle(), "the checkpoint brought the queue back");
+    // Part of the work, then a crash (the image is copied as it is now).
+    fs.smart_step(1000).unwrap();
+    let img = m.snapshot();
+    fs.smart_settle().unwrap();
+    assert_eq!(physical(&fs), N);
+    drop(fs);
+    let m2 = Arc::new(MemMedium::from_bytes(img));
+    let fs = FileSystem::open(m2, &o).unwrap();
+    assert_eq!(fs.recovery().kind, "failure");
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+    check_file(&fs, b, &order);
+    fs.smart_settle().unwrap();
+    assert_eq!(physical(&fs), N, "the rebuilt store still finds every copy");
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+}
