@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use nodup_core::fingerprint::FpKind;
 use nodup_core::media::{CrashMode, CrashPoint, CrashSim, Medium};
+use nodup_core::policy::PolicyKind;
 use nodup_core::FormatOptions;
 use nodup_fs::{Caller, FileSystem, FsOptions, MediumKind};
 use rand::rngs::StdRng;
@@ -46,6 +47,10 @@ pub struct CrashConfig {
     /// Every Nth workload (by seed) formats with the 8-value test fingerprint, so collisions
     /// store duplicates apart and remaps move blocks (0 = never).
     pub collide_every: u64,
+    /// Every Nth workload (by seed, offset by one from the collision seeds) formats with policy
+    /// `smart` and a 16 KiB budget, so its store evicts, merges and promotes, and its worker
+    /// remaps and adopts blocks inside the crash states (0 = never).
+    pub smart_every: u64,
 }
 
 impl Default for CrashConfig {
@@ -60,6 +65,7 @@ impl Default for CrashConfig {
             mutant: Mutant::None,
             drop_flushes: false,
             collide_every: 3,
+            smart_every: 4,
         }
     }
 }
@@ -148,16 +154,28 @@ fn record(seed: u64, cfg: &CrashConfig, ops: Option<&[Op]>) -> Result<Recorded, 
     };
     // Every other workload cleans segments at each checkpoint, so crash states fall inside
     // segment cleaning too.
-    let opts = FsOptions {
+    let mut opts = FsOptions {
         eager_cleaning: seed % 2 == 1,
         ..FsOptions::default()
     };
+    // `smart` fingerprints half the blocks inline, so its worker finds duplicates stored apart
+    // and remaps them, or gives blocks their entries, inside the crash states; half the
+    // workloads also run the run filter (runs of two and more).
+    opts.open.policy.smart.fixed_selectivity = Some(0.5);
+    opts.open.policy.smart.min_run = 1 + (seed / 4 % 2) as u32;
+    let smart = cfg.smart_every > 0 && seed % cfg.smart_every == 1 % cfg.smart_every;
     let fopts = FormatOptions {
         fingerprint: if cfg.collide_every > 0 && seed % cfg.collide_every == cfg.collide_every - 1 {
             FpKind::TestCollide
         } else {
             FpKind::Xxh3
         },
+        policy: if smart {
+            PolicyKind::Smart
+        } else {
+            PolicyKind::Light
+        },
+        mem_budget: if smart { 16 << 10 } else { 0 },
         ..FormatOptions::default()
     };
     let fs = FileSystem::format(medium, MediumKind::Pmem, &fopts, &opts, Caller::default())

@@ -292,10 +292,14 @@ pub fn campaign(cfg: &Kill9Config, deadline: Instant, max_cycles: u64) -> Kill9S
         st.fail(format!("trace gen: {e}"));
         return st;
     }
-    // Two images: pmem semantics (durable on return) and blockfile (durable at fsync).
+    // Three images: pmem semantics (durable on return), blockfile (durable at fsync), and
+    // policy `smart` on pmem with a small budget (its worker remaps while the writer is killed).
     let mut images = Vec::new();
-    for (i, medium) in ["pmem", "blockfile"].iter().enumerate() {
-        let img = cfg.workdir.join(format!("k9-{medium}.img"));
+    for (i, (medium, policy)) in [("pmem", "light"), ("blockfile", "light"), ("pmem", "smart")]
+        .iter()
+        .enumerate()
+    {
+        let img = cfg.workdir.join(format!("k9-{medium}-{policy}.img"));
         let mp = cfg.workdir.join(format!("mnt{i}"));
         // A dead mount left here by an earlier run would make the first mount fail.
         detach(&mp);
@@ -306,7 +310,14 @@ pub fn campaign(cfg: &Kill9Config, deadline: Instant, max_cycles: u64) -> Kill9S
             .arg("--size")
             .arg(format!("{}M", cfg.image_mib))
             .arg("--medium")
-            .arg(medium))
+            .arg(medium)
+            .arg("--policy")
+            .arg(policy)
+            .args(if *policy == "smart" {
+                &["--mem-budget", "256K"][..]
+            } else {
+                &[][..]
+            }))
         {
             st.fail(format!("mkfs: {e}"));
             return st;
@@ -315,7 +326,7 @@ pub fn campaign(cfg: &Kill9Config, deadline: Instant, max_cycles: u64) -> Kill9S
     }
     let mut cycle = 0u64;
     while Instant::now() < deadline && st.cycles < max_cycles {
-        let (img, mp, done) = &images[(cycle % 2) as usize];
+        let (img, mp, done) = &images[(cycle % images.len() as u64) as usize];
         cycle += 1;
         let what = format!("cycle {cycle} ({})", img.display());
         // 1. Mount (failure recovery after the previous kill) and verify fsynced files.

@@ -42,6 +42,9 @@ impl FPath {
 /// workload meant to exercise the remap contract did).
 pub static REMAPS_DONE: AtomicU64 = AtomicU64::new(0);
 
+/// Blocks `smart`'s worker looked at in [`Op::SmartStep`]s, over the whole process.
+pub static SMART_BLOCKS_DONE: AtomicU64 = AtomicU64::new(0);
+
 /// One file-system operation of a workload (the data of writes is carried along).
 #[derive(Debug, Clone)]
 pub enum Op {
@@ -66,6 +69,10 @@ pub enum Op {
     /// another stored copy of its bytes, the first found in the listed files (blocks
     /// `0..span`). Content never changes; nothing happens unless duplicates were stored apart.
     Remap(FPath, u64, Vec<FPath>, u64),
+    /// Policy `smart`'s out-of-line worker works through up to this many queued blocks
+    /// (remaps and entries for blocks never fingerprinted); content never changes, and on
+    /// other policies nothing happens.
+    SmartStep(u32),
     /// fsync / sync.
     Sync,
     /// Write a checkpoint (switches the superblock; the riskiest step for crash consistency).
@@ -228,7 +235,7 @@ impl Model {
                 let id = self.names[a];
                 self.names.insert(b.clone(), id);
             }
-            Op::Remap(..) => {}
+            Op::Remap(..) | Op::SmartStep(_) => {}
             Op::Copy(a, off_in, b, off_out, len) => {
                 let src = self.files[&self.names[a]].data.clone();
                 let size = src.len() as u64;
@@ -370,6 +377,10 @@ pub fn run_op(fs: &FileSystem, op: &Op) -> Result<(), FsError> {
                     }
                 }
             }
+        }
+        Op::SmartStep(n) => {
+            let done = fs.smart_step(*n as usize)?;
+            SMART_BLOCKS_DONE.fetch_add(done as u64, Ordering::Relaxed);
         }
         Op::Sync => fs.sync()?,
         Op::Checkpoint => fs.checkpoint(false)?,

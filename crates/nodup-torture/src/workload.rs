@@ -39,6 +39,8 @@ pub struct WorkloadSpec {
     /// Extra share (percent) of background-dedup remap operations, on top of the 3 % every
     /// workload has (0 keeps the seeded workloads as they are).
     pub remap_percent: u32,
+    /// Extra share (percent) of `smart` worker steps, on top of the regular mix.
+    pub smart_step_percent: u32,
 }
 
 impl Default for WorkloadSpec {
@@ -50,6 +52,7 @@ impl Default for WorkloadSpec {
             max_offset_blocks: 12,
             dup_pool: 6,
             remap_percent: 0,
+            smart_step_percent: 0,
         }
     }
 }
@@ -92,8 +95,12 @@ pub fn generate(seed: u64, spec: &WorkloadSpec) -> Vec<Op> {
         let extra_remap = spec.remap_percent > 0
             && !existing.is_empty()
             && rng.gen_range(0..100) < spec.remap_percent;
+        let extra_smart = spec.smart_step_percent > 0
+            && !existing.is_empty()
+            && rng.gen_range(0..100) < spec.smart_step_percent;
         let op = match rng.gen_range(0..100) {
             _ if existing.is_empty() => Op::Create(any_path(&mut rng)),
+            _ if extra_smart => Op::SmartStep(rng.gen_range(1..64)),
             _ if extra_remap => Op::Remap(
                 pick(&mut rng),
                 rng.gen_range(0..span),
@@ -122,7 +129,8 @@ pub fn generate(seed: u64, spec: &WorkloadSpec) -> Vec<Op> {
                 };
                 Op::Write(p, off, data(&mut rng, spec, len, &mut unique))
             }
-            47..=49 => Op::Remap(
+            47 => Op::SmartStep(rng.gen_range(1..64)),
+            48..=49 => Op::Remap(
                 pick(&mut rng),
                 rng.gen_range(0..span),
                 existing.clone(),

@@ -123,6 +123,7 @@ fn remap_crash_states_are_consistent() {
     let cfg = CrashConfig {
         max_points: 120,
         collide_every: 1,
+        smart_every: 0,
         ..CrashConfig::default()
     };
     let before = REMAPS_DONE.load(Ordering::Relaxed);
@@ -145,4 +146,35 @@ fn remap_crash_states_are_consistent() {
         let st = run_workload(seed, &random, None);
         assert_eq!(st.violations, 0, "seed {seed}: {:#?}", st.examples);
     }
+}
+
+/// Policy `smart` in every crash state: a 16 KiB budget keeps its store evicting, merging and
+/// promoting, and the workloads run its out-of-line worker (remaps, entries for blocks never
+/// fingerprinted) between the other operations; half of them also run the run filter.
+#[test]
+fn smart_crash_states_are_consistent() {
+    use nodup_torture::model::SMART_BLOCKS_DONE;
+    use std::sync::atomic::Ordering;
+    let cfg = CrashConfig {
+        spec: WorkloadSpec {
+            ops: 60,
+            smart_step_percent: 30,
+            ..WorkloadSpec::default()
+        },
+        max_points: 60,
+        smart_every: 1,
+        collide_every: 0,
+        ..CrashConfig::default()
+    };
+    let mut states = 0;
+    let before = SMART_BLOCKS_DONE.load(Ordering::Relaxed);
+    for seed in [1u64, 5, 9, 13] {
+        let st = run_workload(seed, &cfg, None);
+        assert_eq!(st.violations, 0, "seed {seed}: {:#?}", st.examples);
+        states += st.states;
+    }
+    let done = SMART_BLOCKS_DONE.load(Ordering::Relaxed) - before;
+    eprintln!("smart: {states} states, the worker looked at {done} blocks");
+    assert!(states > 100, "only {states} states");
+    assert!(done > 100, "the worker looked at only {done} blocks");
 }
