@@ -238,6 +238,15 @@ impl BlockMap {
         }
     }
 
+    /// Heap bytes of the map (direct array and chunks; B-tree nodes estimated at one
+    /// pointer-sized key and child per chunk).
+    pub fn heap_bytes(&self) -> u64 {
+        (self.direct.capacity() * std::mem::size_of::<BlockNr>()
+            + self.chunks.len()
+                * (std::mem::size_of::<[BlockNr; CHUNK as usize]>()
+                    + 3 * std::mem::size_of::<u64>())) as u64
+    }
+
     /// Number of mapped (non-hole) file blocks.
     pub fn mapped(&self) -> u64 {
         self.mapped

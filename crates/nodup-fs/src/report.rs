@@ -26,14 +26,19 @@ impl FileSystem {
         };
         let histogram = self.engine.refcount_histogram().unwrap_or_default();
         let mut v = serde_json::to_value(&es).unwrap_or_else(|_| serde_json::json!({}));
-        let (files, dirs) = {
+        let (files, dirs, extents, map_bytes) = {
             let t = self.tables.read();
             let dirs = t
                 .inodes
                 .values()
                 .filter(|n| n.read().attr.kind == Kind::Dir)
                 .count();
-            (t.inodes.len() - dirs, dirs)
+            (
+                t.inodes.len() - dirs,
+                dirs,
+                t.extents(),
+                t.block_map_bytes(),
+            )
         };
         let (log_bytes, log_records, log_blocks, log_spare) = {
             let l = self.log.lock();
@@ -63,6 +68,8 @@ impl FileSystem {
             o.insert("medium".into(), self.kind.name().into());
             o.insert("files".into(), (files as u64).into());
             o.insert("directories".into(), (dirs as u64).into());
+            o.insert("file_extents".into(), extents.into());
+            o.insert("block_map_bytes".into(), map_bytes.into());
             o.insert("log_bytes".into(), log_bytes.into());
             o.insert("log_records".into(), log_records.into());
             o.insert("log_blocks".into(), (log_blocks as u64).into());

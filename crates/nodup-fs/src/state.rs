@@ -315,6 +315,33 @@ impl Tables {
         v
     }
 
+    /// Extents of all files: runs of consecutive file blocks on consecutive physical blocks
+    /// (what deduplication fragments; SmartDedup §4.5 counts them).
+    pub fn extents(&self) -> u64 {
+        let mut n = 0;
+        for node in self.inodes.values() {
+            let g = node.read();
+            if let Some(m) = g.map() {
+                let mut prev: Option<(u64, BlockNr)> = None;
+                for (fb, b) in m.iter() {
+                    if prev != Some((fb.wrapping_sub(1), b.wrapping_sub(1))) {
+                        n += 1;
+                    }
+                    prev = Some((fb, b));
+                }
+            }
+        }
+        n
+    }
+
+    /// Heap bytes of every file's block map.
+    pub fn block_map_bytes(&self) -> u64 {
+        self.inodes
+            .values()
+            .map(|n| n.read().map().map_or(0, |m| m.heap_bytes()))
+            .sum()
+    }
+
     /// Total mapped file blocks (logical size in blocks).
     pub fn mapped_blocks(&self) -> u64 {
         self.inodes

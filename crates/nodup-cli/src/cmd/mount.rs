@@ -69,7 +69,8 @@ pub struct SmartArgs {
     /// (default), fingerprint, or the one with the fewest references (CAFTL).
     #[arg(long, value_parser = ["group-lru", "lru", "refcount"], value_name = "POLICY")]
     pub eviction: Option<String>,
-    /// smart: share of blocks fingerprinted inline: "adaptive" (default) or a fixed fraction in (0, 1].
+    /// smart: share of blocks fingerprinted inline: a fixed fraction in (0, 1] (default 1), or
+    /// "adaptive" (follows the duplication level, the battery and the CPU and device load).
     #[arg(long, value_name = "adaptive|F")]
     pub selectivity: Option<String>,
     /// smart: deduplicate only runs of at least N consecutive duplicate blocks (1 = all, default).
@@ -101,7 +102,8 @@ impl SmartArgs {
                 Eviction::from_name(e).ok_or_else(|| anyhow!("--eviction {e}: unknown policy"))?;
         }
         match self.selectivity.as_deref() {
-            None | Some("adaptive") => {}
+            None => {}
+            Some("adaptive") => o.fixed_selectivity = None,
             Some(f) => match f.parse::<f64>() {
                 Ok(x) if x > 0.0 && x <= 1.0 => o.fixed_selectivity = Some(x),
                 _ => bail!("--selectivity {f}: \"adaptive\" or a fraction in (0, 1]"),

@@ -192,7 +192,9 @@ impl SmartFs {
     pub fn report(&self) -> serde_json::Value {
         let b = self.buf.lock();
         let (blocks, files) = b.pending();
+        let scanning = self.scan.lock().is_some();
         serde_json::json!({
+            "idle": blocks == 0 && files == 0 && !scanning,
             "worker": *self.stats.lock(),
             "worker_rate": *self.rate.lock(),
             "min_run": self.min_run,

@@ -26,6 +26,8 @@ const SAMPLE: Duration = Duration::from_secs(1);
 const CHECKPOINT: Duration = Duration::from_secs(30);
 /// Blocks of a whole-file scan taken per step.
 const SCAN_CHUNK: u64 = 256;
+/// Most blocks one step works on (bounds the worker's scratch memory whatever its rate).
+pub const STEP_MAX: usize = 1024;
 
 /// A block under consideration.
 #[derive(Debug, Clone, Copy)]
@@ -40,12 +42,13 @@ struct Cand {
 }
 
 impl FileSystem {
-    /// Work through at most `max` queued blocks now; returns how many were looked at (0 when
-    /// nothing is queued). Not a policy with a worker: always 0.
+    /// Work through at most `max` (and at most [`STEP_MAX`]) queued blocks now; returns how
+    /// many were looked at (0 when nothing is queued). Not a policy with a worker: always 0.
     pub fn smart_step(&self, max: usize) -> Result<usize> {
         let Some(s) = &self.smart else {
             return Ok(0);
         };
+        let max = max.min(STEP_MAX);
         let mut items: Vec<(u64, u64, Option<u64>)> = Vec::new();
         while items.len() < max {
             // A file being scanned whole goes first.
@@ -228,7 +231,7 @@ impl FileSystem {
 
     /// Run the worker until nothing is queued (tests, benches, `fsck`-like settling).
     pub fn smart_settle(&self) -> Result<()> {
-        while self.smart_step(4096)? > 0 {}
+        while self.smart_step(STEP_MAX)? > 0 {}
         Ok(())
     }
 
@@ -295,12 +298,19 @@ impl FileSystem {
                 continue;
             }
             carry -= n as f64;
-            match self.smart_step(n) {
-                Ok(0) => carry = 0.0,
-                Ok(_) => {}
-                Err(e) => {
-                    crate::logging::warn(&format!("smart worker: {e}"));
-                    carry = 0.0;
+            let mut left = n;
+            while left > 0 && !s.stop.load(Ordering::Relaxed) {
+                match self.smart_step(left) {
+                    Ok(0) => {
+                        carry = 0.0;
+                        break;
+                    }
+                    Ok(k) => left = left.saturating_sub(k),
+                    Err(e) => {
+                        crate::logging::warn(&format!("smart worker: {e}"));
+                        carry = 0.0;
+                        break;
+                    }
                 }
             }
         }

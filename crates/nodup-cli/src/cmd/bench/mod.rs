@@ -21,6 +21,7 @@ pub mod aging;
 pub mod churn;
 pub mod data;
 pub mod engine;
+pub mod fill;
 pub mod probe;
 pub mod race;
 
@@ -37,6 +38,8 @@ pub enum BenchCommand {
     Probe(probe::ProbeArgs),
     /// Threads writing the same new data at once: physical space over data size.
     Race(race::RaceArgs),
+    /// Write a file on a mount from numbered block contents (unique, shuffled, duplicate phases).
+    Fill(fill::FillArgs),
 }
 
 pub fn bench(c: BenchCommand) -> Result<()> {
@@ -46,6 +49,7 @@ pub fn bench(c: BenchCommand) -> Result<()> {
         BenchCommand::Churn(a) => churn::run(a),
         BenchCommand::Probe(a) => probe::run(a),
         BenchCommand::Race(a) => race::run(a),
+        BenchCommand::Fill(a) => fill::run(a),
     }
 }
 

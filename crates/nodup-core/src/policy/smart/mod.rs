@@ -34,7 +34,8 @@ const BYTES_PER_PREFIX: u64 = 160;
 pub struct SmartOptions {
     /// Which in-memory fingerprints make room (group LRU by default).
     pub eviction: Eviction,
-    /// A fixed inline selectivity in (0, 1]; `None` adapts it (§4.4).
+    /// A fixed inline selectivity in (0, 1] (default 1: every block, as the paper's
+    /// experiments outside §4.4); `None` adapts it to the duplication level and resources.
     pub fixed_selectivity: Option<f64>,
     /// Deduplicate only runs of at least this many consecutive duplicate blocks (§4.5; 1 =
     /// every duplicate).
@@ -47,7 +48,7 @@ impl Default for SmartOptions {
     fn default() -> Self {
         SmartOptions {
             eviction: Eviction::GroupLru,
-            fixed_selectivity: None,
+            fixed_selectivity: Some(1.0),
             min_run: 1,
             read_cache: true,
         }

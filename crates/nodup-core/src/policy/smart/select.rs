@@ -2,9 +2,10 @@
 //! every N blocks. After each window of [`WINDOW`] fingerprinted blocks, the window's
 //! duplication ratio is compared with the mean of the last [`HISTORY`] windows: lower, and the
 //! inline share drops by [`STEP_DOWN`] (not below [`FLOOR`]); higher, and it rises by
-//! [`STEP_UP`] (up to 100 %). Resources scale the share: the battery level proportionally, a
-//! fully busy CPU or device by half, and low-power mode switches inline dedup off (blocks not
-//! fingerprinted inline go to the out-of-line worker).
+//! [`STEP_UP`] (up to 100 %). Resources scale the adaptive share: the battery level
+//! proportionally, a fully busy CPU or device by half. Low-power mode switches inline dedup off
+//! in either mode (blocks not fingerprinted inline go to the out-of-line worker); a fixed share
+//! is otherwise not scaled.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -162,7 +163,12 @@ impl Selectivity {
     }
 
     fn publish(&self, st: &State) {
-        let e = (st.share * st.res.factor()).clamp(0.0, 1.0);
+        let f = match self.fixed {
+            None => st.res.factor(),
+            Some(_) if st.res.low_power => 0.0,
+            Some(_) => 1.0,
+        };
+        let e = (st.share * f).clamp(0.0, 1.0);
         self.effective
             .store((e * 1e6).round() as u32, Ordering::Relaxed);
     }
@@ -245,7 +251,19 @@ mod tests {
     }
 
     #[test]
-    fn resources_scale_and_low_power_stops_inline_dedup() {
+    fn resources_scale_an_adaptive_share_and_low_power_stops_inline_dedup() {
+        let fixed = Selectivity::new(Some(1.0));
+        fixed.set_resources(Resources {
+            battery: Some(50.0),
+            cpu_busy: 0.99,
+            ..Default::default()
+        });
+        assert_eq!(fixed.shares().1, 1.0);
+        fixed.set_resources(Resources {
+            low_power: true,
+            ..Default::default()
+        });
+        assert_eq!(fixed.shares().1, 0.0);
         let s = Selectivity::new(None);
         s.set_resources(Resources {
             battery: Some(50.0),
