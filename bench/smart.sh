@@ -82,15 +82,15 @@ budget() {
   {
     echo "## Budget: unique data, then the same blocks shuffled"
     echo
-    echo "\`nodup bench fill a --blocks N --per-write 64\` (unique, 256 KiB writes), then \`nodup bench fill b --blocks N --order shuffle\` (the same contents, one 4 KiB write each). \`smart\` is mounted with \`--worker-rate 0\` while writing (the inline-only ratio is read then), then the worker runs until nothing is queued. Memory: the daemon's \`RssAnon\`, sampled every 0.1 s, peak minus the value after mount."
+    echo "\`nodup bench fill a --blocks N --per-write 64\` (unique, 256 KiB writes), then \`nodup bench fill b --blocks N --order shuffle\` (the same contents, one 4 KiB write each). \`smart\` is mounted with \`--worker-rate 0\` while writing (the inline-only ratio is read then), then the worker runs until nothing is queued. Memory: the daemon's \`RssAnon\`, sampled every 0.1 s, peak minus the value after mount. \`none\` (no dedup) measures what the file system itself needs for the same files (block maps, checkpoint buffers, FUSE buffers); the last limit column is the budget plus that."
     echo
-    echo "| data | budget | policy | ratio inline-only | ratio settled | vs light | anon growth MiB | block maps MiB | budget + maps MiB | dedup memory MiB | store I/O read / written MiB |"
-    echo "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| data | budget | policy | ratio inline-only | ratio settled | vs light | anon growth MiB | block maps MiB | budget + maps MiB | budget + none growth MiB | dedup memory MiB | store I/O read / written MiB |"
+    echo "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   } >"$OUTDIR/budget.md"
   for c in $cases; do
     local mib=${c%%:*} b=${c#*:} n=$(( ${c%%:*} * 256 ))
-    local light_ratio=
-    for policy in light smart; do
+    local light_ratio= none_growth=0
+    for policy in none light smart; do
       local margs=()
       [[ $policy == smart ]] && margs=(--worker-rate 0)
       MKFS_BUDGET=$b up "$policy" "$(( mib * 4 ))M" "${margs[@]}"
@@ -114,15 +114,17 @@ budget() {
       local bb; bb=$(python3 -c "
 b='$b'; u={'K':1<<10,'M':1<<20,'G':1<<30}
 print(int(b[:-1]) * u[b[-1]])")
-      python3 - "$mib" "$b" "$policy" "$inline" "$final" "$light_ratio" "$a0" "$peak" "$maps" "$bb" "$dm" "$io" >>"$OUTDIR/budget.md" <<'PY'
+      [[ $policy == none ]] && none_growth=$(( peak - a0 ))
+      python3 - "$mib" "$b" "$policy" "$inline" "$final" "$light_ratio" "$a0" "$peak" "$maps" "$bb" "$dm" "$io" "$none_growth" >>"$OUTDIR/budget.md" <<'PY'
 import sys
-mib, b, pol, inline, final, light, a0, peak, maps, bb, dm, io = sys.argv[1:]
+mib, b, pol, inline, final, light, a0, peak, maps, bb, dm, io, ng = sys.argv[1:]
 growth = (int(peak) - int(a0)) / 1024
 maps_mib = int(maps) / 1048576
+limit2 = "-" if pol != "smart" else f"{int(bb) / 1048576 + int(ng) / 1024:.2f}"
 limit = "-" if pol != "smart" else f"{int(bb) / 1048576 + maps_mib:.2f}"
 vs = f"{float(final) / float(light):.3f}" if light and pol == "smart" else "-"
 bud = b if pol == "smart" else "-"
-print(f"| {mib} MiB | {bud} | {pol} | {inline} | {final} | {vs} | {growth:.2f} | {maps_mib:.2f} | {limit} | {dm} | {io} |")
+print(f"| {mib} MiB | {bud} | {pol} | {inline} | {final} | {vs} | {growth:.2f} | {maps_mib:.2f} | {limit} | {limit2} | {dm} | {io} |")
 PY
       down
     done

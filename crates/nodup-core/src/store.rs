@@ -72,6 +72,16 @@ pub trait FpStore: Send + Sync {
     /// A block was found to duplicate the entry at `loc` (verified, or trusted by the policy).
     fn on_hit(&self, _fp: u64, _loc: u64) {}
 
+    /// True when a duplicate found at `loc` should still be looked at by an out-of-line
+    /// worker: the entry was created by an inline miss and not yet checked against what the
+    /// store keeps on the medium (an older copy may exist there).
+    fn needs_recheck(&self, _fp: u64, _loc: u64) -> bool {
+        false
+    }
+
+    /// The out-of-line worker found no other copy of the entry at `loc`: it is the one.
+    fn confirm(&self, _fp: u64, _loc: u64) {}
+
     /// One reference to the entry at `loc` was released; `refs` (at least 1) remain.
     fn on_release(&self, _fp: u64, _loc: u64, _refs: u64) {}
 
@@ -211,6 +221,13 @@ impl StoreHandle {
     pub(crate) fn on_hit(&self, fp: u64, loc: u64) {
         if let StoreHandle::Own(s) = self {
             s.on_hit(fp, loc)
+        }
+    }
+    #[inline]
+    pub(crate) fn needs_recheck(&self, fp: u64, loc: u64) -> bool {
+        match self {
+            StoreHandle::Complete(_) => false,
+            StoreHandle::Own(s) => s.needs_recheck(fp, loc),
         }
     }
     #[inline]

@@ -78,6 +78,19 @@ impl Engine {
         }
     }
 
+    /// The out-of-line worker found no other copy of block `b` (fingerprint `fp`): its entry
+    /// is the one later copies should find (the store stops asking for rechecks).
+    pub fn confirm_unique(&self, b: BlockNr, fp: u64) -> Result<()> {
+        let mut t = IoTally::default();
+        let loc = self.revmap.get(&self.meta, &mut t, b)?;
+        self.merge_tally(&t);
+        if loc != 0 {
+            let _g = self.locks.lock(fp);
+            self.store.dyn_store().confirm(fp, loc);
+        }
+        Ok(())
+    }
+
     /// Give block `b`, stored without an entry and holding content with fingerprint `fp`, an
     /// entry with reference count 1, and put it in the store. The caller holds the block's one
     /// reference under its own lock (the file's inode lock), so the block cannot be released

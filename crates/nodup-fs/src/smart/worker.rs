@@ -159,6 +159,10 @@ impl FileSystem {
                     }
                 } else {
                     s.stats.lock().unique += 1;
+                    if let Err(e) = self.engine.confirm_unique(c.own, c.fp) {
+                        s.stats.lock().errors += 1;
+                        crate::logging::warn(&format!("smart worker: confirm: {e}"));
+                    }
                 }
                 i += 1;
                 continue;

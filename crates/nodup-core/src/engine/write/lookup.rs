@@ -124,6 +124,7 @@ impl Engine {
                 };
                 st.hits += 1;
                 self.store.on_hit(fp, prev.loc);
+                self.note_recheck(ctx, i, fp, prev.loc);
                 if let Some(p) = pre {
                     self.unclaim(ctx, p);
                 }
@@ -159,6 +160,7 @@ impl Engine {
                 }
                 self.incref(ctx, loc, e.refcount, t)?;
                 self.store.on_hit(fp, loc);
+                self.note_recheck(ctx, i, fp, loc);
                 drop(sh);
                 st.hits += 1;
                 if let Some(p) = pre {
@@ -238,6 +240,19 @@ impl Engine {
                     true,
                 ))
             }
+        }
+    }
+
+    /// A duplicate of an entry its store still holds as provisional (made by an inline miss,
+    /// not yet checked by the out-of-line worker): the worker looks at this block too, or a
+    /// second copy found only on the medium would keep this one alive.
+    #[inline]
+    fn note_recheck(&self, ctx: &mut WriteCtx, i: usize, fp: u64, loc: u64) {
+        if self.policy.reports_misses() && self.store.needs_recheck(fp, loc) {
+            ctx.misses.push(crate::engine::Miss {
+                index: i,
+                fp: Some(fp),
+            });
         }
     }
 

@@ -17,9 +17,14 @@ pub(crate) struct Node {
     /// Neighbours in the recency or reference-count list (per-fingerprint eviction only).
     pub(crate) prev: u32,
     pub(crate) next: u32,
-    /// References last heard of (reference-count eviction).
+    /// References last heard of (reference-count eviction); the top bit marks a provisional
+    /// entry (see [`PROVISIONAL`]).
     pub(crate) refs: u32,
 }
+
+/// Flag in [`Node::refs`]: the entry was created by an inline miss and the worker has not
+/// yet looked for an older copy on the medium.
+pub(crate) const PROVISIONAL: u32 = 1 << 31;
 
 /// A doubly linked list of nodes through `prev`/`next`; `head` is the most recent end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

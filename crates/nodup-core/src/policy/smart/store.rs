@@ -29,7 +29,7 @@ use std::collections::HashSet;
 use parking_lot::Mutex;
 
 use super::ondisk::{blocks_for, GroupIo, Rec};
-use super::slab::{List, Slab};
+use super::slab::{List, Slab, PROVISIONAL};
 use super::tree::{Leaf, PrefixTree, NIL};
 use crate::index::mix;
 use crate::store::FpStore;
@@ -233,7 +233,7 @@ impl Inner {
     }
 
     fn bucket_of(refs: u32) -> usize {
-        (refs as usize).min(BUCKETS - 1)
+        ((refs & !PROVISIONAL) as usize).min(BUCKETS - 1)
     }
 
     /// Take node `i` out of the per-fingerprint list it is in.
@@ -275,14 +275,16 @@ impl Inner {
             Eviction::RefCount => {
                 self.fp_list_unlink(i);
                 let n = self.slab.get_mut(i);
-                n.refs = n.refs.saturating_add(1);
+                let flag = n.refs & PROVISIONAL;
+                n.refs = ((n.refs & !PROVISIONAL) + 1).min(!PROVISIONAL) | flag;
                 self.fp_list_front(i);
             }
         }
     }
 
-    /// Insert `(h, loc)` into memory, evicting first when the slab is full.
-    fn insert(&mut self, h: u64, loc: u64, refs: u32) {
+    /// Insert `(h, loc)` into memory (`provisional`: created by an inline miss), evicting
+    /// first when the slab is full.
+    fn insert(&mut self, h: u64, loc: u64, provisional: bool) {
         self.tombs.remove(&(h, loc));
         let p = self.tree.prefix_of(h);
         if self.node_of(p, h, loc).is_some() {
@@ -297,7 +299,7 @@ impl Inner {
             self.st.dropped += 1;
             return;
         };
-        self.slab.get_mut(i).refs = refs.max(1);
+        self.slab.get_mut(i).refs = 1 | if provisional { PROVISIONAL } else { 0 };
         // Link into the group, ascending by h.
         let mut prev = NIL;
         let mut cur = self.leaf(p).mem_head;
@@ -567,13 +569,30 @@ impl FpStore for SmartStore {
         g.st.disk_hits += 1;
         if promote {
             g.st.promotions += 1;
-            g.insert(h, loc, 1);
+            g.insert(h, loc, false);
         }
         Some(loc)
     }
 
     fn insert(&self, fp: u64, loc: u64) {
-        self.inner.lock().insert(mix(fp), loc, 1);
+        self.inner.lock().insert(mix(fp), loc, true);
+    }
+
+    fn needs_recheck(&self, fp: u64, loc: u64) -> bool {
+        let h = mix(fp);
+        let g = self.inner.lock();
+        let p = g.tree.prefix_of(h);
+        g.node_of(p, h, loc)
+            .is_some_and(|i| g.slab.get(i).refs & PROVISIONAL != 0)
+    }
+
+    fn confirm(&self, fp: u64, loc: u64) {
+        let h = mix(fp);
+        let mut g = self.inner.lock();
+        let p = g.tree.prefix_of(h);
+        if let Some(i) = g.node_of(p, h, loc) {
+            g.slab.get_mut(i).refs &= !PROVISIONAL;
+        }
     }
 
     fn remove(&self, fp: u64, loc: u64) {
@@ -606,7 +625,8 @@ impl FpStore for SmartStore {
         let p = g.tree.prefix_of(h);
         if let Some(i) = g.node_of(p, h, loc) {
             g.fp_list_unlink(i);
-            g.slab.get_mut(i).refs = refs.min(u32::MAX as u64) as u32;
+            let flag = g.slab.get(i).refs & PROVISIONAL;
+            g.slab.get_mut(i).refs = refs.min(!PROVISIONAL as u64) as u32 | flag;
             g.fp_list_front(i);
         }
     }
