@@ -63,6 +63,10 @@ pub trait FpStore: Send + Sync {
         self.find(fp, check)
     }
 
+    /// Bring the entry at `loc` of `fp`, found by [`FpStore::find_deep`], into memory (a
+    /// store without a medium part ignores it).
+    fn promote(&self, _fp: u64, _loc: u64) {}
+
     /// Record that the entry at `loc` holds `fp` (a new entry, or one reloaded by recovery).
     fn insert(&self, fp: u64, loc: u64);
 

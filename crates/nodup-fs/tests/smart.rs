@@ -277,3 +277,44 @@ fn copies_made_while_memory_forgot_end_as_one() {
     }
     assert!(fsck::check(&fs, false).unwrap().consistent());
 }
+
+/// Random duplicate runs of earlier contents (contents written up to five times), far more
+/// than memory holds: after the worker settles, every content is stored exactly once.
+#[test]
+fn random_duplicate_runs_settle_to_one_copy_each() {
+    let m = Arc::new(MemMedium::new(512 << 20));
+    let fs = format(&m, &opts(SmartOptions::default(), 128 << 10));
+    let n = 32768usize;
+    let mut contents: Vec<u64> = Vec::with_capacity(n);
+    let mut uniq = 0u64;
+    let mut st = 12345u64;
+    let mut rnd = || {
+        st ^= st << 13;
+        st ^= st >> 7;
+        st ^= st << 17;
+        st
+    };
+    while contents.len() < n {
+        let len = 1 + rnd() % 16;
+        if uniq > 100 && rnd() % 2 == 0 {
+            let start = rnd() % (uniq - len.min(uniq));
+            contents.extend(start..start + len);
+        } else {
+            contents.extend(uniq..uniq + len);
+            uniq += len;
+        }
+    }
+    contents.truncate(n);
+    let f = create(&fs, "f");
+    for (c, chunk) in contents.chunks(512).enumerate() {
+        let buf: Vec<u8> = chunk.iter().flat_map(|&k| block(k)).collect();
+        fs.write(f, (c * 512 * BLOCK_SIZE) as u64, &buf).unwrap();
+    }
+    fs.smart_settle().unwrap();
+    let mut distinct = contents.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(physical(&fs), distinct.len() as u64);
+    check_file(&fs, f, &contents);
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+}

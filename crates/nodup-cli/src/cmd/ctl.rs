@@ -2,7 +2,7 @@
 //! now, and for `smart` the worker's rate and the resource readings its adaptation follows
 //! (for experiments: a battery level or low-power mode on a machine that has neither).
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -63,8 +63,7 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
                 anyhow::anyhow!("{mp}: not a nodup mount")
             }
             _ => anyhow::Error::new(e).context(format!("{mp}: {c}")),
-        })
-        .with_context(|| format!("{mp}"))?;
+        })?;
     }
     Ok(())
 }

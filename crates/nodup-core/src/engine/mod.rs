@@ -20,6 +20,7 @@ pub mod audit;
 mod ctx;
 mod locks;
 mod media;
+mod options;
 mod outofline;
 mod read_cache;
 pub mod recovery;
@@ -41,7 +42,7 @@ use crate::media::{AccessMeter, Medium};
 use crate::meta::io::{IoTally, MetaIo};
 use crate::meta::revmap::RevMap;
 use crate::meta::{make_layout, LayoutGeometry, MetaLayout, MetaLayoutKind};
-use crate::policy::{make_policy, Policy, PolicyKind, PolicyOptions, PrefetchMode};
+use crate::policy::{make_policy, Policy, PolicyKind, PrefetchMode};
 use crate::store::{StoreHandle, StoreIo, StoreParams};
 use crate::{BlockNr, EngineStats, Error, Result, BLOCK_SIZE};
 use locks::EntryLocks;
@@ -50,101 +51,8 @@ use superblock::{PolicyParams, Superblock};
 pub use ctx::{Miss, WriteCtx};
 use media::meta_medium;
 pub use media::Media;
+pub use options::{FormatOptions, OpenOptions, OpenState, RecoveryReport};
 pub use outofline::Adopted;
-
-/// Options fixed at format (mkfs) time and recorded in the engine superblock.
-///
-/// `fingerprint` is what the user asked for; a policy may substitute its own: `strong` needs a
-/// cryptographic function (anything else becomes sha256) and `weak-verify` turns the default
-/// xxh3 into crc32c. The function actually used is recorded and reported in the stats.
-#[derive(Debug, Clone)]
-pub struct FormatOptions {
-    /// Dedup policy.
-    pub policy: PolicyKind,
-    /// Fingerprint function asked for (see above for the policy's substitutions).
-    pub fingerprint: FpKind,
-    /// On-media metadata layout.
-    pub meta_layout: MetaLayoutKind,
-    /// Memory budget for policies that have one (`smart`); 0 = unlimited.
-    pub mem_budget: u64,
-    /// Blocks reserved for the caller right after the engine superblock.
-    pub client_area_blocks: u64,
-}
-
-impl Default for FormatOptions {
-    fn default() -> Self {
-        FormatOptions {
-            policy: PolicyKind::Light,
-            fingerprint: FpKind::Xxh3,
-            meta_layout: MetaLayoutKind::Region,
-            mem_budget: 0,
-            client_area_blocks: 16,
-        }
-    }
-}
-
-/// Options chosen per open (mount).
-#[derive(Debug, Clone)]
-pub struct OpenOptions {
-    /// Speculative-prefetch variant (`light` only; other policies do not prefetch).
-    pub prefetch: PrefetchMode,
-    /// Concurrent writers at which prefetch-next is switched off (Light-Dedup transition, default 6).
-    pub transition_threshold: usize,
-    /// Memory budget override for policies that have one; `None` keeps the formatted value.
-    pub mem_budget: Option<u64>,
-    /// Count metadata accesses at this granularity through the access meter (None = plain byte counts).
-    pub meter_granularity: Option<usize>,
-    /// Open without writing anything: the image stays byte-identical (stats, fsck without
-    /// repair). Mutating calls fail until [`Engine::begin_use`].
-    pub read_only: bool,
-    /// Options of the policy in force (`smart`'s eviction, selectivity, run filter).
-    pub policy: PolicyOptions,
-}
-
-impl Default for OpenOptions {
-    fn default() -> Self {
-        OpenOptions {
-            prefetch: PrefetchMode::Cbp,
-            transition_threshold: 6,
-            mem_budget: None,
-            meter_granularity: None,
-            read_only: false,
-            policy: PolicyOptions::default(),
-        }
-    }
-}
-
-/// How the image was found at open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpenState {
-    /// The last shutdown was clean; the index and counters were reloaded (normal recovery).
-    Clean,
-    /// The image was not shut down cleanly: the caller must call [`Engine::recover`] before writing.
-    NeedsRecovery,
-}
-
-/// What a recovery did, for logs and reports.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct RecoveryReport {
-    /// Wall time of the recovery.
-    pub seconds: f64,
-    /// Entry slots read (normal recovery: index entries reloaded).
-    pub entries_scanned: u64,
-    /// Entries cleared (nobody references their block, or they were malformed).
-    pub entries_invalidated: u64,
-    /// Entries whose reference count was rewritten.
-    pub refcounts_fixed: u64,
-    /// Distinct data blocks the caller references.
-    pub referenced_blocks: u64,
-    /// Blocks that had an entry but no reference, now free again.
-    pub leaked_blocks_freed: u64,
-    /// Entries recreated for blocks referenced more than once that had no valid entry (a shared
-    /// block without an entry would be freed by its first release).
-    pub entries_recreated: u64,
-    /// Entries kept for their block's reference count but left out of the index (their
-    /// fingerprint did not match the block, or another entry holds it).
-    pub entries_unindexed: u64,
-}
 
 /// Engine-wide counters (merged once per call from each writer's tally).
 #[derive(Debug, Default)]
@@ -164,6 +72,19 @@ struct Counters {
     blocks_shared: AtomicU64,
     /// Data blocks in use (distinct, whatever their reference count).
     physical_blocks: AtomicU64,
+}
+
+/// What the write path asks the policy once per open rather than per block.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PolicyFlags {
+    /// [`Policy::stages`].
+    pub(crate) stages: bool,
+    /// [`Policy::samples_inline`].
+    pub(crate) samples: bool,
+    /// [`Policy::reports_misses`].
+    pub(crate) reports_misses: bool,
+    /// [`Policy::min_dup_run`].
+    pub(crate) min_run: usize,
 }
 
 /// Life cycle of an open engine.
@@ -188,6 +109,9 @@ pub struct Engine {
     sb: Mutex<Superblock>,
     geo: Superblock,
     policy: Box<dyn Policy>,
+    /// The policy's answers that do not change while open, read on the hot path without a
+    /// virtual call.
+    pub(crate) flags: PolicyFlags,
     fpr: Box<dyn Fingerprinter>,
     pub(crate) prefetch: PrefetchMode,
     pub(crate) transition: usize,
@@ -264,6 +188,12 @@ impl Engine {
             },
             sb: Mutex::new(sb),
             geo: sb,
+            flags: PolicyFlags {
+                stages: policy.stages(),
+                samples: policy.samples_inline(),
+                reports_misses: policy.reports_misses(),
+                min_run: policy.min_dup_run(),
+            },
             policy,
             fpr,
             medium,

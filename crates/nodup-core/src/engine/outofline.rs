@@ -35,17 +35,20 @@ impl Engine {
         Ok((e.is_valid() && e.blocknr == b).then_some((e.fp, e.refcount)))
     }
 
-    /// Another stored block with fingerprint `fp` than `own`, found anywhere in the policy's
-    /// store (a match on the medium is promoted to memory), with its reference count. Only a
-    /// candidate: [`Engine::remap_ref`] compares the bytes.
+    /// The stored block with fingerprint `fp` other than `own` that has the most references
+    /// (the lowest block number on a tie), found anywhere in the policy's store (a match on the
+    /// medium is promoted to memory), with its reference count. Only a candidate:
+    /// [`Engine::remap_ref`] compares the bytes.
     pub fn find_duplicate(&self, fp: u64, own: BlockNr) -> Result<Option<(BlockNr, u64)>> {
         self.check_ready()?;
         let mut t = IoTally::default();
         let mut err = None;
-        let mut found = None;
+        // (references, block, entry location) of the best candidate so far.
+        let mut best: Option<(u64, BlockNr, u64)> = None;
         {
             let _g = self.locks.lock(fp);
-            self.store.dyn_store().find_deep(
+            let store = self.store.dyn_store();
+            store.find_deep(
                 fp,
                 &mut |loc| {
                     if !self.layout.is_entry_loc(loc) {
@@ -57,10 +60,14 @@ impl Engine {
                                 && e.fp == fp
                                 && e.blocknr != own
                                 && self.in_data(e.blocknr);
-                            if ok {
-                                found = Some((e.blocknr, e.refcount));
+                            let better = best.is_none_or(|(r, b, _)| {
+                                e.refcount > r || (e.refcount == r && e.blocknr < b)
+                            });
+                            if ok && better {
+                                best = Some((e.refcount, e.blocknr, loc));
                             }
-                            ok
+                            // Every candidate is looked at.
+                            false
                         }
                         Err(x) => {
                             err = Some(x);
@@ -68,13 +75,16 @@ impl Engine {
                         }
                     }
                 },
-                true,
+                false,
             );
+            if let (None, Some((_, _, loc))) = (&err, best) {
+                store.promote(fp, loc);
+            }
         }
         self.merge_tally(&t);
         match err {
             Some(e) => Err(e),
-            None => Ok(found),
+            None => Ok(best.map(|(r, b, _)| (b, r))),
         }
     }
 

@@ -99,6 +99,11 @@ pub trait Policy: Send + Sync {
     fn stages(&self) -> bool {
         true
     }
+    /// Whether the policy samples blocks for inline dedup at all ([`Policy::fingerprint_inline`]
+    /// is asked per block only then).
+    fn samples_inline(&self) -> bool {
+        false
+    }
     /// Whether the next block is fingerprinted inline at all (selectivity); a block that is not
     /// is stored without an entry and reported as a miss (see [`Policy::reports_misses`]).
     fn fingerprint_inline(&self) -> bool {
@@ -109,7 +114,8 @@ pub trait Policy: Send + Sync {
     fn reports_misses(&self) -> bool {
         false
     }
-    /// One call's inline results: blocks looked up and duplicates found among them.
+    /// One call's inline results: blocks looked up and duplicates found among them (asked only
+    /// of policies that sample inline).
     fn after_call(&self, _fingerprinted: u64, _hits: u64) {}
     /// Deduplicate only runs of at least this many consecutive duplicates (1: every one).
     fn min_dup_run(&self) -> usize {

@@ -39,6 +39,9 @@ pub struct WorkerStats {
     pub unique: u64,
     /// Duplicates left alone by the run filter (runs shorter than the threshold).
     pub filtered: u64,
+    /// Duplicates left in place because the other copy has fewer references (its references
+    /// move here when the worker reaches them).
+    pub kept: u64,
     /// Bytes read to fingerprint blocks that had no fingerprint.
     pub read_bytes: u64,
     /// Whole files scanned after the buffer overflowed.

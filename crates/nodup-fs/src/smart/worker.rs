@@ -37,8 +37,8 @@ struct Cand {
     own: BlockNr,
     fp: u64,
     has_entry: bool,
-    /// Another stored copy.
-    to: Option<BlockNr>,
+    /// Another stored copy, with its references.
+    to: Option<(BlockNr, u64)>,
 }
 
 impl FileSystem {
@@ -130,7 +130,7 @@ impl FileSystem {
                 self.engine.fingerprint(&buf)
             }
         };
-        let to = self.engine.find_duplicate(fp, own)?.map(|(b, _)| b);
+        let to = self.engine.find_duplicate(fp, own)?;
         Ok(Some(Cand {
             ino,
             lbn,
@@ -144,6 +144,12 @@ impl FileSystem {
     /// Remap the candidates that pass the run filter, adopt the blocks with no copy.
     fn apply_candidates(&self, cands: &[Cand], min_run: usize) -> Result<()> {
         let Some(s) = &self.smart else { return Ok(()) };
+        // References to each block among these candidates: when all of a block's references
+        // are here, they all move, whichever copy has more.
+        let mut here: std::collections::HashMap<BlockNr, u64> = std::collections::HashMap::new();
+        for c in cands {
+            *here.entry(c.own).or_default() += 1;
+        }
         let mut i = 0;
         while i < cands.len() {
             let c = cands[i];
@@ -173,7 +179,7 @@ impl FileSystem {
                 && cands[j].ino == c.ino
                 && cands[j].lbn == cands[j - 1].lbn + 1
                 && cands[j].to.is_some()
-                && cands[j].to == cands[j - 1].to.map(|b| b + 1)
+                && cands[j].to.map(|t| t.0) == cands[j - 1].to.map(|t| t.0 + 1)
             {
                 j += 1;
             }
@@ -187,7 +193,25 @@ impl FileSystem {
                 continue;
             }
             for c in &cands[i..j] {
-                let Some(to) = c.to else { continue };
+                let Some((to, _)) = c.to else { continue };
+                let left = here.get(&c.own).copied().unwrap_or(0);
+                if let Some(n) = here.get_mut(&c.own) {
+                    *n = n.saturating_sub(1);
+                }
+                // References move toward the more referenced copy (a tie moves this one), so
+                // one pass over a file's blocks leaves one copy: moving both ways could trade
+                // references between two copies forever. Unless every remaining reference of
+                // this copy is among the candidates: then all of them move. Counts are read
+                // now, as earlier moves of this step changed them.
+                let own_refs = self.engine.block_entry(c.own)?.map_or(1, |e| e.1);
+                let Some((_, to_refs)) = self.engine.block_entry(to)? else {
+                    s.stats.lock().unique += 1;
+                    continue;
+                };
+                if own_refs > to_refs && left < own_refs {
+                    s.stats.lock().kept += 1;
+                    continue;
+                }
                 let out = self.remap_block(c.ino, c.lbn, c.own, to);
                 let mut st = s.stats.lock();
                 match out {
@@ -211,7 +235,7 @@ impl FileSystem {
     /// `first` and after `last`), counting up to `want`.
     fn contiguous_around(&self, first: &Cand, last: &Cand, want: usize) -> usize {
         let mut n = 0;
-        let (Some(f), Some(l)) = (first.to, last.to) else {
+        let (Some((f, _)), Some((l, _))) = (first.to, last.to) else {
             return 0;
         };
         let mut k = 1;

@@ -248,7 +248,7 @@ impl Engine {
     /// second copy found only on the medium would keep this one alive.
     #[inline]
     fn note_recheck(&self, ctx: &mut WriteCtx, i: usize, fp: u64, loc: u64) {
-        if self.policy.reports_misses() && self.store.needs_recheck(fp, loc) {
+        if self.flags.reports_misses && self.store.needs_recheck(fp, loc) {
             ctx.misses.push(crate::engine::Miss {
                 index: i,
                 fp: Some(fp),

@@ -19,7 +19,7 @@ mod stage;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{add_nonzero, Engine, WriteCtx};
+use super::{add_nonzero, Engine, PolicyFlags, WriteCtx};
 use crate::meta::io::IoTally;
 use crate::meta::record::Hint;
 use crate::policy::light::prefetch::trusted;
@@ -206,7 +206,9 @@ impl Engine {
             return Err(e);
         }
         self.publish(ctx);
-        self.policy.after_call(st.looked_up, st.hits);
+        if self.flags.samples {
+            self.policy.after_call(st.looked_up, st.hits);
+        }
         self.merge_tally(&t);
         let c = &self.c;
         // Waiting blocks are counted by the call that stores them.
@@ -231,9 +233,12 @@ impl Engine {
     ) -> Result<()> {
         let n = blocks.len();
         let never = self.policy.never_dedups();
-        let stages = self.policy.stages();
-        let report = self.policy.reports_misses();
-        let min_run = self.policy.min_dup_run();
+        let PolicyFlags {
+            stages,
+            samples,
+            reports_misses: report,
+            min_run,
+        } = self.flags;
         // Per block, the entry a duplicate was counted on (for the run filter).
         let mut dups: Vec<Option<Prev>> = Vec::new();
         // Blocks staged ahead of their lookup (see `stage`), in input order.
@@ -287,7 +292,7 @@ impl Engine {
             let mut fp_seen = None;
             let (b, next, new) = match cur {
                 Some((b, next)) => (b, next, false),
-                None if staged.is_none() && !self.policy.fingerprint_inline() => {
+                None if samples && staged.is_none() && !self.policy.fingerprint_inline() => {
                     // Not sampled for inline dedup: stored as is, left to the worker.
                     (self.new_block(ctx, i, t)?, None, true)
                 }

@@ -5,6 +5,7 @@
 //! the file system's log. Pieces here: the two-level store (`store.rs`, `tree.rs`, `slab.rs`,
 //! `ondisk.rs`) and adaptive selectivity (`select.rs`). See `docs/design/smart.md`.
 
+mod inner;
 pub mod ondisk;
 pub mod select;
 pub mod slab;
@@ -156,6 +157,9 @@ impl Policy for Smart {
     }
     fn stages(&self) -> bool {
         false
+    }
+    fn samples_inline(&self) -> bool {
+        true
     }
     fn fingerprint_inline(&self) -> bool {
         self.select.take()

@@ -28,6 +28,7 @@ use std::collections::HashSet;
 
 use parking_lot::Mutex;
 
+use super::inner::{Inner, BUCKETS, TOMB_SLOT_BYTES};
 use super::ondisk::{blocks_for, GroupIo, Rec};
 use super::slab::{List, Slab, PROVISIONAL};
 use super::tree::{Leaf, PrefixTree, NIL};
@@ -51,10 +52,6 @@ crate::named_enum! {
 
 /// Directory magic in the save area.
 const DIR_MAGIC: u64 = u64::from_le_bytes(*b"NDSMDIR1");
-/// Reference-count buckets (counts at or above the last share it).
-const BUCKETS: usize = 64;
-/// Bytes of the hash set per tombstone slot (record and control byte).
-const TOMB_SLOT_BYTES: u64 = 17;
 
 /// Counters of the store (reported by `nodup stats`).
 #[derive(Debug, Default, Clone, serde::Serialize)]
@@ -75,25 +72,6 @@ pub struct SmartCounters {
     pub tomb_flushes: u64,
     /// Fingerprints lost to a failed group read or write (no longer found; never wrong).
     pub dropped: u64,
-}
-
-struct Inner {
-    tree: PrefixTree,
-    slab: Slab,
-    eviction: Eviction,
-    /// Group-LRU list of prefixes with in-memory nodes (head = most recent).
-    glru_head: u32,
-    glru_tail: u32,
-    /// Per-fingerprint recency list (LRU eviction).
-    lru: List,
-    /// Per-fingerprint reference-count buckets (reference-count eviction).
-    buckets: Vec<List>,
-    tombs: HashSet<Rec>,
-    tomb_max: usize,
-    io: Option<GroupIo>,
-    /// Records on the medium (sum of the leaves' `disk_len`).
-    disk_total: u64,
-    st: SmartCounters,
 }
 
 /// The store (one mutex: `smart` trades lookup concurrency for a fixed memory footprint).
@@ -158,389 +136,6 @@ impl SmartStore {
     }
 }
 
-impl Inner {
-    fn leaf(&self, p: u32) -> Leaf {
-        self.tree.get(p).copied().unwrap_or(Leaf::EMPTY)
-    }
-
-    /// The in-memory node holding `(h, loc)`, if any.
-    fn node_of(&self, p: u32, h: u64, loc: u64) -> Option<u32> {
-        let mut i = self.leaf(p).mem_head;
-        while i != NIL {
-            let n = self.slab.get(i);
-            if n.h > h {
-                break;
-            }
-            if n.h == h && n.loc == loc {
-                return Some(i);
-            }
-            i = n.gnext;
-        }
-        None
-    }
-
-    /// Locations of the in-memory nodes of `h`.
-    fn mem_candidates(&self, h: u64) -> Vec<u64> {
-        let mut out = Vec::new();
-        let mut i = self.leaf(self.tree.prefix_of(h)).mem_head;
-        while i != NIL {
-            let n = self.slab.get(i);
-            if n.h > h {
-                break;
-            }
-            if n.h == h {
-                out.push(n.loc);
-            }
-            i = n.gnext;
-        }
-        out
-    }
-
-    fn glru_unlink(&mut self, p: u32) {
-        let l = self.leaf(p);
-        if l.lru_prev != NIL {
-            self.tree.get_mut(l.lru_prev).lru_next = l.lru_next;
-        } else if self.glru_head == p {
-            self.glru_head = l.lru_next;
-        }
-        if l.lru_next != NIL {
-            self.tree.get_mut(l.lru_next).lru_prev = l.lru_prev;
-        } else if self.glru_tail == p {
-            self.glru_tail = l.lru_prev;
-        }
-        let m = self.tree.get_mut(p);
-        m.lru_prev = NIL;
-        m.lru_next = NIL;
-    }
-
-    fn glru_front(&mut self, p: u32) {
-        if self.glru_head == p {
-            return;
-        }
-        self.glru_unlink(p);
-        let old = self.glru_head;
-        {
-            let m = self.tree.get_mut(p);
-            m.lru_prev = NIL;
-            m.lru_next = old;
-        }
-        if old != NIL {
-            self.tree.get_mut(old).lru_prev = p;
-        } else {
-            self.glru_tail = p;
-        }
-        self.glru_head = p;
-    }
-
-    fn bucket_of(refs: u32) -> usize {
-        ((refs & !PROVISIONAL) as usize).min(BUCKETS - 1)
-    }
-
-    /// Take node `i` out of the per-fingerprint list it is in.
-    fn fp_list_unlink(&mut self, i: u32) {
-        match self.eviction {
-            Eviction::GroupLru => {}
-            Eviction::Lru => self.slab.unlink(&mut self.lru, i),
-            Eviction::RefCount => {
-                let b = Self::bucket_of(self.slab.get(i).refs);
-                self.slab.unlink(&mut self.buckets[b], i);
-            }
-        }
-    }
-
-    /// Put node `i` where its eviction policy wants a fresh or touched fingerprint.
-    fn fp_list_front(&mut self, i: u32) {
-        match self.eviction {
-            Eviction::GroupLru => {}
-            Eviction::Lru => self.slab.push_front(&mut self.lru, i),
-            Eviction::RefCount => {
-                let b = Self::bucket_of(self.slab.get(i).refs);
-                self.slab.push_front(&mut self.buckets[b], i);
-            }
-        }
-    }
-
-    /// A verified match on the node of `(h, loc)`: recency or count goes up.
-    fn touch(&mut self, h: u64, loc: u64) {
-        let p = self.tree.prefix_of(h);
-        let Some(i) = self.node_of(p, h, loc) else {
-            return;
-        };
-        match self.eviction {
-            Eviction::GroupLru => self.glru_front(p),
-            Eviction::Lru => {
-                self.slab.unlink(&mut self.lru, i);
-                self.slab.push_front(&mut self.lru, i);
-            }
-            Eviction::RefCount => {
-                self.fp_list_unlink(i);
-                let n = self.slab.get_mut(i);
-                let flag = n.refs & PROVISIONAL;
-                n.refs = ((n.refs & !PROVISIONAL) + 1).min(!PROVISIONAL) | flag;
-                self.fp_list_front(i);
-            }
-        }
-    }
-
-    /// Insert `(h, loc)` into memory (`provisional`: created by an inline miss), evicting
-    /// first when the slab is full.
-    fn insert(&mut self, h: u64, loc: u64, provisional: bool) {
-        self.tombs.remove(&(h, loc));
-        let p = self.tree.prefix_of(h);
-        if self.node_of(p, h, loc).is_some() {
-            return;
-        }
-        while self.slab.is_full() {
-            if !self.evict_one() {
-                break;
-            }
-        }
-        let Some(i) = self.slab.alloc(h, loc) else {
-            self.st.dropped += 1;
-            return;
-        };
-        self.slab.get_mut(i).refs = 1 | if provisional { PROVISIONAL } else { 0 };
-        // Link into the group, ascending by h.
-        let mut prev = NIL;
-        let mut cur = self.leaf(p).mem_head;
-        while cur != NIL && self.slab.get(cur).h < h {
-            prev = cur;
-            cur = self.slab.get(cur).gnext;
-        }
-        self.slab.get_mut(i).gnext = cur;
-        if prev == NIL {
-            self.tree.get_mut(p).mem_head = i;
-        } else {
-            self.slab.get_mut(prev).gnext = i;
-        }
-        self.tree.get_mut(p).mem_len += 1;
-        match self.eviction {
-            Eviction::GroupLru => self.glru_front(p),
-            _ => self.fp_list_front(i),
-        }
-    }
-
-    /// Unlink node `i` of prefix `p` from its group and lists and free it.
-    fn drop_node(&mut self, p: u32, i: u32) {
-        let mut prev = NIL;
-        let mut cur = self.leaf(p).mem_head;
-        while cur != NIL && cur != i {
-            prev = cur;
-            cur = self.slab.get(cur).gnext;
-        }
-        if cur != i {
-            return;
-        }
-        let next = self.slab.get(i).gnext;
-        if prev == NIL {
-            self.tree.get_mut(p).mem_head = next;
-        } else {
-            self.slab.get_mut(prev).gnext = next;
-        }
-        self.fp_list_unlink(i);
-        self.slab.free(i);
-        let l = self.tree.get_mut(p);
-        l.mem_len -= 1;
-        if l.mem_len == 0 && self.eviction == Eviction::GroupLru {
-            self.glru_unlink(p);
-        }
-        if self.leaf(p).is_empty() {
-            self.tree.release_if_empty(p);
-        }
-    }
-
-    /// Make room for one fingerprint; false when memory holds nothing to evict.
-    fn evict_one(&mut self) -> bool {
-        match self.eviction {
-            Eviction::GroupLru => {
-                let p = self.glru_tail;
-                if p == NIL {
-                    return false;
-                }
-                self.st.group_evictions += 1;
-                self.evict_group(p);
-                true
-            }
-            Eviction::Lru | Eviction::RefCount => {
-                let i = if self.eviction == Eviction::Lru {
-                    self.lru.tail
-                } else {
-                    self.buckets
-                        .iter()
-                        .find(|l| l.tail != NIL)
-                        .map_or(NIL, |l| l.tail)
-                };
-                if i == NIL {
-                    return false;
-                }
-                let n = *self.slab.get(i);
-                let p = self.tree.prefix_of(n.h);
-                self.drop_node(p, i);
-                self.st.fp_evictions += 1;
-                self.merge_to_disk(p, vec![(n.h, n.loc)]);
-                true
-            }
-        }
-    }
-
-    /// Move every in-memory fingerprint of `p` to its on-media group.
-    fn evict_group(&mut self, p: u32) {
-        let mut recs = Vec::with_capacity(self.leaf(p).mem_len as usize);
-        let mut i = self.leaf(p).mem_head;
-        while i != NIL {
-            let n = *self.slab.get(i);
-            recs.push((n.h, n.loc));
-            let next = n.gnext;
-            self.fp_list_unlink(i);
-            self.slab.free(i);
-            i = next;
-        }
-        if self.eviction == Eviction::GroupLru {
-            self.glru_unlink(p);
-        }
-        {
-            let l = self.tree.get_mut(p);
-            l.mem_head = NIL;
-            l.mem_len = 0;
-        }
-        self.st.fp_evictions += recs.len() as u64;
-        recs.sort_unstable();
-        self.merge_to_disk(p, recs);
-    }
-
-    /// Read the on-media group of `p` (empty when none; a damaged one is dropped and its
-    /// fingerprints counted lost). Returns records and chain.
-    fn read_disk(&mut self, p: u32) -> (Vec<Rec>, Vec<u64>) {
-        let l = self.leaf(p);
-        let bits = self.tree.bits();
-        let Some(io) = self.io.as_mut() else {
-            return (Vec::new(), Vec::new());
-        };
-        if l.disk_head == 0 {
-            return (Vec::new(), Vec::new());
-        }
-        match io.read(bits, p, l.disk_head, l.disk_len, l.disk_blocks) {
-            Ok(g) => (g.recs, g.chain),
-            Err(_) => {
-                // Its blocks stay allocated (their chain is not trustworthy) until the next
-                // failure recovery or fsck --repair rebuilds the allocator.
-                io.errors += 1;
-                self.st.dropped += l.disk_len as u64;
-                self.set_disk(p, &[], 0);
-                (Vec::new(), Vec::new())
-            }
-        }
-    }
-
-    fn set_disk(&mut self, p: u32, chain: &[u64], len: u32) {
-        let old = self.leaf(p).disk_len as u64;
-        self.disk_total = self.disk_total - old + len as u64;
-        let l = self.tree.get_mut(p);
-        l.disk_head = chain.first().copied().unwrap_or(0);
-        l.disk_len = len;
-        l.disk_blocks = chain.len() as u32;
-        if self.leaf(p).is_empty() {
-            self.tree.release_if_empty(p);
-        }
-    }
-
-    /// Read-merge-write: merge `add` (sorted) into the on-media group of `p`, applying the
-    /// tombstones of `p` on the way.
-    fn merge_to_disk(&mut self, p: u32, add: Vec<Rec>) {
-        if self.io.is_none() {
-            self.st.dropped += add.len() as u64;
-            return;
-        }
-        let (mut recs, chain) = self.read_disk(p);
-        if !self.tombs.is_empty() {
-            let tombs = &mut self.tombs;
-            recs.retain(|r| !tombs.remove(r));
-        }
-        recs.extend(add);
-        recs.sort_unstable();
-        recs.dedup();
-        self.write_disk(p, chain, &recs);
-    }
-
-    fn write_disk(&mut self, p: u32, chain: Vec<u64>, recs: &[Rec]) {
-        self.st.merges += 1;
-        let Some(io) = self.io.as_mut() else {
-            return;
-        };
-        match io.write(p, chain, recs) {
-            Ok(c) => self.set_disk(p, &c, recs.len() as u32),
-            Err(_) => {
-                io.errors += 1;
-                self.st.dropped += recs.len() as u64;
-                self.set_disk(p, &[], 0);
-            }
-        }
-    }
-
-    /// Apply every tombstone to the on-media groups (one read-merge-write per group touched).
-    fn flush_tombs(&mut self) {
-        if self.tombs.is_empty() {
-            return;
-        }
-        let mut prefixes: Vec<u32> = self
-            .tombs
-            .iter()
-            .map(|r| self.tree.prefix_of(r.0))
-            .collect();
-        prefixes.sort_unstable();
-        prefixes.dedup();
-        for p in prefixes {
-            if self.leaf(p).disk_head != 0 {
-                self.merge_to_disk(p, Vec::new());
-            }
-        }
-        self.tombs.clear();
-        self.st.tomb_flushes += 1;
-    }
-
-    /// Rewrite the groups saved with `old_bits` for this tree's prefixes, streaming in
-    /// fingerprint order (prefix order is fingerprint order for both widths).
-    fn rebucket(&mut self, old_bits: u32, groups: &[(u32, u32, u64)]) {
-        let bits = self.tree.bits();
-        let mut cur: Option<u32> = None;
-        let mut buf: Vec<Rec> = Vec::new();
-        for &(op, len, head) in groups {
-            let Some(io) = self.io.as_mut() else { return };
-            let g = match io.read(old_bits, op, head, len, blocks_for(len as usize) as u32) {
-                Ok(g) => g,
-                Err(_) => {
-                    io.errors += 1;
-                    self.st.dropped += len as u64;
-                    continue;
-                }
-            };
-            io.give_back(&g.chain);
-            for r in g.recs {
-                let np = (r.0 >> (64 - bits)) as u32;
-                if cur != Some(np) {
-                    if let Some(cp) = cur {
-                        let recs = std::mem::take(&mut buf);
-                        self.write_disk(cp, Vec::new(), &recs);
-                    }
-                    cur = Some(np);
-                }
-                buf.push(r);
-            }
-        }
-        if let Some(cp) = cur {
-            self.write_disk(cp, Vec::new(), &buf);
-        }
-    }
-
-    fn memory_bytes(&self) -> u64 {
-        (std::mem::size_of::<Inner>() + self.buckets.capacity() * std::mem::size_of::<List>())
-            as u64
-            + self.tree.memory_bytes()
-            + self.slab.memory_bytes()
-            + self.tombs.capacity() as u64 * TOMB_SLOT_BYTES
-    }
-}
-
 impl FpStore for SmartStore {
     fn find(&self, fp: u64, check: &mut dyn FnMut(u64) -> bool) -> Option<u64> {
         let cands = self.inner.lock().mem_candidates(mix(fp));
@@ -572,6 +167,17 @@ impl FpStore for SmartStore {
             g.insert(h, loc, false);
         }
         Some(loc)
+    }
+
+    fn promote(&self, fp: u64, loc: u64) {
+        let h = mix(fp);
+        let mut g = self.inner.lock();
+        let p = g.tree.prefix_of(h);
+        if g.node_of(p, h, loc).is_none() {
+            g.st.disk_hits += 1;
+            g.st.promotions += 1;
+            g.insert(h, loc, false);
+        }
     }
 
     fn insert(&self, fp: u64, loc: u64) {

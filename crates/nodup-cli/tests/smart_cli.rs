@@ -1,0 +1,145 @@
+//! Policy `smart` through the command line and a real mount: mkfs with a budget, the inline
+//! misses left to the worker (paused, then resumed with `nodup ctl`), the stats it reports, the
+//! options refused where they mean nothing, and the data intact across a remount and fsck.
+
+mod common;
+use common::*;
+use std::fs;
+use std::time::{Duration, Instant};
+
+fn blocks(first: u64, n: u64) -> Vec<u8> {
+    let mut rng = StdRng::seed_from_u64(0x5ab);
+    let mut out = vec![0u8; (n * 4096) as usize];
+    for (k, b) in out.chunks_mut(4096).enumerate() {
+        rng.fill(b);
+        b[..8].copy_from_slice(&(first + k as u64).to_le_bytes());
+    }
+    out
+}
+
+fn one_line_error(o: &std::process::Output, has: &str) {
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    assert!(e.contains(has), "{e}");
+}
+
+#[test]
+fn smart_through_a_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let f = Fixture::new(
+        "smart",
+        "256M",
+        &["--policy", "smart", "--mem-budget", "128K"],
+    );
+    f.mount(&["--worker-rate", "0"]);
+    // 4000 unique blocks: far more fingerprints than 128 KiB holds in memory.
+    let data = blocks(0, 4000);
+    fs::write(f.path("a"), &data).unwrap();
+    fs::write(f.path("b"), &data).unwrap();
+    let s = f.stats();
+    let sm = &s["smart"];
+    assert!(
+        sm["memory"]["total_bytes"].as_u64().unwrap() <= 128 << 10,
+        "{sm}"
+    );
+    assert!(
+        sm["fs"]["skipped_buffer"]["pending_blocks"]
+            .as_u64()
+            .unwrap()
+            > 0
+            || sm["fs"]["skipped_buffer"]["pending_files"]
+                .as_u64()
+                .unwrap()
+                > 0
+    );
+    let before = s["dedup_ratio"].as_f64().unwrap();
+    assert!(before < 0.45, "inline dedup alone: {before}");
+    // Resume the worker and wait for it to settle.
+    ok(nodup(&[
+        "ctl",
+        f.mnt.to_str().unwrap(),
+        "--worker-rate",
+        "100000",
+    ]));
+    let t0 = Instant::now();
+    while f.stats()["smart"]["fs"]["idle"] != true {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "worker did not settle"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let s = f.stats();
+    assert!(
+        s["dedup_ratio"].as_f64().unwrap() > 0.49,
+        "{}",
+        s["dedup_ratio"]
+    );
+    assert!(s["smart"]["out_of_line_hits"].as_u64().unwrap() > 0);
+    // The control interface refuses nonsense in one line and changes nothing.
+    one_line_error(
+        &nodup(&["ctl", f.mnt.to_str().unwrap(), "--battery", "500"]),
+        "refused",
+    );
+    ok(nodup(&[
+        "ctl",
+        f.mnt.to_str().unwrap(),
+        "--battery",
+        "40",
+        "--low-power",
+        "on",
+    ]));
+    let r = &f.stats()["smart"]["engine"]["policy"]["selectivity"]["resources"];
+    assert_eq!(r["battery"], 40.0);
+    f.umount();
+    assert!(f.fsck().status.success());
+    f.mount(&[]);
+    assert_eq!(fs::read(f.path("a")).unwrap(), data);
+    assert_eq!(fs::read(f.path("b")).unwrap(), data);
+    f.umount();
+}
+
+#[test]
+fn smart_options_are_refused_where_they_mean_nothing() {
+    if !fuse_available() {
+        return;
+    }
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let img = format!("/dev/shm/nodup-test-{}-refuse-{n}.img", std::process::id());
+    one_line_error(
+        &nodup(&["mkfs", &img, "--size", "64M", "--mem-budget", "1M"]),
+        "only smart",
+    );
+    one_line_error(
+        &nodup(&[
+            "mkfs",
+            &img,
+            "--size",
+            "64M",
+            "--policy",
+            "smart",
+            "--mem-budget",
+            "1K",
+        ]),
+        "at least",
+    );
+    assert!(!std::path::Path::new(&img).exists());
+    let f = Fixture::new("light", "64M", &[]);
+    let o = nodup(&[
+        "mount",
+        f.img.to_str().unwrap(),
+        f.mnt.to_str().unwrap(),
+        "--eviction",
+        "lru",
+    ]);
+    one_line_error(&o, "options of policy smart");
+    f.mount(&[]);
+    one_line_error(
+        &nodup(&["ctl", f.mnt.to_str().unwrap(), "--worker-rate", "5"]),
+        "refused",
+    );
+    f.umount();
+}
