@@ -220,10 +220,15 @@ impl crate::fs::FileSystem {
     /// Run a `smart` control command (`key=value`, see [`SmartFs::control`]); EINVAL for other
     /// policies.
     pub fn smart_control(&self, cmd: &str) -> Result<()> {
-        match &self.smart {
-            Some(s) => s.control(cmd),
-            None => errno(libc::EINVAL),
-        }
+        let Some(s) = &self.smart else {
+            return errno(libc::EINVAL);
+        };
+        s.control(cmd)?;
+        // Readings set by hand take effect now, not at the worker's next sample.
+        let ov = *s.overrides.lock();
+        let r = s.sampler.lock().sample(&ov);
+        self.engine.policy().set_resources(r);
+        Ok(())
     }
 
     /// True when `smart`'s worker has nothing queued (always true for other policies).
