@@ -244,8 +244,125 @@ pub fn trace_parse(data: &[u8]) {
     }
 }
 
+/// Size of the `smart` base image (room for groups on the medium).
+pub const SMART_BASE_BYTES: u64 = 4 << 20;
+
+/// A clean `smart` image (16 KiB budget) whose fingerprint groups are on the medium, with
+/// blocks still queued for the worker (so the skipped buffer's checkpoint is written), and its
+/// dirty twin; hot ranges: the client area (superblocks and that checkpoint), the engine's
+/// metadata and save area (the group directory), the blocks the store held before shutdown.
+fn build_smart_base() -> BaseImage {
+    use nodup_core::policy::smart::SmartOptions;
+    use nodup_core::policy::{PolicyKind, PolicyOptions};
+    let mem = Arc::new(MemMedium::new(SMART_BASE_BYTES));
+    let fo = FormatOptions {
+        policy: PolicyKind::Smart,
+        mem_budget: 16 << 10,
+        ..FormatOptions::default()
+    };
+    let opts = FsOptions {
+        open: OpenOptions {
+            policy: PolicyOptions {
+                smart: SmartOptions {
+                    fixed_selectivity: Some(0.5),
+                    ..SmartOptions::default()
+                },
+            },
+            ..OpenOptions::default()
+        },
+        ..FsOptions::default()
+    };
+    let fs = FileSystem::format(mem.clone(), MediumKind::Pmem, &fo, &opts, Caller::default())
+        .expect("format smart base image");
+    let who = Caller::default();
+    for i in 0..3u64 {
+        let (ino, _) = fs
+            .mknod(
+                ROOT_INO,
+                format!("s{i}").as_bytes(),
+                Kind::File,
+                0o644,
+                0,
+                b"",
+                who,
+            )
+            .expect("create");
+        let data: Vec<u8> = (0..120u64)
+            .flat_map(|k| pattern_block(1000 + (k + 40 * i) % 200))
+            .collect();
+        fs.write(ino, 0, &data).expect("write");
+    }
+    fs.smart_step(100).expect("worker step");
+    let dirty = mem.snapshot();
+    let area = fs.client_area();
+    let (data_start, data_blocks) = fs.engine().data_area();
+    let (save, _) = fs.engine().save_area();
+    let mut hot = vec![
+        (area * BS, 10 * BS),
+        // The save area's header and payload, and the smart directory after the bitmap.
+        (save * BS, 2 * BS),
+        (
+            (save + 1) * BS + 8 * nodup_core::alloc::Allocator::save_len_words(data_blocks) as u64,
+            64,
+        ),
+        (
+            (area + 2) * BS,
+            (data_start.saturating_sub(area + 2)).max(1) * BS,
+        ),
+    ];
+    let mut held: std::collections::HashSet<u64> =
+        fs.with_tables(|t| t.data_refs()).into_iter().collect();
+    held.extend(fs.meta_blocks());
+    let alloc = fs.engine().allocator();
+    for b in data_start..data_start + data_blocks {
+        if alloc.is_allocated(b) && !held.contains(&b) && hot.len() < 24 {
+            hot.push((b * BS, BS));
+        }
+    }
+    hot.push((0, SMART_BASE_BYTES));
+    fs.shutdown().expect("shutdown");
+    drop(fs);
+    BaseImage {
+        clean: mem.snapshot(),
+        dirty,
+        hot,
+    }
+}
+
+/// The `smart` base images (built once per process).
+pub fn smart_base() -> &'static BaseImage {
+    static B: OnceLock<BaseImage> = OnceLock::new();
+    B.get_or_init(build_smart_base)
+}
+
+/// Fuzz body: open a patched `smart` image (group directory, group blocks, skipped-buffer
+/// checkpoint, the rest), read-only or with recovery; then fsck, the worker, a write.
+pub fn smart_image(script: &[u8]) {
+    let (img, _) = patch(smart_base(), script);
+    let read_only = script.first().is_some_and(|b| b & 2 == 2);
+    let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img));
+    let opts = FsOptions {
+        read_only,
+        ..FsOptions::default()
+    };
+    let Ok(fs) = FileSystem::open(m, &opts) else {
+        return;
+    };
+    let _ = fsck::check(&fs, false);
+    walk(&fs, ROOT_INO, 0);
+    if !read_only {
+        let _ = fs.smart_settle();
+        if let Ok((ino, _)) = fs.lookup(ROOT_INO, b"s1") {
+            let _ = fs.write(ino, 0, &pattern_block(1003));
+        }
+        let _ = fs.smart_settle();
+        let _ = fsck::check(&fs, true);
+    }
+    let _ = fs.shutdown();
+}
+
 /// The fuzz targets by name.
-pub const TARGETS: [&str; 3] = ["engine_image", "fs_image", "trace_parse"];
+pub const TARGETS: [&str; 4] = ["engine_image", "fs_image", "trace_parse", "smart_image"];
 
 /// The body of target `name`.
 pub fn body(name: &str) -> Option<fn(&[u8])> {
@@ -253,6 +370,7 @@ pub fn body(name: &str) -> Option<fn(&[u8])> {
         "engine_image" => Some(engine_image),
         "fs_image" => Some(fs_image),
         "trace_parse" => Some(trace_parse),
+        "smart_image" => Some(smart_image),
         _ => None,
     }
 }

@@ -54,6 +54,11 @@ fn fuzz_fs_image() {
 }
 
 #[test]
+fn fuzz_smart_image() {
+    run("smart_image", 1500);
+}
+
+#[test]
 fn fuzz_trace_parse() {
     run("trace_parse", 20000);
 }

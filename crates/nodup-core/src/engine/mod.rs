@@ -409,6 +409,12 @@ impl Engine {
         &self.medium
     }
 
+    /// First block and length of the save area (what a clean shutdown saves for the next open;
+    /// tests and fuzzers aim at it).
+    pub fn save_area(&self) -> (BlockNr, u64) {
+        (self.geo.save_start, self.geo.save_blocks)
+    }
+
     /// First block and length of the data area (where data and caller metadata blocks live).
     pub fn data_area(&self) -> (BlockNr, u64) {
         (self.geo.data_start, self.geo.data_blocks)

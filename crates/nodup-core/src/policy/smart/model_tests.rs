@@ -214,3 +214,50 @@ fn reference_count_eviction_keeps_the_most_referenced() {
     }
     assert_eq!(s.find(hot, &mut |_| true), Some(32));
 }
+
+#[test]
+fn damaged_directories_are_refused() {
+    let (s, a, m) = store(24 << 10, 6, Eviction::GroupLru);
+    for k in 0..400u64 {
+        s.insert(fp_of(k as u8) ^ k << 8, 32 * (k + 1));
+    }
+    let w = s.save_words().unwrap().unwrap();
+    let fresh = || {
+        SmartStore::new(
+            24 << 10,
+            6,
+            Eviction::GroupLru,
+            Some(GroupIo::new(m.clone(), a.clone())),
+        )
+    };
+    assert!(fresh().restore_words(&w).is_ok());
+    let n = (w[1] >> 32) as usize;
+    assert!(n >= 2);
+    let mut bad: Vec<Vec<u64>> = Vec::new();
+    let mut x = w.clone();
+    x[0] ^= 1; // magic
+    bad.push(x);
+    let mut x = w.clone();
+    x[1] = 40 | (n as u64) << 32; // prefix bits out of range
+    bad.push(x);
+    let mut x = w.clone();
+    x[1] += 1 << 32; // one group more than the words hold
+    bad.push(x);
+    let mut x = w.clone();
+    x.swap(2, 4); // prefixes out of order
+    x.swap(3, 5);
+    bad.push(x);
+    let mut x = w.clone();
+    x[3] = 2; // a block outside the data area
+    bad.push(x);
+    let mut x = w.clone();
+    x[2] &= 0xffff_ffff; // an empty group
+    bad.push(x);
+    for (i, b) in bad.iter().enumerate() {
+        assert!(fresh().restore_words(b).is_err(), "damage {i} accepted");
+    }
+    // A free block named by the directory is refused too.
+    let head = w[3];
+    a.free(head).unwrap();
+    assert!(fresh().restore_words(&w).is_err());
+}
