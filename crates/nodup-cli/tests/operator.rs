@@ -116,12 +116,12 @@ fn mkfs_refuses_what_it_would_destroy() {
     ]));
     one_line(&e, "--mem-budget");
     one_line(
-        &fail(&nodup(&["mkfs", h, "--size", "16M", "--policy", "smart"])),
+        &fail(&nodup(&["mkfs", h, "--size", "16M", "--policy", "selective"])),
         "not built yet",
     );
     assert!(!huge.exists());
     let help = ok(nodup(&["mkfs", "--help"]));
-    assert!(!help.contains("mem-budget") && !help.contains("encrypt") && !help.contains("smart"));
+    assert!(!help.contains("encrypt") && !help.contains("selective"));
     assert!(!help.contains("later issue"));
     let _ = fs::remove_file(&img);
     let _ = fs::remove_file(&data);
