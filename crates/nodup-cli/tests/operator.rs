@@ -116,7 +116,14 @@ fn mkfs_refuses_what_it_would_destroy() {
     ]));
     one_line(&e, "--mem-budget");
     one_line(
-        &fail(&nodup(&["mkfs", h, "--size", "16M", "--policy", "selective"])),
+        &fail(&nodup(&[
+            "mkfs",
+            h,
+            "--size",
+            "16M",
+            "--policy",
+            "selective",
+        ])),
         "not built yet",
     );
     assert!(!huge.exists());
