@@ -15,3 +15,10 @@ pub mod record;
 
 pub use error::{Error, Result};
 pub use planner::{Caps, IslandSize, PlanStats};
+pub mod bench;
+pub mod debubble;
+pub mod fawn;
+mod fsutil;
+pub mod logfile;
+pub mod lsm;
+pub mod workload;
