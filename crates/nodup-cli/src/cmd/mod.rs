@@ -5,6 +5,7 @@ pub mod check;
 pub mod du;
 pub mod estimate;
 pub mod estimate_model;
+pub mod freewrite;
 pub mod helper;
 pub mod list;
 pub mod mkfs;
