@@ -303,9 +303,9 @@ proptest! {
             if k > 0 {
                 let mut old_off = start;
                 let mut first_pos = 0;
-                for i in first_i..first_i + n {
-                    if old_off + l.items[i].len > f { first_pos = pos[i] + (f - old_off); break; }
-                    old_off += l.items[i].len;
+                for (it, &p) in l.items[first_i..first_i + n].iter().zip(&pos[first_i..]) {
+                    if old_off + it.len > f { first_pos = p + (f - old_off); break; }
+                    old_off += it.len;
                 }
                 if first_pos % block == 0 { aligned += k; }
                 if !estimate {
