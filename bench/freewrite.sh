@@ -21,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 case ${1:-} in
   matrix | sweep | speed | report | all) ;;
-  *) sed -n '2,20p' "$0"; exit 2 ;;
+  *) sed -n '2,19p' "$0"; exit 2 ;;
 esac
 SIZE=${SIZE:-256M}
 SWEEP_SIZE=${SWEEP_SIZE:-1G}
