@@ -137,6 +137,19 @@ pub fn run(spec: &BenchSpec, progress: &mut dyn FnMut(u64, u64)) -> Result<Bench
     Ok(rep)
 }
 
+/// The workload of a load, a value buffer and the start time; refused over a store that
+/// already holds data (`holds`), whose numbers would mean nothing.
+fn start_load(spec: &BenchSpec, holds: bool) -> Result<(Workload, Vec<u8>, Instant)> {
+    if holds {
+        return Err(Error::Invalid(format!(
+            "{} already holds a store: load into an empty directory",
+            spec.dir.display()
+        )));
+    }
+    let w = Workload::new(spec.keys, spec.value_size, spec.seed)?;
+    Ok((w, Vec::new(), Instant::now()))
+}
+
 fn run_fawn(
     spec: &BenchSpec,
     fw: Option<Caps>,
@@ -149,20 +162,12 @@ fn run_fawn(
     };
     let mut s = FawnStore::open(&spec.dir, opts)?;
     if spec.phase != Phase::Gc {
-        if s.stats().live_keys > 0 {
-            return Err(Error::Invalid(format!(
-                "{} already holds a store: load into an empty directory",
-                spec.dir.display()
-            )));
-        }
-        let mut w = Workload::new(spec.keys, spec.value_size, spec.seed)?;
-        let mut v = Vec::new();
-        let t = Instant::now();
-        while s.stats().log_bytes < spec.size {
+        let (mut w, mut v, t) = start_load(spec, s.stats().live_keys > 0)?;
+        while s.log_bytes() < spec.size {
             let k = w.next(&mut v);
             s.put(&k, &v)?;
             if w.puts() % 4096 == 0 {
-                progress(s.stats().log_bytes, spec.size);
+                progress(s.log_bytes(), spec.size);
             }
         }
         s.sync()?;
@@ -210,15 +215,7 @@ fn run_lsm(
         ..LsmOptions::default()
     };
     let mut s = LsmStore::open(&spec.dir, opts)?;
-    if s.stats().table_bytes > 0 {
-        return Err(Error::Invalid(format!(
-            "{} already holds a store: load into an empty directory",
-            spec.dir.display()
-        )));
-    }
-    let mut w = Workload::new(spec.keys, spec.value_size, spec.seed)?;
-    let mut v = Vec::new();
-    let t = Instant::now();
+    let (mut w, mut v, t) = start_load(spec, s.stats().table_bytes > 0)?;
     let mut put = 0u64;
     while put < spec.size {
         let k = w.next(&mut v);

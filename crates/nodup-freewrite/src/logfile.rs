@@ -128,16 +128,35 @@ impl BlockWriter {
         })
     }
 
-    /// Create `path` (which must not exist) holding `header`.
+    /// Create `path` (which must not exist) holding `header`. The file appears with its header
+    /// durable or not at all: it is written as `path.tmp`, fsynced and renamed (a crash leaves
+    /// at most a `.tmp` file, which the stores remove on open).
     pub fn create(path: PathBuf, header: &LogHeader) -> Result<Self> {
+        let mut tmp = path.clone().into_os_string();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
+        crate::fsutil::remove(&tmp)?;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
-            .open(&path)
-            .ctx(|| format!("create {}", path.display()))?;
-        let mut w = BlockWriter::new(file, path, 0)?;
+            .open(&tmp)
+            .ctx(|| format!("create {}", tmp.display()))?;
+        let mut w = BlockWriter::new(file, tmp.clone(), 0)?;
         w.append(&header.encode())?;
+        w.sync()?;
+        if path.exists() {
+            return Err(Error::io(
+                format!("create {}", path.display()),
+                std::io::ErrorKind::AlreadyExists.into(),
+            ));
+        }
+        std::fs::rename(&tmp, &path)
+            .ctx(|| format!("rename {} to {}", tmp.display(), path.display()))?;
+        if let Some(dir) = path.parent() {
+            crate::fsutil::sync_dir(dir)?;
+        }
+        w.renamed(path);
         Ok(w)
     }
 
@@ -243,6 +262,19 @@ pub struct LogEnd {
     pub valid_end: u64,
     /// Length of the file (beyond `valid_end`: a torn tail).
     pub file_len: u64,
+}
+
+impl LogEnd {
+    /// Refuse a log that cannot be read to `end` (the end its writer knows it synced).
+    pub fn expect_end(&self, path: &Path, end: u64) -> Result<()> {
+        if self.valid_end != end {
+            return Err(Error::corrupt(
+                path,
+                format!("log readable to {} of {end}", self.valid_end),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Read the log at `path` from its header on, calling `f(offset, record bytes, entry)` for each

@@ -140,12 +140,7 @@ impl FawnStore {
                 Ok(())
             },
         )?;
-        if end.valid_end != old_end {
-            return Err(Error::corrupt(
-                self.log.path(),
-                format!("log readable to {} of {old_end}", end.valid_end),
-            ));
-        }
+        end.expect_end(self.log.path(), old_end)?;
         if let Some(p) = c.planner.as_mut() {
             rep.plan = p.finish();
         }

@@ -143,15 +143,13 @@ impl FawnStore {
         let mut stats = FawnStats::default();
         let Some(&gen) = gens.last() else {
             let path = dir.join(log_name(1));
-            let mut log = BlockWriter::create(
+            let log = BlockWriter::create(
                 path,
                 &LogHeader {
                     kind: LogKind::Data,
                     number: 1,
                 },
             )?;
-            log.sync()?;
-            sync_dir(dir)?;
             stats.log_bytes = log.end();
             return Ok(FawnStore {
                 dir: dir.to_path_buf(),
@@ -320,12 +318,7 @@ impl FawnStore {
                 Ok(())
             },
         )?;
-        if end.valid_end != self.log.end() {
-            return Err(Error::corrupt(
-                self.log.path(),
-                format!("log readable to {} of {}", end.valid_end, self.log.end()),
-            ));
-        }
+        end.expect_end(self.log.path(), self.log.end())?;
         out.sort_unstable();
         Ok(out)
     }
@@ -333,6 +326,11 @@ impl FawnStore {
     /// Make every put and delete so far durable (acknowledged).
     pub fn sync(&mut self) -> Result<()> {
         self.log.sync()
+    }
+
+    /// Bytes of the current log file.
+    pub fn log_bytes(&self) -> u64 {
+        self.log.end()
     }
 
     /// Counters since open.

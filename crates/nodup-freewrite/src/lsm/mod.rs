@@ -221,8 +221,6 @@ impl LsmStore {
             hook: None,
         };
         s.pointers.resize(LEVELS, Vec::new());
-        s.wal.sync()?;
-        sync_dir(dir)?;
         // The replayed writes go to a level-0 table; the old logs are then obsolete.
         s.flush_memtable()?;
         s.maybe_compact()?;
@@ -431,8 +429,6 @@ impl LsmStore {
             self.closed_wal_bytes += old.bytes_written();
             self.old_wals.push(self.wal_number);
             self.wal_number = n;
-            self.wal.sync()?;
-            sync_dir(&self.dir)?;
         }
         self.commit()?;
         self.crash_point("flush:committed");

@@ -393,10 +393,15 @@ impl StreamPlanner {
     }
 }
 
-/// Plan a whole output at once: the bubble bytes before each item, and the counts.
+/// Plan a whole output at once (lookahead): the bubble bytes before each item, and the counts.
 pub fn plan(caps: Caps, base: u64, items: &[Item]) -> (Vec<u64>, PlanStats) {
+    plan_with(caps, IslandSize::Lookahead, base, items)
+}
+
+/// [`plan`] with a choice of how island sizes are learnt.
+pub fn plan_with(caps: Caps, mode: IslandSize, base: u64, items: &[Item]) -> (Vec<u64>, PlanStats) {
     let total = items.iter().map(|i| i.len).sum();
-    let mut p = StreamPlanner::new(caps, IslandSize::Lookahead, base, total);
+    let mut p = StreamPlanner::new(caps, mode, base, total);
     let mut bubbles = Vec::with_capacity(items.len());
     for &it in items {
         p.push(it);

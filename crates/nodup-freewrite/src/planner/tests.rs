@@ -87,20 +87,7 @@ fn dedup_blocks(old: &[u8], new: &[u8], b: usize) -> usize {
 }
 
 fn run_stream(c: Caps, mode: IslandSize, items: &[Item]) -> (Vec<u64>, PlanStats) {
-    let total = items.iter().map(|i| i.len).sum();
-    let mut p = StreamPlanner::new(c, mode, 0, total);
-    let mut out = Vec::new();
-    for &it in items {
-        p.push(it);
-        while let Some(b) = p.pop() {
-            out.push(b);
-        }
-    }
-    let s = p.finish();
-    while let Some(b) = p.pop() {
-        out.push(b);
-    }
-    (out, s)
+    plan_with(c, mode, 0, items)
 }
 
 /// Figure 1 of the paper in miniature: 5 blocks of 100 bytes, 2 records each; the second
