@@ -127,6 +127,9 @@ fn find(
 impl FawnStore {
     /// Open the store in `dir` (created when missing), rebuilding the index from the log.
     pub fn open(dir: &Path, opts: FawnOptions) -> Result<Self> {
+        if let Some(c) = opts.freewrite {
+            c.check()?;
+        }
         let lock = lock_dir(dir)?;
         let mut gens = Vec::new();
         for e in std::fs::read_dir(dir).ctx(|| format!("list {}", dir.display()))? {

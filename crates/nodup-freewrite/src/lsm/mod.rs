@@ -140,6 +140,9 @@ impl LsmStore {
         if opts.memtable_bytes == 0 || opts.table_bytes == 0 || opts.l0_trigger == 0 {
             return Err(Error::Invalid("LSM sizes must be positive".into()));
         }
+        if let Some(c) = opts.freewrite {
+            c.check()?;
+        }
         let lock = lock_dir(dir)?;
         let mf = Manifest::load(dir)?.unwrap_or_default();
         let mut levels: Vec<Vec<Table>> = (0..LEVELS).map(|_| Vec::new()).collect();

@@ -63,6 +63,19 @@ impl Caps {
         })
     }
 
+    /// Refuse caps a store cannot write with: caps outside (0, 1], a block smaller than two
+    /// record headers or larger than 1 MiB, a smallest bubble shorter than a record header.
+    pub fn check(&self) -> Result<()> {
+        let h = crate::record::HEADER as u64;
+        let caps_ok = [self.bubble_cap, self.global_cap]
+            .iter()
+            .all(|&v| v > 0.0 && v <= 1.0);
+        if !caps_ok || !(2 * h..=1 << 20).contains(&self.block) || self.min_bubble < h {
+            return Err(Error::Invalid(format!("unusable freewrite caps {self:?}")));
+        }
+        Ok(())
+    }
+
     /// Island length from which every bubble (< B) passes the bubble cap.
     fn sure_blocks(&self) -> u64 {
         let k = (self.block - 1) as f64 / (self.bubble_cap * self.block as f64);

@@ -226,6 +226,23 @@ fn caps_are_validated() {
     assert!(Caps::with_caps(0.125, 1.5).is_err());
     assert!(Caps::with_caps(f64::NAN, 0.05).is_err());
     assert_eq!(Caps::with_caps(0.125, 0.05).unwrap(), Caps::default());
+    assert!(Caps::default().check().is_ok());
+    for bad in [
+        Caps {
+            min_bubble: 4,
+            ..Caps::default()
+        },
+        Caps {
+            block: 0,
+            ..Caps::default()
+        },
+        Caps {
+            global_cap: 0.0,
+            ..Caps::default()
+        },
+    ] {
+        assert!(bad.check().is_err(), "{bad:?}");
+    }
 }
 
 /// Old runs of the output as the test sees them: (first item, items, old start, old end).
