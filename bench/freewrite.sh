@@ -5,7 +5,7 @@
 # collection, after a separate load process; LSM: the whole load with its compactions).
 #
 #   matrix MEDIUM STORE KEYS [VALUE]  the 4 value sizes (or VALUE) x freewrite off/on, at SIZE
-#                             (default 256M)
+#                             (default 1G, the paper's size)
 #   sweep MEDIUM              FAWN, mixed keys, 512 B values: off and bubble caps 12.5..96 %
 #                             (Figs. 7, 8), at SWEEP_SIZE (default 1G)
 #   speed MEDIUM STORE RUN    one off/on pair at 1 KiB values, mixed keys, SPEED_SIZE (1G);
@@ -23,7 +23,7 @@ case ${1:-} in
   matrix | sweep | speed | report | all) ;;
   *) sed -n '2,19p' "$0"; exit 2 ;;
 esac
-SIZE=${SIZE:-256M}
+SIZE=${SIZE:-1G}
 SWEEP_SIZE=${SWEEP_SIZE:-1G}
 SPEED_SIZE=${SPEED_SIZE:-1G}
 RUNS=${RUNS:-3}
