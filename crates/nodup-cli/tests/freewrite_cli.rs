@@ -89,13 +89,16 @@ fn fawn_phases_run_as_separate_processes_and_the_log_debubbles() {
         .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("log."))
         .unwrap();
     let out = t.path().join("plain");
-    let o = nodup(&[
-        "freewrite",
-        "debubble",
-        log.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let debubble = || {
+        nodup(&[
+            "freewrite",
+            "debubble",
+            log.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ])
+    };
+    let o = debubble();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let (a, b) = (
         std::fs::metadata(&log).unwrap().len(),
@@ -103,13 +106,7 @@ fn fawn_phases_run_as_separate_processes_and_the_log_debubbles() {
     );
     assert_eq!(a - b, bubbles);
     // Again onto the existing output: refused, in one line, output untouched.
-    let o = nodup(&[
-        "freewrite",
-        "debubble",
-        log.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let o = debubble();
     assert!(!o.status.success());
     assert_eq!(String::from_utf8_lossy(&o.stderr).trim().lines().count(), 1);
     assert_eq!(std::fs::metadata(&out).unwrap().len(), b);
