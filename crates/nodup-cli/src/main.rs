@@ -40,6 +40,9 @@ enum Command {
     /// Benchmarks of the engine (no FUSE) and load generators for a mount.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// Freewrite: bubbles that keep rewritten data block aligned (FAWN and LSM stores).
+    #[command(subcommand)]
+    Freewrite(cmd::freewrite::FreewriteCommand),
     /// Write the man pages (nodup.1 and one per subcommand) into DIR (`make install` does).
     #[command(hide = true)]
     Man {
@@ -124,6 +127,7 @@ fn main() {
         Command::Replay(a) => cmd::trace::replay(a),
         Command::Trace(c) => cmd::trace::trace(c),
         Command::Bench(c) => cmd::bench::bench(c),
+        Command::Freewrite(c) => cmd::freewrite::freewrite(c),
         Command::Man { dir } => std::fs::create_dir_all(&dir)
             .map_err(anyhow::Error::from)
             .and_then(|()| {

@@ -6,6 +6,7 @@ pub mod ctl;
 pub mod du;
 pub mod estimate;
 pub mod estimate_model;
+pub mod freewrite;
 pub mod helper;
 pub mod list;
 pub mod mkfs;
