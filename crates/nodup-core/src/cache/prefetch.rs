@@ -107,6 +107,11 @@ impl<L: Copy + Eq + Hash, C> PrefetchCache<L, C> {
         self.by_loc.contains_key(&loc)
     }
 
+    /// Whether some content of fingerprint `key` is cached (no counters touched).
+    pub fn contains_key(&self, key: u64) -> bool {
+        self.groups.contains_key(&key)
+    }
+
     /// The location of a cached content of fingerprint `key` that `matches` accepts (compared
     /// in most-recent-first order); a hit refreshes its recency. Counts a hit or a miss.
     pub fn find(&mut self, key: u64, mut matches: impl FnMut(&C) -> bool) -> Option<L> {
