@@ -38,6 +38,9 @@ enum Command {
     /// Benchmarks of the engine (no FUSE) and load generators for a mount.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// Cache-line dedup simulator for encrypted NVM main memory (FSDedup's evaluation).
+    #[command(subcommand)]
+    Sim(cmd::sim::SimCommand),
     /// Write the man pages (nodup.1 and one per subcommand) into DIR (`make install` does).
     #[command(hide = true)]
     Man {
@@ -121,6 +124,7 @@ fn main() {
         Command::Replay(a) => cmd::trace::replay(a),
         Command::Trace(c) => cmd::trace::trace(c),
         Command::Bench(c) => cmd::bench::bench(c),
+        Command::Sim(c) => cmd::sim::sim(c),
         Command::Man { dir } => std::fs::create_dir_all(&dir)
             .map_err(anyhow::Error::from)
             .and_then(|()| {

@@ -211,6 +211,13 @@ impl<V> Lrcu<V> {
         evicted
     }
 
+    /// Replace the value of a cached `key` without touching its frequency (the content it names
+    /// moved); returns the old value, or None when `key` is not cached.
+    pub fn update(&mut self, key: u64, value: V) -> Option<V> {
+        let id = *self.index.get(&key)?;
+        self.entries[id as usize].value.replace(value)
+    }
+
     /// Forget `key` (its content was freed); returns its value.
     pub fn remove(&mut self, key: u64) -> Option<V> {
         let id = self.index.remove(&key)?;

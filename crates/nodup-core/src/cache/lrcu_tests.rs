@@ -42,6 +42,11 @@ fn frequency_lists_follow_algorithms_1_and_2() {
     assert_eq!(c.put(E, 50, 0), None);
     assert_eq!(c.lists(), vec![(2, vec![E]), (3, vec![B, A])]);
     assert_eq!(c.peek(E), Some((&50, 2)));
+    // update re-points without a bump; unknown keys are not inserted.
+    assert_eq!(c.update(E, 51), Some(50));
+    assert_eq!(c.peek(E), Some((&51, 2)));
+    assert_eq!(c.update(0x77, 1), None);
+    assert!(!c.contains(0x77));
     assert_eq!(c.min_frequency(), Some(2));
     let s = c.stats();
     assert_eq!((s.hits, s.misses, s.inserts, s.evictions), (4, 1, 5, 2));

@@ -90,6 +90,10 @@ pub struct ModelConfig {
     pub refresh_ops: u64,
     /// Largest reference count of a physical line in ESD/FSDedup (`referH` is 1 byte, §3.2).
     pub max_refs: u32,
+    /// Charge a PCM write for every dirty AMT line evicted from its cache. Off by default: the AMT
+    /// is co-located with the per-line encryption counters (as DeWrite does), whose write-backs
+    /// every scheme, Baseline included, pays and this model leaves out for all.
+    pub amt_writebacks: bool,
 }
 
 impl Default for ModelConfig {
@@ -108,6 +112,7 @@ impl Default for ModelConfig {
             refresh_interval_ns: 10_000_000_000,
             refresh_ops: 0,
             max_refs: 255,
+            amt_writebacks: false,
         }
     }
 }
@@ -161,6 +166,7 @@ impl ModelConfig {
             "window" => self.window = int()?.try_into().map_err(|_| bad())?,
             "max_refs" => self.max_refs = int()?.try_into().map_err(|_| bad())?,
             "key_seed" => self.key_seed = int()?,
+            "amt_writebacks" => self.amt_writebacks = int()? != 0,
             _ => {
                 return Err(SimError::Invalid(format!(
                     "--set {name}: unknown parameter (see `nodup sim run --help`)"

@@ -13,13 +13,20 @@ pub struct Access {
     pub evicted_dirty: bool,
 }
 
+/// One way: the key and its state (bit 0 valid, bit 1 dirty, the rest the last-use stamp).
+#[derive(Clone, Copy, Default)]
+struct Way {
+    tag: u64,
+    state: u64,
+}
+
+const VALID: u64 = 1;
+const DIRTY: u64 = 2;
+
 /// Tags only: which keys are cached, in how many entries.
 pub struct SetCache {
     sets: usize,
-    tags: Vec<u64>,
-    valid: Vec<bool>,
-    dirty: Vec<bool>,
-    age: Vec<u64>,
+    ways: Vec<Way>,
     clock: u64,
     entry_bytes: usize,
 }
@@ -34,13 +41,9 @@ impl SetCache {
     pub fn new(budget_bytes: usize, entry_bytes: usize) -> Self {
         let entries = budget_bytes / entry_bytes.max(1);
         let sets = (entries / WAYS).max(1);
-        let n = sets * WAYS;
         SetCache {
             sets,
-            tags: vec![0; n],
-            valid: vec![false; n],
-            dirty: vec![false; n],
-            age: vec![0; n],
+            ways: vec![Way::default(); sets * WAYS],
             clock: 0,
             entry_bytes,
         }
@@ -56,33 +59,33 @@ impl SetCache {
         self.capacity() * self.entry_bytes
     }
 
+    fn set(&self, key: u64) -> usize {
+        (mix(key) % self.sets as u64) as usize * WAYS
+    }
+
     /// Look `key` up, installing it on a miss; `write` marks the entry dirty.
     pub fn access(&mut self, key: u64, write: bool) -> Access {
-        self.clock += 1;
-        let base = (mix(key) % self.sets as u64) as usize * WAYS;
-        let mut victim = base;
-        for i in base..base + WAYS {
-            if self.valid[i] && self.tags[i] == key {
-                self.age[i] = self.clock;
-                self.dirty[i] |= write;
+        self.clock += 4;
+        let base = self.set(key);
+        let set = &mut self.ways[base..base + WAYS];
+        let dirty = if write { DIRTY } else { 0 };
+        for w in set.iter_mut() {
+            if w.state & VALID != 0 && w.tag == key {
+                w.state = self.clock | (w.state & DIRTY) | dirty | VALID;
                 return Access {
                     hit: true,
                     evicted_dirty: false,
                 };
             }
-            if !self.valid[i] {
-                if self.valid[victim] {
-                    victim = i;
-                }
-            } else if self.valid[victim] && self.age[i] < self.age[victim] {
-                victim = i;
-            }
         }
-        let evicted_dirty = self.valid[victim] && self.dirty[victim];
-        self.tags[victim] = key;
-        self.valid[victim] = true;
-        self.dirty[victim] = write;
-        self.age[victim] = self.clock;
+        // Victim: an invalid way (state 0 sorts first), else the oldest stamp.
+        let victim = (0..WAYS).min_by_key(|&i| set[i].state).unwrap_or(0);
+        let v = &mut set[victim];
+        let evicted_dirty = v.state & (VALID | DIRTY) == VALID | DIRTY;
+        *v = Way {
+            tag: key,
+            state: self.clock | dirty | VALID,
+        };
         Access {
             hit: false,
             evicted_dirty,
@@ -91,11 +94,10 @@ impl SetCache {
 
     /// Drop `key` (its entry no longer exists); no write-back.
     pub fn invalidate(&mut self, key: u64) {
-        let base = (mix(key) % self.sets as u64) as usize * WAYS;
-        for i in base..base + WAYS {
-            if self.valid[i] && self.tags[i] == key {
-                self.valid[i] = false;
-                self.dirty[i] = false;
+        let base = self.set(key);
+        for w in &mut self.ways[base..base + WAYS] {
+            if w.state & VALID != 0 && w.tag == key {
+                *w = Way::default();
             }
         }
     }

@@ -38,6 +38,9 @@ nodup_core::named_enum! {
     }
 }
 
+/// AMT entries per 64-byte PCM line.
+const AMT_PER_LINE: u32 = (64 / entry::AMT) as u32;
+
 /// Dedup-side counters of one run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DedupStats {
@@ -104,7 +107,7 @@ impl Common {
                 cfg.window,
             ),
             counts: Counts::default(),
-            amt: remaps.then(|| SetCache::new(cfg.amt_bytes, entry::AMT)),
+            amt: remaps.then(|| SetCache::new(cfg.amt_bytes, 64)),
             dedup: DedupStats::default(),
             writes: 0,
             reads: 0,
@@ -113,9 +116,15 @@ impl Common {
         }
     }
 
-    /// Bank of the PCM line holding `lid`'s AMT entry (6 entries of 10 bytes per line).
+    /// The PCM line holding `lid`'s AMT entry (6 entries of 10 bytes per 64-byte line); the AMT
+    /// cache holds such lines, so neighbouring entries share a miss and a write-back.
+    fn amt_line(lid: u32) -> u64 {
+        (lid / AMT_PER_LINE) as u64
+    }
+
+    /// Bank of that line.
     fn amt_bank(&self, lid: u32) -> u32 {
-        ((lid / 6) % self.cfg.banks) as u32
+        (lid / AMT_PER_LINE) % self.cfg.banks
     }
 
     /// Write a dirty metadata entry back to PCM in the background.
@@ -136,12 +145,12 @@ impl Common {
     pub fn amt_update(&mut self, req: &mut Request, lid: u32) {
         let bank = self.amt_bank(lid);
         let Some(amt) = self.amt.as_mut() else { return };
-        let a = amt.access(lid as u64, true);
+        let a = amt.access(Self::amt_line(lid), true);
         if !a.hit {
             self.dedup.amt_misses += 1;
         }
         self.meta_access(req);
-        if a.evicted_dirty {
+        if a.evicted_dirty && self.cfg.amt_writebacks {
             self.write_back(bank);
         }
     }
@@ -177,14 +186,14 @@ impl Common {
         if self.mem.is_remapped(lid) {
             let bank = self.amt_bank(lid);
             if let Some(amt) = self.amt.as_mut() {
-                let a = amt.access(lid as u64, false);
+                let a = amt.access(Self::amt_line(lid), false);
                 self.meta_access(req);
                 if !a.hit {
                     self.dedup.amt_misses += 1;
                     self.counts.meta_reads += 1;
                     req.push(Step::Read(bank));
                 }
-                if a.evicted_dirty {
+                if a.evicted_dirty && self.cfg.amt_writebacks {
                     self.write_back(bank);
                 }
             }

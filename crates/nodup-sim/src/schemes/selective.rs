@@ -17,7 +17,9 @@
 //!    EFIT entry kept. With a prefetch cache, a confirmed duplicate's content enters it, and so
 //!    does a colliding line whose fingerprint already has content cached (the paper keeps "all
 //!    similar data" of a confirmed fingerprint).
-//! A physical line referenced `max_refs` times (referH is one byte, §3.2) takes no more duplicates.
+//!
+//! A physical line referenced `max_refs` times (referH is one byte, §3.2) takes no more duplicates:
+//! the line is written as a new copy that the EFIT entry then names.
 //! When a physical line's content is gone, its EFIT entry and prefetch item go too.
 
 use super::Common;
@@ -100,6 +102,20 @@ impl Selective {
         st.pid
     }
 
+    /// The candidate's line is referenced `max_refs` times (its one-byte referH is full): the
+    /// line is written as a new copy and the EFIT entry re-pointed to it, so later duplicates
+    /// share the copy (the frequency stays with the fingerprint).
+    fn full_copy(&mut self, c: &mut Common, req: &mut Request, w: &Incoming) {
+        c.dedup.refcount_full += 1;
+        let n = self.unique(c, req, w, false);
+        self.efit.update(w.fp, n);
+        if let Some(pf) = self.prefetch.as_mut() {
+            if pf.contains_key(w.fp) {
+                pf.insert(w.fp, n, *w.data);
+            }
+        }
+    }
+
     /// Handle one write issued at simulated time `now` (the refresh clock).
     pub fn write(&mut self, c: &mut Common, req: &mut Request, lid: u32, data: &Line, now: u64) {
         let fp = line_code(data);
@@ -123,8 +139,7 @@ impl Selective {
                 if c.mem.refs(q) < max_refs || c.mem.mapped(lid) == q {
                     self.dedup(c, req, lid, q);
                 } else {
-                    c.dedup.refcount_full += 1;
-                    self.unique(c, req, &w, false);
+                    self.full_copy(c, req, &w);
                 }
                 return;
             }
@@ -141,8 +156,7 @@ impl Selective {
             c.dedup.prefetch_misses += 1;
         }
         if c.mem.refs(p) >= max_refs && c.mem.mapped(lid) != p {
-            c.dedup.refcount_full += 1;
-            self.unique(c, req, &w, false);
+            self.full_copy(c, req, &w);
             return;
         }
         if c.verify(req, p, data) {
