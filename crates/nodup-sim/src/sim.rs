@@ -1,7 +1,7 @@
 //! One scheme simulated over a stream of events, and its results.
 
 use crate::model::config::entry;
-use crate::model::hist::CdfPoint;
+use crate::model::hist::{cdf, CdfPoint};
 use crate::model::meter::Counts;
 use crate::model::timing::{Kind, Request};
 use crate::model::ModelConfig;
@@ -216,8 +216,8 @@ impl Sim {
             logical_lines: c.mem.logical_lines(),
             counts: c.counts,
             dedup: c.dedup,
-            write_latency_cdf: w.hist.cdf(200),
-            read_latency_cdf: r.hist.cdf(200),
+            write_latency_cdf: cdf(&w.hist, 200),
+            read_latency_cdf: cdf(&r.hist, 200),
         }
     }
 }

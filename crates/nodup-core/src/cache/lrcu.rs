@@ -203,7 +203,7 @@ impl<V> Lrcu<V> {
                 prev: NIL,
                 next: NIL,
             });
-            self.push_front(b, id);
+            self.link_front(b, id);
             self.index.insert(key, id);
             self.stats.inserts += 1;
         }
@@ -287,7 +287,7 @@ impl<V> Lrcu<V> {
                     next: NIL,
                 });
             }
-            self.push_back(b, id);
+            self.link_back(b, id);
         }
         // Link the lists in ascending frequency; the first is the minimum.
         let mut ids: Vec<u32> = (0..self.buckets.len() as u32).collect();
@@ -331,7 +331,7 @@ impl<V> Lrcu<V> {
         };
         self.unlink(id);
         self.entries[id as usize].freq = f + 1;
-        self.push_front(target, id);
+        self.link_front(target, id);
     }
 
     /// Evict the last entry of the minimum-frequency list.
@@ -415,40 +415,39 @@ impl<V> Lrcu<V> {
         }
     }
 
-    fn push_front(&mut self, b: u32, id: u32) {
-        let head = self.buckets[b as usize].head;
+    fn link_front(&mut self, b: u32, id: u32) {
+        self.link(b, id, true)
+    }
+
+    fn link_back(&mut self, b: u32, id: u32) {
+        self.link(b, id, false)
+    }
+
+    /// Put entry `id` at the front (most recent) or the back of list `b`.
+    fn link(&mut self, b: u32, id: u32, front: bool) {
+        let bk = &self.buckets[b as usize];
+        let (prev, next) = if front {
+            (NIL, bk.head)
+        } else {
+            (bk.tail, NIL)
+        };
         {
             let e = &mut self.entries[id as usize];
             e.bucket = b;
-            e.prev = NIL;
-            e.next = head;
+            e.prev = prev;
+            e.next = next;
         }
-        if head != NIL {
-            self.entries[head as usize].prev = id;
+        if next != NIL {
+            self.entries[next as usize].prev = id;
         } else {
             self.buckets[b as usize].tail = id;
         }
-        let bk = &mut self.buckets[b as usize];
-        bk.head = id;
-        bk.len += 1;
-    }
-
-    fn push_back(&mut self, b: u32, id: u32) {
-        let tail = self.buckets[b as usize].tail;
-        {
-            let e = &mut self.entries[id as usize];
-            e.bucket = b;
-            e.prev = tail;
-            e.next = NIL;
-        }
-        if tail != NIL {
-            self.entries[tail as usize].next = id;
+        if prev != NIL {
+            self.entries[prev as usize].next = id;
         } else {
             self.buckets[b as usize].head = id;
         }
-        let bk = &mut self.buckets[b as usize];
-        bk.tail = id;
-        bk.len += 1;
+        self.buckets[b as usize].len += 1;
     }
 
     /// Take entry `id` out of its list; an emptied list is deleted (moving the minimum pointer on).

@@ -31,20 +31,10 @@ impl DedupSha1 {
         let fp = u64::from_le_bytes(d[..8].try_into().expect("SHA-1 has 20 bytes"));
         if let Some(p) = self.store.lookup(c, req, fp) {
             c.dedup.candidates += 1;
-            c.eliminated += 1;
-            let st = c.mem.store_dup(lid, p);
-            if let Some(g) = st.gone {
-                self.store.forget(g);
-            }
-            if st.amt_changed {
-                c.amt_update(req, lid);
-            }
+            self.store.share(c, req, lid, p);
             return;
         }
-        let st = c.mem.store_unique(lid, data);
-        if let Some(g) = st.gone {
-            self.store.forget(g);
-        }
+        let st = self.store.store_unique(c, lid, data);
         c.encrypt_and_write(req, st.pid);
         self.store.insert(c, fp, st.pid);
         if st.amt_changed {

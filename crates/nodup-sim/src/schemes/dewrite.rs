@@ -58,20 +58,10 @@ impl DeWrite {
             self.mispredictions += 1;
         }
         if let Some(p) = dup {
-            c.eliminated += 1;
-            let st = c.mem.store_dup(lid, p);
-            if let Some(g) = st.gone {
-                self.store.forget(g);
-            }
-            if st.amt_changed {
-                c.amt_update(req, lid);
-            }
+            self.store.share(c, req, lid, p);
             return;
         }
-        let st = c.mem.store_unique(lid, data);
-        if let Some(g) = st.gone {
-            self.store.forget(g);
-        }
+        let st = self.store.store_unique(c, lid, data);
         if predict_dup {
             c.encrypt_and_write(req, st.pid);
         } else {

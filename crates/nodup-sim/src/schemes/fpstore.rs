@@ -4,8 +4,10 @@
 //! the fingerprint exists; a new entry is written into the cache and reaches PCM when evicted.
 
 use super::Common;
+use crate::model::nvmm::Stored;
 use crate::model::setcache::SetCache;
 use crate::model::timing::{Request, Step};
+use crate::trace::Line;
 use rustc_hash::FxHashMap;
 
 /// Fingerprint -> physical line, for every live line, with its on-chip cache.
@@ -56,6 +58,27 @@ impl FullStore {
         if self.cache.access(fp, true).evicted_dirty {
             c.write_back(Self::bank(c, fp));
         }
+    }
+
+    /// A verified duplicate: map `lid` to physical line `p` (the write is eliminated).
+    pub fn share(&mut self, c: &mut Common, req: &mut Request, lid: u32, p: u32) {
+        c.eliminated += 1;
+        let st = c.mem.store_dup(lid, p);
+        if let Some(g) = st.gone {
+            self.forget(g);
+        }
+        if st.amt_changed {
+            c.amt_update(req, lid);
+        }
+    }
+
+    /// Store `data` for `lid` as unique content (the caller encrypts and writes it).
+    pub fn store_unique(&mut self, c: &mut Common, lid: u32, data: &Line) -> Stored {
+        let st = c.mem.store_unique(lid, data);
+        if let Some(g) = st.gone {
+            self.forget(g);
+        }
+        st
     }
 
     /// Forget the entry of physical line `pid` (its content is gone).
