@@ -10,7 +10,7 @@
 #   5. `nodup sim report` writes docs/results/sim/schemes.md and the PNG figures; this script
 #      writes docs/results/sim/speed.md.
 # Usage: bench/sim.sh        (TYPICAL_LINES=10000000 BIG_LINES=100000000 SPEED_LINES=20000000 RUNS=3;
-#                             QUICK=1 shrinks everything for a smoke test)
+#                             QUICK=1 shrinks everything for a smoke test; KEEP=1 keeps the traces in WORK)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -45,7 +45,7 @@ need python3 python3
 $SHARED cargo build --release -q -p nodup-cli
 rm -rf "$WORK"
 mkdir -p "$WORK/in" "$RES" "$OUT"
-trap 'rm -rf "$WORK"' EXIT
+[[ ${KEEP:-0} == 1 ]] || trap 'rm -rf "$WORK"' EXIT
 
 # ---- inputs of the captured programs (deterministic) ----
 python3 - "$WORK/in" "$QUICK" <<'EOF'
