@@ -30,7 +30,7 @@ pub struct Results {
 
 impl Results {
     /// A scheme's result in a run.
-    pub fn get<'a>(r: &'a RunReport, k: SchemeKind) -> Option<&'a SchemeResult> {
+    pub fn get(r: &RunReport, k: SchemeKind) -> Option<&SchemeResult> {
         r.schemes.get(k.name())
     }
 }

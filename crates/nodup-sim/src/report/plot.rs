@@ -144,6 +144,9 @@ pub fn bars(b: &Bars, out: &Path) -> Result<()> {
     root.present().map_err(err)
 }
 
+/// One curve: name, color and points.
+pub type Curve = (String, RGBColor, Vec<(f64, f64)>);
+
 /// One panel of x-y curves.
 pub struct Panel<'a> {
     /// Panel title.
@@ -155,7 +158,7 @@ pub struct Panel<'a> {
     /// Logarithmic x axis.
     pub log_x: bool,
     /// Curves: name, color and points.
-    pub curves: Vec<(String, RGBColor, Vec<(f64, f64)>)>,
+    pub curves: Vec<Curve>,
     /// Y range (None = from 0 to the data's maximum).
     pub y_range: Option<(f64, f64)>,
 }
