@@ -15,7 +15,7 @@ pub struct FullStore {
     map: FxHashMap<u64, u32>,
     cache: SetCache,
     /// Fingerprint of each physical line that has one in the store.
-    by_pid: FxHashMap<u32, u64>,
+    by_pid: super::PidFp,
     entry_bits: usize,
 }
 
@@ -26,7 +26,7 @@ impl FullStore {
         FullStore {
             map: FxHashMap::default(),
             cache: SetCache::new(cache_bytes, entry_bytes),
-            by_pid: FxHashMap::default(),
+            by_pid: super::PidFp::default(),
             entry_bits,
         }
     }
@@ -83,7 +83,7 @@ impl FullStore {
 
     /// Forget the entry of physical line `pid` (its content is gone).
     pub fn forget(&mut self, pid: u32) {
-        if let Some(fp) = self.by_pid.remove(&pid) {
+        if let Some(fp) = self.by_pid.remove(pid) {
             if self.map.get(&fp) == Some(&pid) {
                 self.map.remove(&fp);
                 self.cache.invalidate(fp);

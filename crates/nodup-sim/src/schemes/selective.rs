@@ -28,7 +28,6 @@ use crate::model::timing::Request;
 use crate::trace::Line;
 use nodup_core::cache::{Lrcu, PrefetchCache, Refresh};
 use nodup_core::fingerprint::ecc::line_code;
-use rustc_hash::FxHashMap;
 
 /// The write being handled.
 struct Incoming<'a> {
@@ -45,7 +44,7 @@ pub struct Selective {
     /// FSDedup's prefetch cache (None for ESD).
     pub prefetch: Option<PrefetchCache<u32, Line>>,
     /// ECC of each physical line's content, to drop its EFIT entry when the content goes.
-    by_pid: FxHashMap<u32, u64>,
+    by_pid: super::PidFp,
 }
 
 impl Selective {
@@ -55,13 +54,13 @@ impl Selective {
             efit: Lrcu::with_budget(efit_bytes, entry::EFIT, refresh),
             prefetch: (prefetch_bytes > 0)
                 .then(|| PrefetchCache::with_budget(prefetch_bytes, entry::PREFETCH, 64)),
-            by_pid: FxHashMap::default(),
+            by_pid: super::PidFp::default(),
         }
     }
 
     /// Metadata of physical line `pid` is stale: its content was overwritten or freed.
     fn forget(&mut self, pid: u32) {
-        if let Some(fp) = self.by_pid.remove(&pid) {
+        if let Some(fp) = self.by_pid.remove(pid) {
             if self.efit.peek(fp).map(|(&p, _)| p) == Some(pid) {
                 self.efit.remove(fp);
             }
