@@ -43,6 +43,9 @@ enum Command {
     /// Freewrite: bubbles that keep rewritten data block aligned (FAWN and LSM stores).
     #[command(subcommand)]
     Freewrite(cmd::freewrite::FreewriteCommand),
+    /// Cache-line dedup simulator for encrypted NVM main memory (FSDedup's evaluation).
+    #[command(subcommand)]
+    Sim(cmd::sim::SimCommand),
     /// Write the man pages (nodup.1 and one per subcommand) into DIR (`make install` does).
     #[command(hide = true)]
     Man {
@@ -128,6 +131,7 @@ fn main() {
         Command::Trace(c) => cmd::trace::trace(c),
         Command::Bench(c) => cmd::bench::bench(c),
         Command::Freewrite(c) => cmd::freewrite::freewrite(c),
+        Command::Sim(c) => cmd::sim::sim(c),
         Command::Man { dir } => std::fs::create_dir_all(&dir)
             .map_err(anyhow::Error::from)
             .and_then(|()| {

@@ -9,6 +9,7 @@
 //! Layers, bottom up (see `../../shared/DESIGN.md` in the checkout's sibling):
 //! - [`media`]: the persistent medium (mapped pmem image, block file, crash simulator, access meter).
 //! - [`alloc`]: persistent free-space tracking with per-thread pools.
+//! - [`cache`]: FSDedup's LRCU fingerprint cache (with refresh) and prefetch cache, shared by `selective` and `nodup sim`.
 //! - [`fingerprint`]: block fingerprints (xxh3-64 default, crc32c, ecc, sha256, blake3).
 //! - [`store`]: the fingerprint store a policy looks blocks up in; [`index`]: the complete DRAM index, the store of `light`, `strong` and `weak-verify`.
 //! - [`meta`]: on-media dedup metadata layouts (`region` = Light-Meta-Table, `entry`, `hashtable`) and the reverse map.
@@ -16,6 +17,7 @@
 //! - [`engine`]: the write path — one call takes the blocks of one write and returns a physical block for each.
 
 pub mod alloc;
+pub mod cache;
 pub mod codec;
 pub mod engine;
 pub mod error;

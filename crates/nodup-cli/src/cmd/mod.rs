@@ -11,6 +11,7 @@ pub mod helper;
 pub mod list;
 pub mod mkfs;
 pub mod mount;
+pub mod sim;
 pub mod size;
 pub mod trace;
 

@@ -220,6 +220,64 @@ mod tests {
         }
     }
 
+    /// Hand-computed SECDED vectors (positions from the layout in the module doc), and the code
+    /// against a second encoder that builds the 72-bit codeword position by position.
+    #[test]
+    fn known_secded_vectors() {
+        // Data bit 63 sits at position 71 = 0b100_0111: parity bits 0, 1, 2, 6; overall parity
+        // over 1 data bit + 4 check bits is odd, so bit 7 is set.
+        assert_eq!(encode(1 << 63), 0xC7);
+        // Data bit 4 at position 9 = 0b1001: parity bits 0 and 3, overall 1 + 2 = odd.
+        assert_eq!(encode(1 << 4), 0x89);
+        // All ones: each parity bit covers an odd number of data bits (35, 35, 35, 31, 31, 31, 7
+        // for p0..p6), and 64 + 7 set bits make the overall parity odd.
+        assert_eq!(encode(u64::MAX), 0xFF);
+        assert_eq!(encode(0x0000_0000_0000_0003), 0x83 ^ 0x85);
+        // Decoding: a flipped data bit's syndrome is its position; two flips are detected.
+        assert_eq!(syndrome(1, 0), 3);
+        assert_eq!(syndrome(1 << 63, 0), 71);
+        assert_eq!(decode(1, 0), Decoded::Corrected { word: 0, check: 0 });
+        assert_eq!(decode(0, 0x01), Decoded::Corrected { word: 0, check: 0 });
+        assert_eq!(decode(0, 0x80), Decoded::Corrected { word: 0, check: 0 });
+        assert_eq!(decode(3, 0), Decoded::DoubleError);
+        assert_eq!(decode(0, 0x03), Decoded::DoubleError);
+        // Packed line code: word i's check byte in byte i.
+        let mut line = [0u8; 64];
+        assert_eq!(line_code(&line), 0);
+        for w in line.chunks_exact_mut(8) {
+            w.copy_from_slice(&(1u64 << 63).to_le_bytes());
+        }
+        assert_eq!(line_code(&line), 0xC7C7_C7C7_C7C7_C7C7);
+        line[8] = 0x10; // word 1 becomes 1<<63 | 1<<4
+        assert_eq!(line_code(&line), 0xC7C7_C7C7_C7C7_4EC7);
+
+        // Reference encoder: lay the codeword out bit by bit and compute each parity over positions.
+        let reference = |w: u64| -> u8 {
+            let mut cw = [0u8; 72]; // index = position 1..=71
+            let mut j = 0;
+            for (pos, bit) in cw.iter_mut().enumerate().skip(1) {
+                if !pos.is_power_of_two() {
+                    *bit = ((w >> j) & 1) as u8;
+                    j += 1;
+                }
+            }
+            let mut check = 0u8;
+            for i in 0..7 {
+                let p = (1..72)
+                    .filter(|pos| pos & (1 << i) != 0)
+                    .fold(0, |a, pos| a ^ cw[pos]);
+                check |= p << i;
+            }
+            let overall = (w.count_ones() + check.count_ones()) & 1;
+            check | (overall as u8) << 7
+        };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0xECC);
+        for _ in 0..1000 {
+            let w: u64 = rng.gen();
+            assert_eq!(encode(w), reference(w), "word {w:#x}");
+        }
+    }
+
     #[test]
     fn corrects_every_single_bit_flip_and_detects_doubles() {
         let seed = 0x5EC_DED;

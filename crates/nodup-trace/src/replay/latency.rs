@@ -89,6 +89,25 @@ impl Histogram {
         self.n
     }
 
+    /// Sum of all samples (exact).
+    pub fn sum(&self) -> u128 {
+        self.sum
+    }
+
+    /// Largest sample.
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// Arithmetic mean (0 when empty).
+    pub fn mean(&self) -> f64 {
+        if self.n == 0 {
+            0.0
+        } else {
+            self.sum as f64 / self.n as f64
+        }
+    }
+
     /// The value (ns) below which a fraction `q` of the samples lie (bucket midpoint, capped at max).
     pub fn quantile(&self, q: f64) -> u64 {
         if self.n == 0 {
