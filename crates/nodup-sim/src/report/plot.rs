@@ -85,7 +85,8 @@ pub fn bars(b: &Bars, out: &Path) -> Result<()> {
         .chain(b.reference)
         .fold(0.0f64, f64::max)
         .max(1e-9)
-        * 1.15;
+        // Headroom for the legend (upper right), so it never hides a bar.
+        * 1.45;
     let n = b.groups.len().max(1);
     let groups = b.groups.to_vec();
     let mut chart = ChartBuilder::on(&root)
@@ -232,7 +233,18 @@ pub fn panels(panels: &[Panel], cols: usize, out: &Path) -> Result<()> {
         }
         let (ylo, yhi) = p.y_range.unwrap_or((0.0, y1.max(1e-9) * 1.1));
         if p.log_x {
-            draw_panel(area, p, (x0.max(1e-12)..x1).log_scale(), ylo..yhi)?;
+            // Ticks at the swept values only: plotters' own log ticks crowd (500 600 ... 1000).
+            let mut ticks: Vec<f64> = p
+                .curves
+                .iter()
+                .flat_map(|(_, _, v)| v.iter().map(|&(x, _)| x))
+                .collect();
+            ticks.sort_by(f64::total_cmp);
+            ticks.dedup();
+            let x = (x0.max(1e-12)..x1 * 1.15)
+                .log_scale()
+                .with_key_points(ticks);
+            draw_panel(area, p, x, ylo..yhi)?;
         } else {
             draw_panel(area, p, x0..x1, ylo..yhi)?;
         }
