@@ -158,21 +158,28 @@ pub fn engine_image(script: &[u8]) {
     let _ = e.shutdown();
 }
 
-/// Fuzz body: open a patched file-system image (superblock pair, checkpoint chain, log chain,
-/// engine), read-only or with recovery, then fsck and read every file.
-pub fn fs_image(script: &[u8]) {
-    let (img, _) = patch(fs_base(), script);
+/// Open `base` patched by `script` (bit 1 of its first byte: read-only), fsck it and read every
+/// file; None when the open refuses the image (the expected outcome for most patches).
+fn open_patched(base: &BaseImage, script: &[u8]) -> Option<(FileSystem, bool)> {
+    let (img, _) = patch(base, script);
     let read_only = script.first().is_some_and(|b| b & 2 == 2);
     let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img));
     let opts = FsOptions {
         read_only,
         ..FsOptions::default()
     };
-    let Ok(fs) = FileSystem::open(m, &opts) else {
-        return;
-    };
+    let fs = FileSystem::open(m, &opts).ok()?;
     let _ = fsck::check(&fs, false);
     walk(&fs, ROOT_INO, 0);
+    Some((fs, read_only))
+}
+
+/// Fuzz body: open a patched file-system image (superblock pair, checkpoint chain, log chain,
+/// engine), read-only or with recovery, then fsck and read every file.
+pub fn fs_image(script: &[u8]) {
+    let Some((fs, read_only)) = open_patched(fs_base(), script) else {
+        return;
+    };
     if !read_only {
         if let Ok((ino, _)) = fs.mknod(
             ROOT_INO,
@@ -338,18 +345,9 @@ pub fn smart_base() -> &'static BaseImage {
 /// Fuzz body: open a patched `smart` image (group directory, group blocks, skipped-buffer
 /// checkpoint, the rest), read-only or with recovery; then fsck, the worker, a write.
 pub fn smart_image(script: &[u8]) {
-    let (img, _) = patch(smart_base(), script);
-    let read_only = script.first().is_some_and(|b| b & 2 == 2);
-    let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img));
-    let opts = FsOptions {
-        read_only,
-        ..FsOptions::default()
-    };
-    let Ok(fs) = FileSystem::open(m, &opts) else {
+    let Some((fs, read_only)) = open_patched(smart_base(), script) else {
         return;
     };
-    let _ = fsck::check(&fs, false);
-    walk(&fs, ROOT_INO, 0);
     if !read_only {
         let _ = fs.smart_settle();
         if let Ok((ino, _)) = fs.lookup(ROOT_INO, b"s1") {

@@ -125,21 +125,5 @@ pub struct TraceCounts {
     pub reads: u64,
 }
 
-pub(crate) fn put_varint(b: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        b.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    b.push(v as u8);
-}
-
-pub(crate) fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-pub(crate) fn unzigzag(v: u64) -> i64 {
-    (v >> 1) as i64 ^ -((v & 1) as i64)
-}
-
 #[cfg(test)]
 mod tests;

@@ -3,6 +3,7 @@
 use super::*;
 use crate::error::{Result, SimError};
 use nodup_core::codec::{le_u32, le_u64};
+use nodup_trace::format::varint::{get_varint, unzigzag};
 use std::io::Read;
 
 /// Reads a trace chunk by chunk, validating everything (see the module doc of `trace`).
@@ -194,21 +195,16 @@ impl<R: Read> TraceReader<R> {
     }
 
     fn varint(&mut self) -> Result<u64> {
-        let mut v = 0u64;
-        for i in 0..10 {
-            let Some(&b) = self.payload.get(self.pos) else {
-                return Err(self.corrupt("event runs past the chunk"));
-            };
-            self.pos += 1;
-            if i == 9 && b > 1 {
-                return Err(self.corrupt("varint overflows 64 bits"));
-            }
-            v |= ((b & 0x7F) as u64) << (7 * i);
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(self.corrupt("varint longer than 10 bytes"))
+        let (payload, pos) = (&self.payload, &mut self.pos);
+        get_varint(
+            || {
+                let b = *payload.get(*pos).ok_or("event runs past the chunk")?;
+                *pos += 1;
+                Ok(b)
+            },
+            |what| what,
+        )
+        .map_err(|what| self.corrupt(what))
     }
 
     fn decode_one(&mut self) -> Result<Event> {

@@ -3,6 +3,7 @@
 use super::*;
 use crate::error::{Result, SimError};
 use nodup_core::codec::{put_u32, put_u64};
+use nodup_trace::format::varint::{put_varint, zigzag};
 use rustc_hash::FxHashMap;
 use std::io::Write;
 

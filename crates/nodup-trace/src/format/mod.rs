@@ -2,6 +2,7 @@
 
 pub mod fiu;
 pub mod own;
+pub mod varint;
 
 use crate::error::{Result, TraceError};
 use crate::record::Record;

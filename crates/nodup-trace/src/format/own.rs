@@ -16,6 +16,7 @@
 
 use crate::error::{Result, TraceError};
 use crate::format::fiu::MAX_SECTORS;
+use crate::format::varint::{get_varint, put_varint, unzigzag, zigzag};
 use crate::record::{Digest, DigestUnit, Op, Record, MAX_LBA_END};
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -40,22 +41,6 @@ fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
         h = h.wrapping_mul(FNV_PRIME);
     }
     h
-}
-
-fn put_varint(b: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        b.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    b.push(v as u8);
-}
-
-fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-fn unzigzag(v: u64) -> i64 {
-    (v >> 1) as i64 ^ -((v & 1) as i64)
 }
 
 /// Streaming writer of the own format; call `finish` to write the end item.
@@ -165,6 +150,11 @@ impl<W: Write> OwnWriter<W> {
     }
 }
 
+/// A format error found after `count` records.
+fn corrupt_after(count: u64, what: &str) -> TraceError {
+    TraceError::Format(format!("{what} (after record {count})"))
+}
+
 /// Streaming reader of the own format: yields `(record number, record)`; any corruption is an error.
 pub struct OwnReader<R> {
     inner: R,
@@ -218,7 +208,7 @@ impl<R: Read> OwnReader<R> {
     }
 
     fn corrupt(&self, what: &str) -> TraceError {
-        TraceError::Format(format!("{what} (after record {})", self.count))
+        corrupt_after(self.count, what)
     }
 
     /// Read exactly `n` bytes into `self.buf`, adding them to the checksum.
@@ -241,18 +231,8 @@ impl<R: Read> OwnReader<R> {
     }
 
     fn varint(&mut self) -> Result<u64> {
-        let mut v = 0u64;
-        for i in 0..10 {
-            let b = self.byte()?;
-            if i == 9 && b > 1 {
-                return Err(self.corrupt("varint overflows 64 bits"));
-            }
-            v |= ((b & 0x7F) as u64) << (7 * i);
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(self.corrupt("varint longer than 10 bytes"))
+        let count = self.count;
+        get_varint(|| self.byte(), |what| corrupt_after(count, what))
     }
 
     fn small(&mut self, max: u64, what: &str) -> Result<u64> {
