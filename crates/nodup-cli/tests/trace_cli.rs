@@ -136,3 +136,79 @@ fn gen_stats_replay_and_strict() {
         .success());
     assert_eq!(std::fs::read(&t).unwrap(), std::fs::read(&back).unwrap());
 }
+
+#[test]
+fn gen_popularity_and_phases() {
+    let dir = tempfile::tempdir().unwrap();
+    let gen = |name: &str, extra: &[&str]| {
+        let t = dir.path().join(name);
+        let mut args = vec![
+            "trace",
+            "gen",
+            "--size",
+            "32M",
+            "--dup-ratio",
+            "0.5",
+            "-o",
+            s(&t),
+        ];
+        args.extend_from_slice(extra);
+        let o = nodup(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        t
+    };
+    // The new options' defaults are the old trace, byte for byte.
+    let plain = gen("plain.fiu", &[]);
+    let explicit = gen(
+        "explicit.fiu",
+        &["--popularity", "uniform", "--phases", "1"],
+    );
+    assert_eq!(
+        std::fs::read(&plain).unwrap(),
+        std::fs::read(&explicit).unwrap()
+    );
+
+    // Zipf: the top 1 % of contents take most duplicate references; stats shows it.
+    let zipf = gen("zipf.fiu", &["--popularity", "zipf:1.2", "--phases", "2"]);
+    let top1 = |t: &Path| {
+        let v = json(&nodup(&["trace", "stats", "--json", s(t)]));
+        let r = v["dedup_ratio"].as_f64().unwrap();
+        assert!((r - 0.5).abs() < 0.02, "ratio {r}");
+        assert_eq!(v["popularity"][1]["top_percent"], 1.0);
+        v["popularity"][1]["share"].as_f64().unwrap()
+    };
+    let (z, u) = (top1(&zipf), top1(&plain));
+    assert!(z > 0.3 && u < 0.15, "top 1 % share: zipf {z}, uniform {u}");
+    let text = String::from_utf8(nodup(&["trace", "stats", s(&zipf)]).stdout).unwrap();
+    assert!(
+        text.contains("duplicate refs") && text.contains("top 1 %"),
+        "{text}"
+    );
+
+    // Bad values: one line naming the problem, non-zero exit, no output file.
+    for (flag, val, what) in [
+        ("--popularity", "zipf:-1", "popularity"),
+        ("--popularity", "zipf:x", "popularity"),
+        ("--popularity", "lognormal", "popularity"),
+        ("--phases", "0", "phases"),
+    ] {
+        let out = dir.path().join("bad.fiu");
+        let o = nodup(&[
+            "trace",
+            "gen",
+            "--size",
+            "1M",
+            "--dup-ratio",
+            "0.5",
+            flag,
+            val,
+            "-o",
+            s(&out),
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{flag} {val}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{flag} {val}: {err}");
+        assert!(err.starts_with("nodup: ") && err.contains(what), "{err}");
+        assert!(!out.exists(), "{flag} {val} created the output");
+    }
+}

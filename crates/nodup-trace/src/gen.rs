@@ -9,9 +9,14 @@
 //! target ratio, and each next run type is chosen to steer the running ratio to the target, so the
 //! result lands within about one run length of it. Reads (a `--read-ratio` fraction of records)
 //! re-read a random written block and carry its digest.
+//!
+//! Where a duplicate run copies from is `--popularity` (uniform start, or Zipf over the contents
+//! ranked by creation so a few are referenced very often) and `--phases` (the pool of sources
+//! restarts at each phase boundary, so the hot set changes); see `crate::popularity`.
 
 use crate::error::{Result, TraceError};
 use crate::format::fiu::format_line;
+use crate::popularity::{phase_of, Popularity};
 use crate::record::{Digest, DigestUnit, Op, Record, BLOCK_BYTES, SECTORS_PER_BLOCK};
 use md5::{Digest as _, Md5};
 use rand::rngs::StdRng;
@@ -127,6 +132,41 @@ pub struct GenOptions {
     pub read_ratio: f64,
     /// Random seed (same seed, same trace).
     pub seed: u64,
+    /// Which earlier contents duplicate runs copy (uniform: today's flat choice).
+    pub popularity: Popularity,
+    /// Equal parts of the trace, each with its own pool of sources (its own hot set); >= 1.
+    pub phases: u64,
+}
+
+impl GenOptions {
+    /// Records (4 KiB requests) the trace will hold.
+    pub fn records(&self) -> u64 {
+        (self.size / BLOCK_BYTES).max(1)
+    }
+
+    /// Check every value before anything is written (the CLI calls it before creating the file).
+    pub fn validate(&self) -> Result<()> {
+        if !(0.0..=1.0).contains(&self.dup_ratio) {
+            return Err(TraceError::Invalid(format!(
+                "dup ratio {} not in 0..=1",
+                self.dup_ratio
+            )));
+        }
+        if !(0.0..1.0).contains(&self.read_ratio) {
+            return Err(TraceError::Invalid(format!(
+                "read ratio {} not in 0..1",
+                self.read_ratio
+            )));
+        }
+        let total = self.records();
+        if self.phases == 0 || self.phases > total {
+            return Err(TraceError::Invalid(format!(
+                "phases {}: must be between 1 and the trace's {total} records",
+                self.phases
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// What the generator produced.
@@ -152,19 +192,8 @@ fn unique_digest(seed: u64, k: u64) -> Digest {
 
 /// Generate a trace into `out` (FIU text).
 pub fn generate(o: &GenOptions, out: &mut impl Write) -> Result<GenSummary> {
-    if !(0.0..=1.0).contains(&o.dup_ratio) {
-        return Err(TraceError::Invalid(format!(
-            "dup ratio {} not in 0..=1",
-            o.dup_ratio
-        )));
-    }
-    if !(0.0..1.0).contains(&o.read_ratio) {
-        return Err(TraceError::Invalid(format!(
-            "read ratio {} not in 0..1",
-            o.read_ratio
-        )));
-    }
-    let total = (o.size / BLOCK_BYTES).max(1);
+    o.validate()?;
+    let total = o.records();
     let mut rng = StdRng::seed_from_u64(o.seed);
     let unique_mean = if o.dup_ratio > 0.0 {
         o.run_length.mean() * (1.0 - o.dup_ratio) / o.dup_ratio
@@ -173,6 +202,7 @@ pub fn generate(o: &GenOptions, out: &mut impl Write) -> Result<GenSummary> {
     };
     let mut content_of: Vec<u64> = Vec::new(); // write index -> unique counter
     let mut uniques = 0u64; // unique contents created so far
+    let (mut phase, mut phase_base) = (0u64, 0u64); // current phase, its first unique counter
     let mut sum = GenSummary::default();
     // Current run: (is_dup, next unique counter to copy or create, blocks left).
     let (mut dup, mut next_k, mut left) = (false, 0u64, 0u64);
@@ -190,6 +220,16 @@ pub fn generate(o: &GenOptions, out: &mut impl Write) -> Result<GenSummary> {
     };
     for i in 0..total {
         rec.ts = 1_000_000 + i * 1_000;
+        let p = phase_of(i, total, o.phases);
+        if p != phase {
+            // New hot set: sources only among contents created from now on, so a duplicate run
+            // ends here (a unique run may go on: its next contents belong to the new pool).
+            phase = p;
+            phase_base = uniques;
+            if dup {
+                left = 0;
+            }
+        }
         if !content_of.is_empty() && o.read_ratio > 0.0 && rng.gen::<f64>() < o.read_ratio {
             let idx = rng.gen_range(0..content_of.len());
             rec.op = Op::Read;
@@ -198,13 +238,14 @@ pub fn generate(o: &GenOptions, out: &mut impl Write) -> Result<GenSummary> {
             sum.read_blocks += 1;
         } else {
             if left == 0 {
-                let want_dup = uniques > 0
+                let pool = uniques - phase_base;
+                let want_dup = pool > 0
                     && o.dup_ratio > 0.0
                     && (sum.dup_blocks as f64) < o.dup_ratio * (sum.write_blocks as f64 + 1.0);
                 if want_dup {
-                    let len = o.run_length.sample(&mut rng).min(uniques);
+                    let len = o.run_length.sample(&mut rng).min(pool);
                     dup = true;
-                    next_k = rng.gen_range(0..=uniques - len);
+                    next_k = phase_base + o.popularity.run_start(&mut rng, pool, len);
                     left = len;
                 } else {
                     dup = false;
@@ -252,6 +293,8 @@ mod tests {
             run_length: rl.parse().unwrap(),
             read_ratio: rr,
             seed,
+            popularity: Popularity::Uniform,
+            phases: 1,
         };
         let mut v = Vec::new();
         let s = generate(&o, &mut v).unwrap();
@@ -305,6 +348,79 @@ mod tests {
             "reads {}",
             s.reads
         );
+    }
+
+    /// MD5 of the output, hex.
+    fn md5_hex(v: &[u8]) -> String {
+        let d: [u8; 16] = Md5::digest(v).into();
+        d.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn default_popularity_and_one_phase_keep_old_traces() {
+        // Digests computed with the generator before --popularity and --phases existed.
+        for (size, dup, rl, rr, seed, want) in [
+            (
+                32 << 20,
+                0.5,
+                "geom:16",
+                0.0,
+                1,
+                "82ff6760ecee7dcd87d2232467a5ea96",
+            ),
+            (
+                8 << 20,
+                0.75,
+                "fixed:64",
+                0.2,
+                42,
+                "02211212e3e9a098ba3bc77b11e8d7a0",
+            ),
+            (
+                4 << 20,
+                0.3,
+                "uniform:1-4",
+                0.1,
+                7,
+                "f3ea16ed81f2501035fb65ac0d4f5609",
+            ),
+            (
+                2 << 20,
+                1.0,
+                "fixed:4",
+                0.0,
+                3,
+                "0f8054eed817f9a81c90a9f0e4534500",
+            ),
+            (
+                2 << 20,
+                0.0,
+                "geom:16",
+                0.5,
+                9,
+                "f92435d17004f342074fb590d3835758",
+            ),
+        ] {
+            let (v, _) = gen(size, dup, rl, rr, seed);
+            assert_eq!(md5_hex(&v), want, "{size} {dup} {rl} {rr} {seed}");
+        }
+    }
+
+    #[test]
+    fn rejects_bad_phase_counts() {
+        for phases in [0, 257] {
+            let o = GenOptions {
+                size: 1 << 20,
+                dup_ratio: 0.5,
+                run_length: RunLength::Fixed(4),
+                read_ratio: 0.0,
+                seed: 1,
+                popularity: Popularity::Uniform,
+                phases,
+            };
+            let e = generate(&o, &mut Vec::new()).unwrap_err().to_string();
+            assert!(e.contains("phases"), "{e}");
+        }
     }
 
     #[test]

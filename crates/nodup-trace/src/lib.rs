@@ -3,7 +3,8 @@
 //!
 //! Commands built on it (crates/nodup-cli/src/cmd/trace.rs):
 //! - `nodup trace stats TRACE [--format fiu|own] [--json] [--plot OUT.png]` — `stats`, `plot`;
-//! - `nodup trace gen --size SIZE --dup-ratio R [--run-length DIST] [--read-ratio R] [--seed K] -o TRACE` — `gen`;
+//! - `nodup trace gen --size SIZE --dup-ratio R [--run-length DIST] [--read-ratio R] [--seed K]
+//!   [--popularity uniform|zipf:S] [--phases N] -o TRACE` — `gen`, `popularity`;
 //! - `nodup trace convert TRACE -o OUT [--to fiu|own]` — `format`;
 //! - `nodup replay TRACE --dir DIR [--mode block|batch] [--threads N] [--no-reads] [--strict] [--json]` — `replay`.
 //!
@@ -17,6 +18,7 @@ pub mod format;
 pub mod gen;
 pub mod model;
 pub mod plot;
+pub mod popularity;
 pub mod record;
 pub mod replay;
 pub mod stats;

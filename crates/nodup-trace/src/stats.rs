@@ -12,7 +12,11 @@
 //! - `unique_blocks` = written blocks that were not duplicates (what a dedup FS stores anew);
 //! - a *duplicate run* is a maximal sequence of duplicate blocks consecutive in the stream of
 //!   written blocks; the continuousness CDF at length L is the fraction of duplicate blocks that
-//!   lie in runs of length <= L (Fig. 8: "30 % of duplicates in runs > 10" is the point (10, 0.70)).
+//!   lie in runs of length <= L (Fig. 8: "30 % of duplicates in runs > 10" is the point (10, 0.70));
+//! - *popularity* (content locality, FSDedup §2.1): each duplicate write is one reference to its
+//!   content; the contents are ranked by references and the top X % of `unique_blocks` (at least
+//!   one content) is reported with its share of all duplicate references. With overwrites a
+//!   content written anew after it vanished counts again in `unique_blocks`.
 
 use crate::error::Result;
 use crate::format::{for_each_record, BadLinePolicy, TraceReader};
@@ -29,6 +33,20 @@ pub struct CdfPoint {
     /// Fraction of duplicate blocks in runs of at most `len` blocks.
     pub cdf: f64,
 }
+
+/// Share of duplicate references that go to the most referenced contents.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PopularityPoint {
+    /// The top fraction of contents, in percent of `unique_blocks` (0.1, 1, 10).
+    pub top_percent: f64,
+    /// How many contents that is.
+    pub contents: u64,
+    /// Fraction of all duplicate writes that reference those contents.
+    pub share: f64,
+}
+
+/// Top fractions of contents (percent) tabulated in `TraceStats::popularity`.
+const POPULARITY_TOPS: [f64; 3] = [0.1, 1.0, 10.0];
 
 /// Statistics of one trace (the `nodup trace stats --json` object).
 #[derive(Debug, Clone, Serialize, Default)]
@@ -73,6 +91,10 @@ pub struct TraceStats {
     pub max_dup_run: u64,
     /// Continuousness CDF at lengths 1, 2, 4, 8, 10, 16, ... up to the longest run.
     pub continuity_cdf: Vec<CdfPoint>,
+    /// Share of duplicate references going to the top 0.1 %, 1 % and 10 % of contents.
+    pub popularity: Vec<PopularityPoint>,
+    /// Most duplicate references to a single content.
+    pub max_content_refs: u64,
     /// Number of runs per run length (the full distribution behind the CDF).
     #[serde(skip)]
     pub run_hist: BTreeMap<u64, u64>,
@@ -111,6 +133,8 @@ impl TraceStats {
 pub struct StatsBuilder {
     model: LbaModel,
     live: HashMap<BlockKey, u32>,
+    /// Duplicate references per content (only contents referenced at least once).
+    refs: HashMap<BlockKey, u32>,
     run: u64,
     s: TraceStats,
 }
@@ -141,6 +165,8 @@ impl StatsBuilder {
                     if dup {
                         self.s.duplicate_writes += 1;
                         self.run += 1;
+                        let n = self.refs.entry(new).or_insert(0);
+                        *n = n.saturating_add(1);
                     } else {
                         self.close_run();
                     }
@@ -200,8 +226,36 @@ impl StatsBuilder {
                 cdf: s.cdf_at(len),
             })
             .collect();
+        let mut counts: Vec<u32> = self.refs.into_values().collect();
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        s.max_content_refs = counts.first().map_or(0, |&n| n as u64);
+        s.popularity = popularity(&counts, s.unique_blocks, s.duplicate_writes);
         s
     }
+}
+
+/// The popularity table from reference counts sorted in descending order.
+fn popularity(sorted: &[u32], contents: u64, dup_writes: u64) -> Vec<PopularityPoint> {
+    POPULARITY_TOPS
+        .iter()
+        .map(|&pct| {
+            let k = if contents == 0 {
+                0
+            } else {
+                ((contents as f64 * pct / 100.0).ceil() as u64).max(1)
+            };
+            let top: u64 = sorted.iter().take(k as usize).map(|&n| n as u64).sum();
+            PopularityPoint {
+                top_percent: pct,
+                contents: k,
+                share: if dup_writes > 0 {
+                    top as f64 / dup_writes as f64
+                } else {
+                    0.0
+                },
+            }
+        })
+        .collect()
 }
 
 /// Compute the statistics of a whole trace, streaming it.
@@ -255,6 +309,48 @@ mod tests {
         assert_eq!(s.run_hist, BTreeMap::from([(1, 1), (2, 1)]));
         assert!((s.cdf_at(1) - 1.0 / 3.0).abs() < 1e-12);
         assert_eq!(s.cdf_at(2), 1.0);
+        // References: A twice, B once; the top content (ceil of 0.1 % of 3 = 1) holds 2 of 3.
+        assert_eq!(s.max_content_refs, 2);
+        assert_eq!(s.popularity[0].contents, 1);
+        assert!((s.popularity[0].share - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!(s.popularity[2].contents, 1);
+    }
+
+    #[test]
+    fn popularity_against_a_counting_model() {
+        // 1000 unique contents 1..=1000, then content c referenced (1000 / c) times: a Zipf(1)
+        // law. The table must match counting the same references directly.
+        let mut recs = vec![];
+        let mut lba = 0;
+        let key = |c: u32| c.to_le_bytes().repeat(4);
+        let wr = |lba: u64, c: u32| {
+            let mut r = w(lba, &[0]);
+            r.digests[0].copy_from_slice(&key(c));
+            r
+        };
+        for c in 1..=1000u32 {
+            recs.push(wr(lba, c));
+            lba += 8;
+        }
+        let mut refs: Vec<u64> = vec![];
+        for c in 1..=1000u32 {
+            let n = 1000 / c;
+            refs.push(n as u64);
+            for _ in 0..n {
+                recs.push(wr(lba, c));
+                lba += 8;
+            }
+        }
+        let s = run(&recs);
+        let total: u64 = refs.iter().sum();
+        assert_eq!(s.duplicate_writes, total);
+        assert_eq!(s.unique_blocks, 1000);
+        assert_eq!(s.max_content_refs, 1000);
+        for (p, k) in s.popularity.iter().zip([1usize, 10, 100]) {
+            assert_eq!(p.contents, k as u64);
+            let want = refs[..k].iter().sum::<u64>() as f64 / total as f64;
+            assert!((p.share - want).abs() < 1e-12, "{p:?} vs {want}");
+        }
     }
 
     #[test]

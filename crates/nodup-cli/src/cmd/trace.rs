@@ -5,6 +5,7 @@ use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use nodup_trace::format::{convert, Format, TraceReader};
 use nodup_trace::gen::{generate, parse_size, GenOptions, RunLength};
+use nodup_trace::popularity::Popularity;
 use nodup_trace::replay::{replay as run_replay, Mode, ReplayOptions};
 use nodup_trace::stats::trace_stats;
 use nodup_trace::{BadLinePolicy, TraceError};
@@ -87,6 +88,14 @@ pub struct GenArgs {
     /// Random seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Which earlier contents duplicate runs copy: uniform | zipf:S (start rank Zipf(S) over
+    /// the contents in creation order, S > 0: a few contents get most references, a long tail).
+    #[arg(long, default_value = "uniform", value_name = "uniform|zipf:S")]
+    pub popularity: String,
+    /// Split the trace into N equal phases; each phase copies only contents new in it, so the
+    /// hot set changes at every boundary.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub phases: u64,
     /// Output trace file.
     #[arg(short = 'o', long = "output")]
     pub output: PathBuf,
@@ -353,6 +362,26 @@ fn stats(a: StatsArgs) -> Result<()> {
         s.mean_dup_run,
         s.max_dup_run
     );
+    if s.duplicate_writes > 0 {
+        let tops: Vec<String> = s
+            .popularity
+            .iter()
+            .map(|p| {
+                format!(
+                    "top {} % ({}) get {:.1} %",
+                    p.top_percent,
+                    p.contents,
+                    100.0 * p.share
+                )
+            })
+            .collect();
+        outln!(
+            o,
+            "  duplicate refs     by content: {}; max {} refs to one content",
+            tops.join(", "),
+            s.max_content_refs
+        );
+    }
     outln!(
         o,
         "  continuousness CDF (fraction of duplicate blocks in runs <= L):"
@@ -371,7 +400,10 @@ fn gen(a: GenArgs) -> Result<()> {
         run_length: a.run_length.parse::<RunLength>()?,
         read_ratio: a.read_ratio,
         seed: a.seed,
+        popularity: a.popularity.parse::<Popularity>()?,
+        phases: a.phases,
     };
+    o.validate()?; // before the output file is created (or truncated)
     let f = std::fs::File::create(&a.output)
         .with_context(|| format!("creating {}", a.output.display()))?;
     let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
