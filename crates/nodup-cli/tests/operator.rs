@@ -115,6 +115,7 @@ fn mkfs_refuses_what_it_would_destroy() {
         "1M",
     ]));
     one_line(&e, "--mem-budget");
+    // selective takes only a similarity fingerprint.
     one_line(
         &fail(&nodup(&[
             "mkfs",
@@ -123,12 +124,25 @@ fn mkfs_refuses_what_it_would_destroy() {
             "16M",
             "--policy",
             "selective",
+            "--fingerprint",
+            "sha256",
+        ])),
+        "similarity fingerprint",
+    );
+    one_line(
+        &fail(&nodup(&[
+            "mkfs",
+            h,
+            "--size",
+            "16M",
+            "--encrypt-key-file",
+            "/dev/null",
         ])),
         "not built yet",
     );
     assert!(!huge.exists());
     let help = ok(nodup(&["mkfs", "--help"]));
-    assert!(!help.contains("encrypt") && !help.contains("selective"));
+    assert!(!help.contains("encrypt") && help.contains("selective"));
     assert!(!help.contains("later issue"));
     let _ = fs::remove_file(&img);
     let _ = fs::remove_file(&data);

@@ -95,6 +95,10 @@ pub trait FpStore: Send + Sync {
         None
     }
 
+    /// The medium confirmed that `data` is the content of block `block` of the entry at `loc`
+    /// (fingerprint `fp`): a store with a verification cache may keep it.
+    fn on_verified(&self, _fp: u64, _loc: u64, _block: u64, _data: &[u8]) {}
+
     /// Load many `(fp, loc)` pairs at once (normal recovery at open); the default inserts them
     /// one by one.
     fn load(&self, pairs: &[(u64, u64)]) {
@@ -245,6 +249,12 @@ impl StoreHandle {
         match self {
             StoreHandle::Complete(_) => None,
             StoreHandle::Own(s) => s.verify_cached(fp, block, data),
+        }
+    }
+    #[inline]
+    pub(crate) fn on_verified(&self, fp: u64, loc: u64, block: u64, data: &[u8]) {
+        if let StoreHandle::Own(s) = self {
+            s.on_verified(fp, loc, block, data);
         }
     }
     /// The store as the trait (for the calls off the hot path).

@@ -38,8 +38,9 @@ fn check(e: &Engine, held: &Held, what: &str) {
     let a = e.audit().unwrap();
     assert_eq!(a.fp_mismatches, 0, "{what}");
     // `smart` may hold two entries of one content (its inline lookups see only memory); a
-    // recovery indexes one of them.
-    if e.policy_kind() != nodup_core::policy::PolicyKind::Smart {
+    // recovery indexes one of them. `selective` keeps only hot fingerprints.
+    use nodup_core::policy::PolicyKind;
+    if !matches!(e.policy_kind(), PolicyKind::Smart | PolicyKind::Selective) {
         assert_eq!(
             a.valid_entries, a.indexed_entries,
             "{what}: live entries missing from the index"
@@ -209,6 +210,7 @@ fn crash_states_recover_to_the_last_completed_call() {
             PolicyKind::WeakVerify,
             PolicyKind::None,
             PolicyKind::Smart,
+            PolicyKind::Selective,
         ] {
             total += crash_run(seed + 100, policy, MetaLayoutKind::Region);
         }

@@ -11,7 +11,8 @@ use nodup_core::fingerprint::FpKind;
 use nodup_core::media::pmem::{Pmem, PmemOptions};
 use nodup_core::media::{Medium, MemMedium};
 use nodup_core::meta::MetaLayoutKind;
-use nodup_core::policy::{PolicyKind, PrefetchMode};
+use nodup_core::policy::selective::SelectiveOptions;
+use nodup_core::policy::{PolicyKind, PolicyOptions, PrefetchMode};
 use nodup_core::{BlockNr, Engine, WriteCtx, BLOCK_SIZE};
 use proptest::prelude::*;
 
@@ -108,6 +109,16 @@ impl Harness {
             transition_threshold: 6,
             // `smart` with a budget small enough to evict: a few dozen fingerprints in memory.
             mem_budget: (policy == PolicyKind::Smart).then_some(8 << 10),
+            // `selective` with caches small enough to evict and refresh all the time.
+            policy: PolicyOptions {
+                selective: SelectiveOptions {
+                    fp_cache_bytes: 4 << 10,
+                    prefetch_bytes: 16 << 10,
+                    refresh_ms: None,
+                    refresh_ops: Some(7),
+                },
+                ..PolicyOptions::default()
+            },
             ..Default::default()
         };
         let engine = Engine::format(medium.clone(), &fopts, &open).unwrap();
@@ -196,11 +207,13 @@ impl Harness {
         // A two-level store also counts records it has not purged yet, and its inline lookups
         // see only memory: equal content may be stored twice (two entries of one fingerprint,
         // one indexed after a recovery) until its worker, the file system's, remaps it.
-        if self.policy != PolicyKind::Smart {
+        // A selective store keeps only hot fingerprints: it holds a subset of the entries, and
+        // equal content stored while its fingerprint was not cached stays stored twice.
+        if !matches!(self.policy, PolicyKind::Smart | PolicyKind::Selective) {
             prop_assert_eq!(s.index_entries, with_entry);
         }
         match self.policy {
-            PolicyKind::Smart => {}
+            PolicyKind::Smart | PolicyKind::Selective => {}
             PolicyKind::None => prop_assert_eq!(with_entry, 0),
             _ if !self.collide => {
                 // Without collisions, equal content always ends up in one block.
@@ -286,6 +299,16 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..40),
     ) {
         run(PolicyKind::Smart, l, PrefetchMode::Cbp, collide, pmem, &ops)?;
+    }
+
+    #[test]
+    fn selective_matches_model(
+        l in layout(),
+        collide in any::<bool>(),
+        pmem in proptest::option::of(any::<bool>()),
+        ops in proptest::collection::vec(op(), 1..40),
+    ) {
+        run(PolicyKind::Selective, l, PrefetchMode::Cbp, collide, pmem, &ops)?;
     }
 
     #[test]

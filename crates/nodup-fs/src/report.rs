@@ -94,6 +94,13 @@ impl FileSystem {
             if let Some(sm) = self.smart_report() {
                 o.insert("smart".into(), sm);
             }
+            if self.engine.policy_kind() == nodup_core::policy::PolicyKind::Selective {
+                // The hot-fingerprint and prefetch caches' figures (memory, hits, refreshes).
+                let eng = self.engine.policy_report();
+                if let Some(st) = eng.get("store") {
+                    o.insert("selective".into(), st.clone());
+                }
+            }
         }
         v
     }

@@ -46,7 +46,10 @@ fn opts(smart: SmartOptions, budget: u64) -> FsOptions {
     FsOptions {
         open: OpenOptions {
             mem_budget: Some(budget),
-            policy: PolicyOptions { smart },
+            policy: PolicyOptions {
+                smart,
+                ..PolicyOptions::default()
+            },
             ..Default::default()
         },
         ..Default::default()

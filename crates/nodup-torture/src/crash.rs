@@ -164,6 +164,15 @@ fn record(seed: u64, cfg: &CrashConfig, ops: Option<&[Op]>) -> Result<Recorded, 
     opts.open.policy.smart.fixed_selectivity = Some(0.5);
     opts.open.policy.smart.min_run = 1 + (seed / 4 % 2) as u32;
     let smart = cfg.smart_every > 0 && seed % cfg.smart_every == 1 % cfg.smart_every;
+    // `selective` on another residue, with caches small enough to evict and refresh all the
+    // time: its prefetch cache must never confirm a block whose entry went in the crash.
+    let selective = !smart && cfg.smart_every > 2 && seed % cfg.smart_every == 3 % cfg.smart_every;
+    opts.open.policy.selective = nodup_core::policy::selective::SelectiveOptions {
+        fp_cache_bytes: 4 << 10,
+        prefetch_bytes: 16 << 10,
+        refresh_ms: None,
+        refresh_ops: Some(5),
+    };
     let fopts = FormatOptions {
         fingerprint: if cfg.collide_every > 0 && seed % cfg.collide_every == cfg.collide_every - 1 {
             FpKind::TestCollide
@@ -172,6 +181,8 @@ fn record(seed: u64, cfg: &CrashConfig, ops: Option<&[Op]>) -> Result<Recorded, 
         },
         policy: if smart {
             PolicyKind::Smart
+        } else if selective {
+            PolicyKind::Selective
         } else {
             PolicyKind::Light
         },

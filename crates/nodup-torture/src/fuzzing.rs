@@ -274,6 +274,7 @@ fn build_smart_base() -> BaseImage {
                     fixed_selectivity: Some(0.5),
                     ..SmartOptions::default()
                 },
+                ..PolicyOptions::default()
             },
             ..OpenOptions::default()
         },

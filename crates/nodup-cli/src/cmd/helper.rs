@@ -62,6 +62,7 @@ pub fn run(args: Vec<OsString>) -> Result<()> {
         writeback_cache: None,
         mem_budget: None,
         smart: Default::default(),
+        selective: Default::default(),
         encrypt_key_file: None,
         threads: 4,
         atime: "relatime".into(),

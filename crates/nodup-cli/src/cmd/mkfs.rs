@@ -20,8 +20,7 @@ pub const MIN_IMAGE: u64 = 4 << 20;
 /// DRAM it needs stops being reasonable, and ext4 files end at 16 TiB anyway).
 pub const MAX_IMAGE: u64 = 16 << 40;
 
-/// Policies the command line accepts; `selective` is recognised but not built yet, so it is
-/// hidden from `--help` and refused with a clear message.
+/// Policies the command line accepts.
 pub fn policy_values() -> [PossibleValue; 6] {
     [
         PossibleValue::new("light").help("inline dedup, xxh3 + byte compare, prefetch (default)"),
@@ -31,7 +30,9 @@ pub fn policy_values() -> [PossibleValue; 6] {
         PossibleValue::new("smart").help(
             "dedup in a fixed memory budget: inline + out-of-line, two-level fingerprint store",
         ),
-        PossibleValue::new("selective").hide(true),
+        PossibleValue::new("selective").help(
+            "FSDedup: ecc + byte compare, only hot fingerprints kept (LRCU cache with refresh), prefetch cache",
+        ),
     ]
 }
 
@@ -46,7 +47,8 @@ pub struct MkfsArgs {
     /// Dedup policy.
     #[arg(long, default_value = "light", value_parser = policy_values())]
     pub policy: String,
-    /// Fingerprint function (default: sha256 for strong, crc32c for weak-verify, else xxh3).
+    /// Fingerprint function (default: sha256 for strong, crc32c for weak-verify, ecc for
+    /// selective, else xxh3; selective takes only ecc or crc32c).
     #[arg(long, value_parser = ["xxh3", "crc32c", "ecc", "sha256", "blake3"])]
     pub fingerprint: Option<String>,
     /// On-media dedup metadata layout.
@@ -70,9 +72,6 @@ pub struct MkfsArgs {
 
 /// Reject policies and options that are not built or mean nothing for the chosen policy.
 pub fn check_policy_options(policy: &str, mem_budget: bool, key_file: bool) -> Result<()> {
-    if policy == "selective" {
-        bail!("policy {policy} is not built yet (light, none, strong, weak-verify and smart are)");
-    }
     if mem_budget && policy != "smart" {
         bail!("--mem-budget: policy {policy} keeps no memory budget (only smart does)");
     }
@@ -121,12 +120,16 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
         match policy {
             PolicyKind::Strong => "sha256",
             PolicyKind::WeakVerify => "crc32c",
+            PolicyKind::Selective => "ecc",
             _ => "xxh3",
         }
         .to_string()
     });
     let fingerprint =
         FpKind::from_name(&fp_name).ok_or_else(|| anyhow!("unknown fingerprint {fp_name}"))?;
+    if policy == PolicyKind::Selective && !matches!(fingerprint, FpKind::Ecc | FpKind::Crc32c) {
+        bail!("--fingerprint {fp_name}: selective uses a similarity fingerprint, ecc (default) or crc32c");
+    }
     let meta_layout = MetaLayoutKind::from_name(&a.meta_layout)
         .ok_or_else(|| anyhow!("unknown layout {}", a.meta_layout))?;
     let kind = match a.medium.as_deref() {

@@ -2,8 +2,10 @@
 
 use super::mkfs::{check_policy_options, parse_budget};
 use super::plain_error;
+use super::size::parse_size;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use nodup_core::policy::selective::SelectiveOptions;
 use nodup_core::policy::smart::{Eviction, SmartOptions};
 use nodup_core::policy::{PolicyOptions, PrefetchMode};
 use nodup_core::OpenOptions;
@@ -40,6 +42,9 @@ pub struct MountArgs {
     /// Options of the `smart` policy.
     #[command(flatten)]
     pub smart: SmartArgs,
+    /// Options of the `selective` policy.
+    #[command(flatten)]
+    pub selective: SelectiveArgs,
     /// Key file for encrypted images (not built yet).
     #[arg(long, value_name = "FILE", hide = true)]
     pub encrypt_key_file: Option<PathBuf>,
@@ -82,6 +87,76 @@ pub struct SmartArgs {
     /// smart: blocks per second the out-of-line worker processes (0 pauses it; default 50000).
     #[arg(long, value_name = "N")]
     pub worker_rate: Option<u64>,
+}
+
+/// Mount options of the `selective` policy (refused for other policies).
+#[derive(Args, Debug, Clone, Default)]
+pub struct SelectiveArgs {
+    /// selective: size of the hot-fingerprint (LRCU) cache, its whole memory (default 512K).
+    #[arg(long, value_name = "SIZE")]
+    pub fp_cache: Option<String>,
+    /// selective: block contents kept to answer verifications (default 512K; 0 = none).
+    #[arg(long, value_name = "SIZE")]
+    pub prefetch_cache: Option<String>,
+    /// selective: milliseconds between refreshes of the cache's hotness (default 10000; 0 = never).
+    #[arg(long, value_name = "MS")]
+    pub refresh_ms: Option<u64>,
+    /// selective: also refresh after N cache operations (experiments; default never).
+    #[arg(long, value_name = "N")]
+    pub refresh_ops: Option<u64>,
+}
+
+impl SelectiveArgs {
+    /// True when any option was given.
+    fn any(&self) -> bool {
+        self.fp_cache.is_some()
+            || self.prefetch_cache.is_some()
+            || self.refresh_ms.is_some()
+            || self.refresh_ops.is_some()
+    }
+
+    /// The engine's options for `selective`.
+    fn options(&self) -> Result<SelectiveOptions> {
+        let mut o = SelectiveOptions::default();
+        if let Some(x) = &self.fp_cache {
+            o.fp_cache_bytes = parse_size(x).map_err(|e| anyhow!("--fp-cache {x}: {e}"))?;
+            if o.fp_cache_bytes < 4096 {
+                bail!("--fp-cache {x}: at least 4K");
+            }
+        }
+        if let Some(x) = &self.prefetch_cache {
+            o.prefetch_bytes = if x == "0" {
+                0
+            } else {
+                parse_size(x).map_err(|e| anyhow!("--prefetch-cache {x}: {e}"))?
+            };
+        }
+        if let Some(ms) = self.refresh_ms {
+            o.refresh_ms = (ms > 0).then_some(ms);
+        }
+        if let Some(n) = self.refresh_ops {
+            o.refresh_ops = (n > 0).then_some(n);
+        }
+        Ok(o)
+    }
+
+    /// The same options on a command line (the daemon's).
+    fn to_args(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some(x) = &self.fp_cache {
+            v.push(format!("--fp-cache={x}"));
+        }
+        if let Some(x) = &self.prefetch_cache {
+            v.push(format!("--prefetch-cache={x}"));
+        }
+        if let Some(x) = self.refresh_ms {
+            v.push(format!("--refresh-ms={x}"));
+        }
+        if let Some(x) = self.refresh_ops {
+            v.push(format!("--refresh-ops={x}"));
+        }
+        v
+    }
 }
 
 impl SmartArgs {
@@ -157,6 +232,7 @@ fn open_options(a: &MountArgs) -> Result<OpenOptions> {
         mem_budget: a.mem_budget.as_deref().map(parse_budget).transpose()?,
         policy: PolicyOptions {
             smart: a.smart.options()?,
+            selective: a.selective.options()?,
         },
         ..OpenOptions::default()
     })
@@ -225,6 +301,9 @@ pub fn mount(a: MountArgs) -> Result<()> {
     if a.smart.any() && policy != "smart" {
         bail!("--eviction, --selectivity, --min-run, --read-cache and --worker-rate are options of policy smart, not {policy}");
     }
+    if a.selective.any() && policy != "selective" {
+        bail!("--fp-cache, --prefetch-cache, --refresh-ms and --refresh-ops are options of policy selective, not {policy}");
+    }
     open_options(&a)?;
     if a.ready_fd.is_none() {
         check_mountpoint(&a.mountpoint, a.nonempty)?;
@@ -266,6 +345,7 @@ fn spawn_daemon(a: &MountArgs) -> Result<()> {
         cmd.arg(format!("--mem-budget={b}"));
     }
     cmd.args(a.smart.to_args());
+    cmd.args(a.selective.to_args());
     if let Some(f) = &a.log_file {
         // The daemon runs in `/` after setsid: hand it an absolute path.
         let abs = std::path::absolute(f).unwrap_or_else(|_| f.clone());

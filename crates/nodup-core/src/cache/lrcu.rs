@@ -126,6 +126,62 @@ impl<V> Lrcu<V> {
         Self::new(budget_bytes / entry_bytes.max(1), entry_bytes, refresh)
     }
 
+    /// A cache whose whole heap is allocated up front and stays within `budget_bytes` however it
+    /// is used (records, index, free lists and, worst case, one frequency list per entry): the
+    /// engine's `selective` store, whose memory must not grow with the data.
+    pub fn reserved(budget_bytes: usize, refresh: Refresh) -> Self {
+        // The largest capacity whose reservation fits (binary search over the exact size).
+        let (mut lo, mut hi) = (0usize, budget_bytes / size_of::<Entry<V>>().max(1) + 1);
+        while lo + 1 < hi {
+            let mid = (lo + hi) / 2;
+            if Self::reserved_bytes(mid) <= budget_bytes {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        let cap = lo;
+        let mut c = Self::new(cap, Self::reserved_bytes(cap) / cap.max(1), refresh);
+        // Twice the keys: a hash map with deleted slots rehashes in place only while it is at
+        // most half full, and would otherwise double its table under steady churn.
+        c.index.reserve(2 * cap);
+        c.entries.reserve_exact(cap);
+        c.free_entries.reserve_exact(cap);
+        c.buckets.reserve_exact(cap + 1);
+        c.free_buckets.reserve_exact(cap + 1);
+        c
+    }
+
+    /// Heap bytes [`Lrcu::reserved`] allocates for `cap` entries.
+    fn reserved_bytes(cap: usize) -> usize {
+        if cap == 0 {
+            return 0;
+        }
+        Self::index_slots(2 * cap) * (size_of::<(u64, u32)>() + 1)
+            + cap * (size_of::<Entry<V>>() + size_of::<u32>())
+            + (cap + 1) * (size_of::<Bucket>() + size_of::<u32>())
+    }
+
+    /// Slots of a hash map sized for `n` keys (seven eighths load, power-of-two table).
+    fn index_slots(n: usize) -> usize {
+        if n == 0 {
+            0
+        } else if n < 8 {
+            (n + 1).next_power_of_two().max(4)
+        } else {
+            (n * 8 / 7).next_power_of_two()
+        }
+    }
+
+    /// Heap bytes allocated now (records, index, lists), whatever the modeled entry size.
+    pub fn heap_bytes(&self) -> usize {
+        Self::index_slots(self.index.capacity()) * (size_of::<(u64, u32)>() + 1)
+            + self.entries.capacity() * size_of::<Entry<V>>()
+            + self.free_entries.capacity() * size_of::<u32>()
+            + self.buckets.capacity() * size_of::<Bucket>()
+            + self.free_buckets.capacity() * size_of::<u32>()
+    }
+
     /// Entries cached now.
     pub fn len(&self) -> usize {
         self.index.len()

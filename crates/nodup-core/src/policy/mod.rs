@@ -2,6 +2,7 @@
 
 pub mod baseline;
 pub mod light;
+pub mod selective;
 pub mod smart;
 
 /// Light's prefetch rules, kept reachable under their earlier path.
@@ -11,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fingerprint::FpKind;
 use crate::store::{FpStore, StoreParams};
-use crate::{Error, Result};
+use crate::Result;
 
 crate::named_enum! {
     /// Policies selectable at mkfs; the numeric value is stored on the medium.
@@ -28,7 +29,7 @@ crate::named_enum! {
         WeakVerify = 4 => "weak-verify",
         /// SmartDedup: dedup in a fixed memory budget (two-level store, inline + out-of-line).
         Smart = 5 => "smart",
-        /// FSDedup selective dedup (later issue).
+        /// FSDedup: similarity fingerprint + verification, hot-fingerprint cache (LRCU with refresh) and prefetch cache, no complete store.
         Selective = 6 => "selective",
     }
 }
@@ -146,6 +147,8 @@ pub trait Policy: Send + Sync {
 pub struct PolicyOptions {
     /// Options of `smart`.
     pub smart: smart::SmartOptions,
+    /// Options of `selective`.
+    pub selective: selective::SelectiveOptions,
 }
 
 /// The policy object for `kind` with its per-open options.
@@ -156,9 +159,6 @@ pub fn make_policy(kind: PolicyKind, opts: &PolicyOptions) -> Result<Box<dyn Pol
         PolicyKind::Strong => Ok(Box::new(baseline::Strong)),
         PolicyKind::WeakVerify => Ok(Box::new(baseline::WeakVerify)),
         PolicyKind::Smart => Ok(Box::new(smart::Smart::new(opts.smart))),
-        PolicyKind::Selective => Err(Error::Invalid(format!(
-            "policy {} is not implemented yet",
-            kind.name()
-        ))),
+        PolicyKind::Selective => Ok(Box::new(selective::Selective::new(opts.selective))),
     }
 }

@@ -42,19 +42,27 @@ impl Engine {
         Ok(scratch[..] == *data)
     }
 
-    /// Confirm that `data` is the content of block `b`, the candidate the store found for `fp`:
-    /// from the store's own cache when it can answer (its verify hook), else from the medium.
+    /// Confirm that `data` is the content of block `b` of the entry at `loc`, the candidate the
+    /// store found for `fp`: from the store's own cache when it can answer (its verify hook),
+    /// else from the medium (and then the store hears of a confirmed match).
     fn verify_live(
         &self,
         scratch: &mut Vec<u8>,
         fp: u64,
+        loc: u64,
         b: BlockNr,
         data: &[u8],
         t: &mut IoTally,
     ) -> Result<bool> {
         match self.store.verify_cached(fp, b, data) {
             Some(same) => Ok(same),
-            None => self.same_content(scratch, b, data, self.prefetch, t),
+            None => {
+                let same = self.same_content(scratch, b, data, self.prefetch, t)?;
+                if same {
+                    self.store.on_verified(fp, loc, b, data);
+                }
+                Ok(same)
+            }
         }
     }
 
@@ -151,7 +159,7 @@ impl Engine {
                     )));
                 }
                 if self.policy.verify()
-                    && !self.verify_live(&mut ctx.scratch, fp, e.blocknr, data, t)?
+                    && !self.verify_live(&mut ctx.scratch, fp, loc, e.blocknr, data, t)?
                 {
                     // Same fingerprint, different bytes: a collision. Store the block without an entry.
                     st.collisions += 1;
