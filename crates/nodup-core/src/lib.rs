@@ -29,7 +29,7 @@ pub mod policy;
 pub mod stats;
 pub mod store;
 
-pub use engine::{Engine, FormatOptions, Media, OpenOptions, OpenState, WriteCtx};
+pub use engine::{Engine, FormatOptions, KeyFile, Media, OpenOptions, OpenState, WriteCtx};
 pub use error::{Error, Result};
 pub use stats::EngineStats;
 

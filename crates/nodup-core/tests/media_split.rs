@@ -54,10 +54,7 @@ fn data_blocks_use_the_data_handle_only() {
         inner: mem.clone(),
         writes: Mutex::new(Vec::new()),
     });
-    let media = Media {
-        data: data.clone(),
-        meta: meta.clone(),
-    };
+    let media = Media::split(data.clone(), meta.clone());
     let e = Engine::format_media(
         media.clone(),
         &FormatOptions::default(),
@@ -100,10 +97,10 @@ fn data_blocks_use_the_data_handle_only() {
 
 #[test]
 fn handles_of_different_lengths_are_refused() {
-    let media = Media {
-        data: Arc::new(MemMedium::new(16 << 20)),
-        meta: Arc::new(MemMedium::new(8 << 20)),
-    };
+    let media = Media::split(
+        Arc::new(MemMedium::new(16 << 20)),
+        Arc::new(MemMedium::new(8 << 20)),
+    );
     match Engine::format_media(media, &FormatOptions::default(), &OpenOptions::default()) {
         Err(Error::Invalid(m)) => assert!(m.contains("same image"), "{m}"),
         Err(e) => panic!("unexpected error {e}"),

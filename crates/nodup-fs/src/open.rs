@@ -13,7 +13,7 @@ use crate::state::Tables;
 use crate::superblock::{self, MediumKind, Superblock};
 use crate::{snapshot_v1, Caller};
 use nodup_core::media::Medium;
-use nodup_core::{BlockNr, Engine, FormatOptions, OpenState};
+use nodup_core::{BlockNr, Engine, FormatOptions, Media, OpenState};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -131,7 +131,10 @@ impl FileSystem {
         let t0 = Instant::now();
         let mut fopts = fopts.clone();
         fopts.client_area_blocks = fopts.client_area_blocks.max(2);
-        let engine = Engine::format(medium.clone(), &fopts, &opts.open)?;
+        let engine = Engine::format(medium, &fopts, &opts.open)?;
+        // The file system's metadata goes through the engine's metadata medium: encrypted with
+        // the engine's when the image is.
+        let medium = engine.medium().clone();
         let (area, alen) = engine.client_area();
         if alen < 2 {
             return Err(FsError::Corrupt(
@@ -187,6 +190,10 @@ impl FileSystem {
     /// With `opts.read_only` nothing is written: the image stays byte-identical.
     pub fn open(medium: Arc<dyn Medium>, opts: &FsOptions) -> Result<FileSystem> {
         let t0 = Instant::now();
+        // An encrypted image's key is checked first (its superblocks are in the clear); the
+        // file system's metadata is then read through the decrypting medium.
+        let media = Media::unlock(medium, opts.open.key.as_ref())?;
+        let medium = media.meta.clone();
         let (sb, _, _) = superblock::probe_medium(&*medium)?;
         let m = &*medium;
         // The engine's normal recovery (index reload) and the metadata load are independent:
@@ -197,7 +204,7 @@ impl FileSystem {
         let (engine_res, found, load_seconds, engine_seconds) = std::thread::scope(|sc| {
             let eng = sc.spawn(|| {
                 let t1 = Instant::now();
-                let r = Engine::open(medium.clone(), &eopts);
+                let r = Engine::open_media(media.clone(), &eopts);
                 (r, t1.elapsed().as_secs_f64())
             });
             let found = load_metadata(m, &sb);

@@ -91,6 +91,25 @@ impl FileSystem {
                 "recovery".into(),
                 serde_json::to_value(&self.recovery).unwrap_or_default(),
             );
+            let pp = self.engine.policy_params();
+            o.insert(
+                "encrypted".into(),
+                (pp.cipher != nodup_core::engine::superblock::CIPHER_NONE).into(),
+            );
+            o.insert(
+                "encryption".into(),
+                match pp.kdf {
+                    None => serde_json::Value::Null,
+                    Some(k) => serde_json::json!({
+                        "cipher": "aes-256-xts+ctr",
+                        "data": "AES-256-XTS, 4 KiB units, tweak = block number",
+                        "metadata": "AES-256-CTR, keystream by image offset",
+                        "key": k.kind.name(),
+                        "argon2id": (k.kind == nodup_core::media::crypt::KdfKind::Argon2id)
+                            .then(|| serde_json::json!({"m_kib": k.m_kib, "t": k.t, "p": k.p})),
+                    }),
+                },
+            );
             if let Some(sm) = self.smart_report() {
                 o.insert("smart".into(), sm);
             }

@@ -187,6 +187,9 @@ fn record(seed: u64, cfg: &CrashConfig, ops: Option<&[Op]>) -> Result<Recorded, 
             PolicyKind::Light
         },
         mem_budget: if smart { 16 << 10 } else { 0 },
+        // Every fifth workload on an encrypted image (all policies in turn): the encrypting
+        // media must keep the persistence model byte for byte.
+        encrypt: (seed % 5 == 2).then(|| nodup_core::KeyFile(crate::verify::TEST_KEY.to_vec())),
         ..FormatOptions::default()
     };
     let fs = FileSystem::format(medium, MediumKind::Pmem, &fopts, &opts, Caller::default())
@@ -261,7 +264,7 @@ fn crash_during_recovery(
 ) {
     let sim = Arc::new(CrashSim::from_bytes(img.to_vec()));
     sim.set_capture_filter(Box::new(|_| true));
-    let fs = match FileSystem::open(sim.clone(), &FsOptions::default()) {
+    let fs = match FileSystem::open(sim.clone(), &crate::verify::open_opts(&*sim)) {
         Ok(fs) => fs,
         Err(e) => {
             st.states += 1;

@@ -99,6 +99,20 @@ pub fn apply_mutant(fs: &FileSystem, mutant: Mutant) {
     }
 }
 
+/// The key of the encrypted images of the campaigns (a raw 32-byte key: no KDF cost).
+pub const TEST_KEY: [u8; 32] = [0x5e; 32];
+
+/// Options to open `medium`: with [`TEST_KEY`] when its engine superblock says it is encrypted.
+pub fn open_opts(medium: &dyn Medium) -> FsOptions {
+    let mut o = FsOptions::default();
+    let encrypted = nodup_core::engine::superblock::Superblock::load(medium)
+        .is_ok_and(|sb| sb.params.cipher != nodup_core::engine::superblock::CIPHER_NONE);
+    if encrypted {
+        o.open.key = Some(nodup_core::KeyFile(TEST_KEY.to_vec()));
+    }
+    o
+}
+
 /// Open a crash image (failure recovery), check every invariant and that the visible state is
 /// one of `allowed`; with `exercise`, also write after recovery and reopen cleanly.
 pub fn check_crash_image(
@@ -108,7 +122,7 @@ pub fn check_crash_image(
     exercise: bool,
 ) -> Result<(), String> {
     let medium: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img));
-    let fs = FileSystem::open(medium.clone(), &FsOptions::default())
+    let fs = FileSystem::open(medium.clone(), &open_opts(&*medium))
         .map_err(|e| format!("recovery failed: {e}"))?;
     apply_mutant(&fs, mutant);
     check_invariants(&fs)?;
@@ -125,7 +139,7 @@ pub fn check_crash_image(
         exercise_after_recovery(&fs, &got)?;
         fs.shutdown().map_err(|e| format!("shutdown: {e}"))?;
         drop(fs);
-        let fs = FileSystem::open(medium, &FsOptions::default())
+        let fs = FileSystem::open(medium.clone(), &open_opts(&*medium))
             .map_err(|e| format!("clean reopen failed: {e}"))?;
         if fs.recovery().kind != "clean" {
             return Err(format!(

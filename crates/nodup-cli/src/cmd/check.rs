@@ -17,6 +17,9 @@ pub struct StatsArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Key file of an encrypted image (not needed for a mount point).
+    #[arg(long, value_name = "FILE")]
+    pub encrypt_key_file: Option<PathBuf>,
 }
 
 /// Arguments of `nodup fsck`.
@@ -30,10 +33,13 @@ pub struct FsckArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Key file of an encrypted image.
+    #[arg(long, value_name = "FILE")]
+    pub encrypt_key_file: Option<PathBuf>,
 }
 
 /// Open an unmounted image for stats/fsck: read-only (file and medium) unless `write`.
-fn open_unmounted(path: &Path, write: bool) -> Result<(ImageLock, FileSystem)> {
+fn open_unmounted(path: &Path, write: bool, key: Option<&Path>) -> Result<(ImageLock, FileSystem)> {
     super::mount::check_image(path)?;
     let lock = ImageLock::try_lock(path).map_err(|_| {
         anyhow!(
@@ -43,10 +49,11 @@ fn open_unmounted(path: &Path, write: bool) -> Result<(ImageLock, FileSystem)> {
     })?;
     let (medium, _) =
         image::open_with(path, !write).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    let opts = FsOptions {
+    let mut opts = FsOptions {
         read_only: !write,
         ..FsOptions::default()
     };
+    opts.open.key = key.map(super::mkfs::read_key_file).transpose()?;
     let fs = FileSystem::open(medium, &opts).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     Ok((lock, fs))
 }
@@ -61,7 +68,7 @@ pub fn stats(a: StatsArgs) -> Result<()> {
             .map_or_else(|| t.to_string(), |p| p.display().to_string());
         (v, format!("{img} on {t}"))
     } else if a.target.exists() {
-        let (_lock, fs) = open_unmounted(&a.target, false)?;
+        let (_lock, fs) = open_unmounted(&a.target, false, a.encrypt_key_file.as_deref())?;
         (fs.stats_json(), format!("{t} (not mounted)"))
     } else {
         bail!("{t}: no such image or mount point");
@@ -110,6 +117,12 @@ fn human(v: &Value, from: &str) -> String {
         v["meta_layout"].as_str().unwrap_or("?"),
         v["medium"].as_str().unwrap_or("?")
     ));
+    if v["encrypted"] == true {
+        line(format!(
+            "  encrypted  AES-256 at rest (XTS data, CTR metadata), key: {}",
+            v["encryption"]["key"].as_str().unwrap_or("?")
+        ));
+    }
     line(format!(
         "  size       {:>10}   ({} free)",
         bytes(u(v, "size_bytes").max(total)),
@@ -219,7 +232,7 @@ fn human(v: &Value, from: &str) -> String {
 
 /// `nodup fsck`.
 pub fn fsck(a: FsckArgs) -> Result<()> {
-    let (_lock, fs) = open_unmounted(&a.image, a.repair)?;
+    let (_lock, fs) = open_unmounted(&a.image, a.repair, a.encrypt_key_file.as_deref())?;
     let mut rep = nodup_fs::fsck::check(&fs, a.repair)?;
     if a.repair && fs.recovery().kind == "failure" {
         let ri = fs.recovery();

@@ -9,7 +9,7 @@ use clap::Args;
 use nodup_core::fingerprint::FpKind;
 use nodup_core::meta::MetaLayoutKind;
 use nodup_core::policy::PolicyKind;
-use nodup_core::FormatOptions;
+use nodup_core::{FormatOptions, KeyFile};
 use nodup_fs::image::{self, ImageLock, Target};
 use nodup_fs::{Caller, FileSystem, FsOptions, MediumKind};
 use std::path::{Path, PathBuf};
@@ -58,8 +58,9 @@ pub struct MkfsArgs {
     /// buffer, read cache), e.g. 3M; default 3.5M. Recorded in the image; `mount` may override.
     #[arg(long, value_name = "SIZE")]
     pub mem_budget: Option<String>,
-    /// Encrypt data with the key in FILE (not built yet).
-    #[arg(long, value_name = "FILE", hide = true)]
+    /// Encrypt the image at rest (AES-256: XTS for data, CTR for metadata) with the key in
+    /// FILE: 32 bytes are the key, anything else a passphrase (argon2id). Mount needs the same file.
+    #[arg(long, value_name = "FILE")]
     pub encrypt_key_file: Option<PathBuf>,
     /// Medium the image is used as (default: pmem on tmpfs/DAX, else blockfile); recorded in the image.
     #[arg(long, value_parser = ["pmem", "blockfile"])]
@@ -71,14 +72,26 @@ pub struct MkfsArgs {
 }
 
 /// Reject policies and options that are not built or mean nothing for the chosen policy.
-pub fn check_policy_options(policy: &str, mem_budget: bool, key_file: bool) -> Result<()> {
+pub fn check_policy_options(policy: &str, mem_budget: bool) -> Result<()> {
     if mem_budget && policy != "smart" {
         bail!("--mem-budget: policy {policy} keeps no memory budget (only smart does)");
     }
-    if key_file {
-        bail!("--encrypt-key-file: encrypted images are not built yet");
-    }
     Ok(())
+}
+
+/// The key file of `--encrypt-key-file`: exactly 32 bytes are a raw key, anything else (not
+/// empty, at most 4 KiB) a passphrase.
+pub fn read_key_file(path: &Path) -> Result<KeyFile> {
+    let bytes =
+        std::fs::read(path).map_err(|e| anyhow!("--encrypt-key-file {}: {e}", path.display()))?;
+    if bytes.is_empty() || bytes.len() > 4096 {
+        bail!(
+            "--encrypt-key-file {}: {} bytes (a 32-byte key, or a passphrase of 1 to 4096 bytes)",
+            path.display(),
+            bytes.len()
+        );
+    }
+    Ok(KeyFile(bytes))
 }
 
 /// A `--mem-budget` value: a size of at least `smart`'s minimum.
@@ -93,11 +106,11 @@ pub fn parse_budget(s: &str) -> Result<u64> {
 
 /// `nodup mkfs`.
 pub fn mkfs(a: MkfsArgs) -> Result<()> {
-    check_policy_options(
-        &a.policy,
-        a.mem_budget.is_some(),
-        a.encrypt_key_file.is_some(),
-    )?;
+    check_policy_options(&a.policy, a.mem_budget.is_some())?;
+    // Read before anything is created: a bad key file leaves nothing behind.
+    if let Some(p) = &a.encrypt_key_file {
+        read_key_file(p)?;
+    }
     let size = parse_size(&a.size)?;
     if size < MIN_IMAGE {
         bail!(
@@ -152,11 +165,17 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
         Some(b) => parse_budget(b)?,
         None => 0,
     };
+    let encrypt = a
+        .encrypt_key_file
+        .as_deref()
+        .map(read_key_file)
+        .transpose()?;
     let fopts = FormatOptions {
         policy,
         fingerprint,
         meta_layout,
         mem_budget,
+        encrypt,
         ..FormatOptions::default()
     };
     // SAFETY: getuid/getgid cannot fail.
@@ -180,12 +199,17 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
         bail!("{what} {img}: {}", super::plain_error(&e));
     }
     println!(
-        "nodup: made {img} ({}, policy {}, fingerprint {}, layout {}, medium {})",
+        "nodup: made {img} ({}, policy {}, fingerprint {}, layout {}, medium {}{})",
         bytes(size),
         policy.name(),
         fingerprint.name(),
         meta_layout.name(),
-        kind.name()
+        kind.name(),
+        match &fopts.encrypt {
+            None => "",
+            Some(k) if k.0.len() == 32 => ", encrypted, raw key",
+            Some(_) => ", encrypted, passphrase",
+        }
     );
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `nodup mount|umount`: mounting an image (a daemon serving FUSE) and unmounting it cleanly.
 
-use super::mkfs::{check_policy_options, parse_budget};
+use super::mkfs::{check_policy_options, parse_budget, read_key_file};
 use super::plain_error;
 use super::size::parse_size;
 use anyhow::{anyhow, bail, Context, Result};
@@ -45,8 +45,8 @@ pub struct MountArgs {
     /// Options of the `selective` policy.
     #[command(flatten)]
     pub selective: SelectiveArgs,
-    /// Key file for encrypted images (not built yet).
-    #[arg(long, value_name = "FILE", hide = true)]
+    /// Key file of an encrypted image (the one given to mkfs).
+    #[arg(long, value_name = "FILE")]
     pub encrypt_key_file: Option<PathBuf>,
     /// When reads update access times: relatime (when older than the last change, or a day
     /// old), strictatime (every read; one log record each) or noatime.
@@ -230,6 +230,11 @@ fn open_options(a: &MountArgs) -> Result<OpenOptions> {
         prefetch: PrefetchMode::from_name(&a.prefetch)
             .ok_or_else(|| anyhow!("unknown prefetch mode {}", a.prefetch))?,
         mem_budget: a.mem_budget.as_deref().map(parse_budget).transpose()?,
+        key: a
+            .encrypt_key_file
+            .as_deref()
+            .map(read_key_file)
+            .transpose()?,
         policy: PolicyOptions {
             smart: a.smart.options()?,
             selective: a.selective.options()?,
@@ -297,7 +302,7 @@ pub fn mount(a: MountArgs) -> Result<()> {
         .0;
     let policy =
         nodup_core::policy::PolicyKind::from_u32(sb.policy).map_or("unknown", |p| p.name());
-    check_policy_options(policy, a.mem_budget.is_some(), a.encrypt_key_file.is_some())?;
+    check_policy_options(policy, a.mem_budget.is_some())?;
     if a.smart.any() && policy != "smart" {
         bail!("--eviction, --selectivity, --min-run, --read-cache and --worker-rate are options of policy smart, not {policy}");
     }
@@ -343,6 +348,11 @@ fn spawn_daemon(a: &MountArgs) -> Result<()> {
     }
     if let Some(b) = &a.mem_budget {
         cmd.arg(format!("--mem-budget={b}"));
+    }
+    if let Some(k) = &a.encrypt_key_file {
+        // The path, never the key: the daemon reads the file itself.
+        let abs = std::path::absolute(k).unwrap_or_else(|_| k.clone());
+        cmd.arg("--encrypt-key-file").arg(abs);
     }
     cmd.args(a.smart.to_args());
     cmd.args(a.selective.to_args());

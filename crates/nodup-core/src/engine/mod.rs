@@ -51,7 +51,7 @@ use superblock::{PolicyParams, Superblock};
 pub use ctx::{Miss, WriteCtx};
 use media::meta_medium;
 pub use media::Media;
-pub use options::{FormatOptions, OpenOptions, OpenState, RecoveryReport};
+pub use options::{FormatOptions, KeyFile, OpenOptions, OpenState, RecoveryReport};
 pub use outofline::Adopted;
 
 /// Engine-wide counters (merged once per call from each writer's tally).
@@ -143,7 +143,9 @@ pub struct Engine {
 impl Engine {
     fn build(media: Media, sb: Superblock, open: &OpenOptions) -> Result<Engine> {
         media.check()?;
-        let Media { data: medium, meta } = media;
+        let Media {
+            data: medium, meta, ..
+        } = media;
         let policy = make_policy(sb.policy, &open.policy)?;
         let alloc = Arc::new(Allocator::new(sb.data_start, sb.data_blocks));
         let store = match policy.make_store(&StoreParams {
@@ -223,10 +225,21 @@ impl Engine {
         let policy = make_policy(opts.policy, &open.policy)?;
         let fp = policy.fingerprint_for(opts.fingerprint);
         let layout_kind = opts.meta_layout;
-        let params = PolicyParams {
+        let mut params = PolicyParams {
             mem_budget: opts.mem_budget,
             ..PolicyParams::default()
         };
+        let mut keys = None;
+        if let Some(kf) = &opts.encrypt {
+            let kdf = crate::media::crypt::KdfParams::for_key_file(&kf.0);
+            let salt: [u8; 16] = rand::random();
+            let master = crate::media::crypt::master_key(&kf.0, &salt, &kdf)?;
+            params.cipher = superblock::CIPHER_AES256;
+            params.kdf = Some(kdf);
+            params.salt = salt;
+            params.key_check = crate::media::crypt::ImageKeys::check_value(&master, &salt);
+            keys = Some(crate::media::crypt::ImageKeys::derive(&master, &salt));
+        }
         let mut sb = Superblock::plan(
             medium.len(),
             opts.client_area_blocks,
@@ -236,6 +249,11 @@ impl Engine {
             params,
             |total, slots| state_words(layout_kind, total, slots),
         )?;
+        let media = match keys {
+            Some(k) => Media::encrypted(media, k, sb.client_start),
+            None => media,
+        };
+        let medium = &media.meta;
         // Invalidate any previous superblock first, so a half-formatted image is never opened.
         medium.write(0, &[0u8; superblock::SB_SIZE])?;
         medium.flush(0, superblock::SB_SIZE as u64);
@@ -253,13 +271,19 @@ impl Engine {
 
     /// Open an existing image, validating the superblock. Performs normal recovery when clean.
     pub fn open(medium: Arc<dyn Medium>, opts: &OpenOptions) -> Result<(Engine, OpenState)> {
-        Engine::open_media(Media::single(medium), opts)
+        Engine::open_media(Media::unlock(medium, opts.key.as_ref())?, opts)
     }
 
     /// Open with separate data and metadata handles (see [`Media`]).
     pub fn open_media(media: Media, opts: &OpenOptions) -> Result<(Engine, OpenState)> {
         media.check()?;
         let sb = Superblock::load(&*media.meta)?;
+        if (sb.params.cipher != superblock::CIPHER_NONE) != media.encrypted {
+            return Err(Error::Invalid(
+                "the image's encryption and the media opened for it disagree (use Media::unlock)"
+                    .into(),
+            ));
+        }
         let kind = sb.meta_layout;
         let expected = Superblock::plan(
             sb.total_blocks * BLOCK_SIZE as u64,

@@ -21,6 +21,8 @@ pub struct FormatOptions {
     pub mem_budget: u64,
     /// Blocks reserved for the caller right after the engine superblock.
     pub client_area_blocks: u64,
+    /// Encrypt the image at rest with this key file (`media::crypt`); None = plain.
+    pub encrypt: Option<KeyFile>,
 }
 
 impl Default for FormatOptions {
@@ -31,6 +33,7 @@ impl Default for FormatOptions {
             meta_layout: MetaLayoutKind::Region,
             mem_budget: 0,
             client_area_blocks: 16,
+            encrypt: None,
         }
     }
 }
@@ -51,6 +54,8 @@ pub struct OpenOptions {
     pub read_only: bool,
     /// Options of the policy in force (`smart`'s eviction, selectivity, run filter).
     pub policy: PolicyOptions,
+    /// The key file of an encrypted image (refused for a plain one).
+    pub key: Option<KeyFile>,
 }
 
 impl Default for OpenOptions {
@@ -62,7 +67,19 @@ impl Default for OpenOptions {
             meter_granularity: None,
             read_only: false,
             policy: PolicyOptions::default(),
+            key: None,
         }
+    }
+}
+
+/// The bytes of a key file: 32 bytes are a raw key, anything else a passphrase
+/// (`media::crypt::master_key`). Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyFile(pub Vec<u8>);
+
+impl std::fmt::Debug for KeyFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KeyFile({} bytes)", self.0.len())
     }
 }
 

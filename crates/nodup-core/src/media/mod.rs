@@ -94,6 +94,7 @@ pub(crate) fn check_range(off: u64, len: usize, total: u64) -> Result<std::ops::
 
 pub mod blockfile;
 pub mod crashsim;
+pub mod crypt;
 pub mod fault;
 pub mod mem;
 pub mod meter;

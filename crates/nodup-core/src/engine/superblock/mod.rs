@@ -38,8 +38,14 @@
 //! | 136    | 8     | memory budget, bytes (0 = unlimited)               |
 //! | 144    | 8     | hot-cache entries (0 = the policy's default)       |
 //! | 152    | 8     | prefetch-cache bytes (0 = the policy's default)    |
-//! | 160    | 4     | cipher id (0 = none)                               |
-//! | 164    | 100   | reserved, zero                                     |
+//! | 160    | 4     | cipher id (0 = none, 1 = AES-256: XTS data, CTR metadata) |
+//! | 164    | 4     | key derivation (cipher 1: 1 = raw 32-byte key, 2 = argon2id) |
+//! | 168    | 4     | argon2id memory, KiB                               |
+//! | 172    | 4     | argon2id passes                                    |
+//! | 176    | 4     | argon2id lanes                                     |
+//! | 180    | 16    | salt (random per image; also separates keystreams) |
+//! | 196    | 16    | key check value (`media::crypt`)                   |
+//! | 212    | 52    | reserved, zero                                     |
 //!
 //! Rules of version 2:
 //! - **Incompatible features**: a set bit means a build that does not know it would misread the
@@ -49,7 +55,9 @@
 //! - **Reserved bytes** are written as zero and refused when they are not: a later format that
 //!   gives them a meaning bumps the version or sets an incompatible-feature bit, so an older
 //!   build never misreads them.
-//! - **Cipher**: 0 = none. No cipher is built yet; any other value is refused at open.
+//! - **Cipher**: 0 = none (then bytes 164..212 are zero too); 1 = encrypted at rest
+//!   (`media::crypt`: data blocks AES-256-XTS, metadata AES-256-CTR by position, this block and
+//!   the file system's superblock pair in the clear). Other values are refused at open.
 //! - **Memory budget** moved from its version-1 place (offset 128) into the parameter area; it
 //!   is not kept twice (one place cannot disagree with itself).
 //! - The hot-cache and prefetch-cache sizes are not used by any policy yet: formatted as 0, read
@@ -97,6 +105,8 @@ pub const PARAMS_SIZE: usize = param::END;
 pub const FEATURES_INCOMPAT_KNOWN: u64 = 0;
 /// Cipher id of an image that is not encrypted (the only one this build opens).
 pub const CIPHER_NONE: u32 = 0;
+/// Cipher id of an image encrypted at rest (`media::crypt`).
+pub const CIPHER_AES256: u32 = 1;
 
 /// Byte offsets of the version-2 fields (the first table above).
 mod off {
@@ -132,8 +142,14 @@ mod param {
     pub const HOT_CACHE_ENTRIES: usize = 8;
     pub const PREFETCH_CACHE_BYTES: usize = 16;
     pub const CIPHER: usize = 24;
+    pub const KDF: usize = 28;
+    pub const KDF_M: usize = 32;
+    pub const KDF_T: usize = 36;
+    pub const KDF_P: usize = 40;
+    pub const SALT: usize = 44;
+    pub const CHECK: usize = 60;
     /// Reserved up to `END`: zero.
-    pub const RESERVED: usize = 28;
+    pub const RESERVED: usize = 76;
     pub const END: usize = 128;
 }
 
@@ -153,7 +169,9 @@ const _: () = assert!(off::CLEAN + 4 == off::FEATURES_INCOMPAT);
 const _: () = assert!(off::FEATURES_INCOMPAT + 8 == off::PARAMS);
 const _: () = assert!(off::PARAMS + PARAMS_SIZE == off::CHECKSUM);
 const _: () = assert!(off::CHECKSUM + 8 == SB_SIZE && SB_SIZE <= BLOCK_SIZE);
-const _: () = assert!(param::CIPHER + 4 == param::RESERVED && param::RESERVED < param::END);
+const _: () = assert!(param::CIPHER + 4 == param::KDF && param::KDF_P + 4 == param::SALT);
+const _: () = assert!(param::SALT + 16 == param::CHECK && param::CHECK + 16 == param::RESERVED);
+const _: () = assert!(param::RESERVED < param::END);
 const _: () = assert!(off_v1::HEAD_END == off::CLEAN + 4);
 const _: () = assert!(off_v1::MEM_BUDGET + 8 == off_v1::CHECKSUM);
 const _: () = assert!(off_v1::CHECKSUM + 8 == off_v1::END && off_v1::END <= SB_SIZE);
@@ -172,8 +190,14 @@ pub struct PolicyParams {
     pub hot_cache_entries: u64,
     /// Bytes of the policy's prefetch cache; 0 = the policy's default (none uses it yet).
     pub prefetch_cache_bytes: u64,
-    /// Cipher of the data blocks: [`CIPHER_NONE`] is the only one built.
+    /// Cipher: [`CIPHER_NONE`] or [`CIPHER_AES256`].
     pub cipher: u32,
+    /// Key derivation of an encrypted image (`None` for a plain one).
+    pub kdf: Option<crate::media::crypt::KdfParams>,
+    /// Random salt of an encrypted image (zero for a plain one).
+    pub salt: [u8; 16],
+    /// Key check value of an encrypted image (zero for a plain one).
+    pub key_check: [u8; 16],
 }
 
 impl PolicyParams {
@@ -188,6 +212,14 @@ impl PolicyParams {
             self.prefetch_cache_bytes,
         );
         put_u32(&mut a, param::CIPHER, self.cipher);
+        if let Some(k) = self.kdf {
+            put_u32(&mut a, param::KDF, k.kind as u32);
+            put_u32(&mut a, param::KDF_M, k.m_kib);
+            put_u32(&mut a, param::KDF_T, k.t);
+            put_u32(&mut a, param::KDF_P, k.p);
+        }
+        a[param::SALT..param::SALT + 16].copy_from_slice(&self.salt);
+        a[param::CHECK..param::CHECK + 16].copy_from_slice(&self.key_check);
         a
     }
 
@@ -200,10 +232,48 @@ impl PolicyParams {
             ));
         }
         let cipher = le_u32(a, param::CIPHER);
-        if cipher != CIPHER_NONE {
-            return Err(Error::Unsupported(format!(
-                "image is encrypted with cipher {cipher}, which this build does not support"
-            )));
+        let (mut kdf, mut salt, mut key_check) = (None, [0u8; 16], [0u8; 16]);
+        match cipher {
+            CIPHER_NONE => {
+                if a[param::KDF..param::RESERVED].iter().any(|&x| x != 0) {
+                    return Err(Error::Corrupt(
+                        "engine superblock: key parameters on an image without a cipher".into(),
+                    ));
+                }
+            }
+            CIPHER_AES256 => {
+                use crate::media::crypt::{KdfKind, KdfParams};
+                let kind = KdfKind::from_u32(le_u32(a, param::KDF)).ok_or_else(|| {
+                    Error::Corrupt(format!(
+                        "engine superblock: unknown key derivation {}",
+                        le_u32(a, param::KDF)
+                    ))
+                })?;
+                let k = KdfParams {
+                    kind,
+                    m_kib: le_u32(a, param::KDF_M),
+                    t: le_u32(a, param::KDF_T),
+                    p: le_u32(a, param::KDF_P),
+                };
+                // Bounds argon2 accepts and a mount can afford (at most 4 GiB, 64 passes).
+                let sane = (8..=4 << 20).contains(&k.m_kib)
+                    && (1..=64).contains(&k.t)
+                    && (1..=16).contains(&k.p);
+                if kind == KdfKind::Argon2id && !sane {
+                    return Err(Error::Corrupt(format!(
+                        "engine superblock: argon2id parameters m={} KiB t={} p={} out of range",
+                        k.m_kib, k.t, k.p
+                    )));
+                }
+                kdf = Some(k);
+                salt.copy_from_slice(&a[param::SALT..param::SALT + 16]);
+                key_check.copy_from_slice(&a[param::CHECK..param::CHECK + 16]);
+            }
+            _ => {
+                return Err(Error::Unsupported(format!(
+                    "image is encrypted with cipher {cipher}, which this build does not support"
+                )))
+            }
         }
         if a[param::RESERVED..].iter().any(|&x| x != 0) {
             return Err(Error::Corrupt(format!(
@@ -217,6 +287,9 @@ impl PolicyParams {
             hot_cache_entries: le_u64(a, param::HOT_CACHE_ENTRIES),
             prefetch_cache_bytes: le_u64(a, param::PREFETCH_CACHE_BYTES),
             cipher,
+            kdf,
+            salt,
+            key_check,
         })
     }
 }

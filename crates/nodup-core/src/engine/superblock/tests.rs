@@ -10,6 +10,7 @@ fn params() -> PolicyParams {
         hot_cache_entries: 4096,
         prefetch_cache_bytes: 1 << 20,
         cipher: CIPHER_NONE,
+        ..PolicyParams::default()
     }
 }
 
@@ -172,14 +173,24 @@ fn a_cipher_is_refused() {
 #[test]
 fn non_zero_reserved_bytes_are_refused() {
     let good = planned(params()).encode();
-    for at in [164usize, 200, 263] {
+    for at in [212usize, 240, 263] {
         let mut b = good;
         b[at] = 1;
         reseal(&mut b, 264);
         assert_eq!(
             err(&b),
-            "corrupt image: engine superblock: reserved policy-parameter bytes 164..264 \
+            "corrupt image: engine superblock: reserved policy-parameter bytes 212..264 \
              are not zero"
+        );
+    }
+    // The key parameters (164..212) must be zero on a plain image.
+    for at in [164usize, 200, 211] {
+        let mut b = good;
+        b[at] = 1;
+        reseal(&mut b, 264);
+        assert_eq!(
+            err(&b),
+            "corrupt image: engine superblock: key parameters on an image without a cipher"
         );
     }
 }
@@ -216,4 +227,38 @@ fn damage_is_refused() {
         err(&bad),
         "corrupt image: engine superblock: bad clean flag"
     );
+}
+
+#[test]
+fn key_parameters_round_trip_and_are_refused_without_a_cipher() {
+    use crate::media::crypt::{KdfKind, KdfParams};
+    let mut p = params();
+    p.cipher = CIPHER_AES256;
+    p.kdf = Some(KdfParams {
+        kind: KdfKind::Argon2id,
+        m_kib: 65536,
+        t: 3,
+        p: 1,
+    });
+    p.salt = [0xA5; 16];
+    p.key_check = [0x3C; 16];
+    let sb = planned(p);
+    let b = sb.encode();
+    assert_eq!(Superblock::decode(&b, LEN).unwrap().params, p);
+    // Key parameters on a plain image, or absurd argon2 costs, are corruption.
+    let mut plain = sb;
+    plain.params.cipher = CIPHER_NONE;
+    let e = Superblock::decode(&plain.encode(), LEN)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("key parameters"), "{e}");
+    let mut huge = sb;
+    huge.params.kdf = Some(KdfParams {
+        t: 1000,
+        ..p.kdf.unwrap()
+    });
+    let e = Superblock::decode(&huge.encode(), LEN)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("out of range"), "{e}");
 }
