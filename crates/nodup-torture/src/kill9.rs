@@ -82,15 +82,53 @@ pub(crate) fn run(cmd: &mut Command) -> Result<String, String> {
 }
 
 fn mount(cfg: &Kill9Config, img: &Path, mp: &Path) -> Result<i32, String> {
-    mount_image(&cfg.nodup, img, mp, &cfg.workdir.join("daemon.log"))
+    let mut extra = key_args(cfg, img);
+    if img.to_string_lossy().contains("selective") {
+        // Caches small enough to evict and refresh all the time.
+        for a in [
+            "--fp-cache",
+            "16K",
+            "--prefetch-cache",
+            "32K",
+            "--refresh-ops",
+            "200",
+        ] {
+            extra.push(a.into());
+        }
+    }
+    mount_image_with(&cfg.nodup, img, mp, &cfg.workdir.join("daemon.log"), &extra)
+}
+
+/// The key file of the campaign's encrypted image (its name says `-enc`), for mount and fsck.
+fn key_args(cfg: &Kill9Config, img: &Path) -> Vec<std::ffi::OsString> {
+    if img.to_string_lossy().contains("-enc") {
+        vec![
+            "--encrypt-key-file".into(),
+            cfg.workdir.join("k9.key").into(),
+        ]
+    } else {
+        Vec::new()
+    }
 }
 
 /// `nodup mount img mp`; returns the daemon's pid.
 pub(crate) fn mount_image(nodup: &Path, img: &Path, mp: &Path, log: &Path) -> Result<i32, String> {
+    mount_image_with(nodup, img, mp, log, &[])
+}
+
+/// `nodup mount img mp EXTRA...`; returns the daemon's pid.
+fn mount_image_with(
+    nodup: &Path,
+    img: &Path,
+    mp: &Path,
+    log: &Path,
+    extra: &[std::ffi::OsString],
+) -> Result<i32, String> {
     let out = run(Command::new(nodup)
         .arg("mount")
         .arg(img)
         .arg(mp)
+        .args(extra)
         .env("NODUP_DAEMON_LOG", log))?;
     out.split("daemon pid ")
         .nth(1)
@@ -292,14 +330,26 @@ pub fn campaign(cfg: &Kill9Config, deadline: Instant, max_cycles: u64) -> Kill9S
         st.fail(format!("trace gen: {e}"));
         return st;
     }
-    // Three images: pmem semantics (durable on return), blockfile (durable at fsync), and
-    // policy `smart` on pmem with a small budget (its worker remaps while the writer is killed).
+    // Four images: pmem semantics (durable on return), blockfile (durable at fsync), policy
+    // `smart` on pmem with a small budget (its worker remaps while the writer is killed), and
+    // an encrypted `selective` image on pmem with small caches.
+    if let Err(e) = std::fs::write(cfg.workdir.join("k9.key"), [0x4bu8; 32]) {
+        st.fail(format!("key file: {e}"));
+        return st;
+    }
     let mut images = Vec::new();
-    for (i, (medium, policy)) in [("pmem", "light"), ("blockfile", "light"), ("pmem", "smart")]
-        .iter()
-        .enumerate()
+    for (i, (medium, policy)) in [
+        ("pmem", "light"),
+        ("blockfile", "light"),
+        ("pmem", "smart"),
+        ("pmem", "selective"),
+    ]
+    .iter()
+    .enumerate()
     {
-        let img = cfg.workdir.join(format!("k9-{medium}-{policy}.img"));
+        let tag = if *policy == "selective" { "-enc" } else { "" };
+        let img = cfg.workdir.join(format!("k9-{medium}-{policy}{tag}.img"));
+        let key = key_args(cfg, &img);
         let mp = cfg.workdir.join(format!("mnt{i}"));
         // A dead mount left here by an earlier run would make the first mount fail.
         detach(&mp);
@@ -317,7 +367,8 @@ pub fn campaign(cfg: &Kill9Config, deadline: Instant, max_cycles: u64) -> Kill9S
                 &["--mem-budget", "256K"][..]
             } else {
                 &[][..]
-            }))
+            })
+            .args(&key))
         {
             st.fail(format!("mkfs: {e}"));
             return st;
@@ -388,7 +439,11 @@ pub fn campaign(cfg: &Kill9Config, deadline: Instant, max_cycles: u64) -> Kill9S
                 continue;
             }
         }
-        if let Err(e) = run(Command::new(&cfg.nodup).arg("fsck").arg(img)) {
+        if let Err(e) = run(Command::new(&cfg.nodup)
+            .arg("fsck")
+            .arg(img)
+            .args(key_args(cfg, img)))
+        {
             st.fail(format!("{what}: fsck after recovery: {e}"));
         }
         st.cycles += 1;

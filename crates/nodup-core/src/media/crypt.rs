@@ -155,6 +155,38 @@ impl DataCrypt {
         DataCrypt { inner, keys }
     }
 
+    /// Encrypt `data` (at `off`, widened to whole blocks) into this thread's scratch buffer
+    /// and hand the ciphertext and its offset to `out` (no allocation per block written).
+    fn with_ciphertext<R>(
+        &self,
+        off: u64,
+        data: &[u8],
+        out: impl FnOnce(u64, &[u8]) -> Result<R>,
+    ) -> Result<R> {
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let (start, len) = Self::span(off, data.len());
+        let mut whole = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        whole.clear();
+        if start != off || len != data.len() {
+            // A partial block (never on the engine's data path): read, patch, write whole.
+            whole.resize(len, 0);
+            self.read(start, &mut whole)?;
+            let at = (off - start) as usize;
+            whole[at..at + data.len()].copy_from_slice(data);
+        } else {
+            whole.extend_from_slice(data);
+        }
+        let first = start / BLOCK_SIZE as u64;
+        for (i, b) in whole.chunks_exact_mut(BLOCK_SIZE).enumerate() {
+            self.keys.xts(b, first + i as u64, true);
+        }
+        let r = out(start, &whole);
+        SCRATCH.with(|s| *s.borrow_mut() = whole);
+        r
+    }
+
     /// The whole blocks around `[off, off+len)`.
     fn span(off: u64, len: usize) -> (u64, usize) {
         let bs = BLOCK_SIZE as u64;
@@ -185,25 +217,11 @@ impl Medium for DataCrypt {
         Ok(())
     }
     fn write(&self, off: u64, data: &[u8]) -> Result<()> {
-        let (start, len) = Self::span(off, data.len());
-        let mut whole = vec![0u8; len];
-        if start != off || len != data.len() {
-            // A partial block (never on the engine's data path): read, patch, write whole.
-            self.read(start, &mut whole)?;
-        }
-        let at = (off - start) as usize;
-        whole[at..at + data.len()].copy_from_slice(data);
-        let first = start / BLOCK_SIZE as u64;
-        for (i, b) in whole.chunks_exact_mut(BLOCK_SIZE).enumerate() {
-            self.keys.xts(b, first + i as u64, true);
-        }
-        self.inner.write(start, &whole)
+        self.with_ciphertext(off, data, |start, c| self.inner.write(start, c))
     }
     fn write_stream(&self, off: u64, data: &[u8]) -> Result<()> {
-        self.write(off, data)?;
-        let (start, len) = Self::span(off, data.len());
-        self.inner.flush(start, len as u64);
-        Ok(())
+        // The ciphertext goes out with the inner medium's streaming stores (no flush after).
+        self.with_ciphertext(off, data, |start, c| self.inner.write_stream(start, c))
     }
     fn flush(&self, off: u64, len: u64) {
         let (start, l) = Self::span(off, len as usize);
