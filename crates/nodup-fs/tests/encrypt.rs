@@ -2,6 +2,8 @@
 //! name or fingerprint on the image; the same dedup as a plain image; a wrong or missing key
 //! refused without changing a byte; a clean remount and a crash recovery with the key.
 
+mod common;
+
 use nodup_core::media::MemMedium;
 use nodup_core::policy::PolicyKind;
 use nodup_core::{FormatOptions, KeyFile, OpenOptions, BLOCK_SIZE};
@@ -14,14 +16,7 @@ const NAME: &str = "secret-file-name-4b1d";
 
 /// A block that starts with the marker and is otherwise pseudo-random, numbered `n`.
 fn block(n: u64) -> Vec<u8> {
-    let mut v = vec![0u8; BLOCK_SIZE];
-    let mut x = n.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    for c in v.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        c.copy_from_slice(&x.to_le_bytes());
-    }
+    let mut v = common::block(n);
     v[..MARK.len()].copy_from_slice(MARK);
     v
 }

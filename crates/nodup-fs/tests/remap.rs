@@ -3,6 +3,9 @@
 //! times unchanged, durable across a remount); a request whose block was rewritten meanwhile,
 //! or whose blocks differ, changes nothing.
 
+mod common;
+use common::block;
+
 use nodup_core::fingerprint::{fingerprinter, FpKind};
 use nodup_core::media::MemMedium;
 use nodup_core::{FormatOptions, BLOCK_SIZE};
@@ -10,18 +13,6 @@ use nodup_fs::inode::{Kind, ROOT_INO};
 use nodup_fs::remap::RemapOutcome;
 use nodup_fs::{fsck, Caller, FileSystem, FsOptions, MediumKind};
 use std::sync::Arc;
-
-fn block(seed: u64) -> Vec<u8> {
-    let mut v = vec![0u8; BLOCK_SIZE];
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    for c in v.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        c.copy_from_slice(&x.to_le_bytes());
-    }
-    v
-}
 
 fn file(fs: &FileSystem, name: &str, data: &[u8]) -> u64 {
     let (ino, _) = fs

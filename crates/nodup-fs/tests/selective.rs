@@ -3,39 +3,16 @@
 //! stay within their sizes and report through the stats; a clean remount and a crash recovery
 //! keep every file's bytes and a consistent image.
 
+mod common;
+use common::{block, create};
+
 use nodup_core::media::MemMedium;
 use nodup_core::policy::selective::SelectiveOptions;
 use nodup_core::policy::{PolicyKind, PolicyOptions};
 use nodup_core::{FormatOptions, OpenOptions, BLOCK_SIZE};
-use nodup_fs::inode::{Kind, ROOT_INO};
+use nodup_fs::inode::ROOT_INO;
 use nodup_fs::{fsck, Caller, FileSystem, FsOptions, MediumKind};
 use std::sync::Arc;
-
-fn block(seed: u64) -> Vec<u8> {
-    let mut v = vec![0u8; BLOCK_SIZE];
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    for c in v.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        c.copy_from_slice(&x.to_le_bytes());
-    }
-    v
-}
-
-fn create(fs: &FileSystem, name: &str) -> u64 {
-    fs.mknod(
-        ROOT_INO,
-        name.as_bytes(),
-        Kind::File,
-        0o644,
-        0,
-        b"",
-        Caller::default(),
-    )
-    .unwrap()
-    .0
-}
 
 fn opts(sel: SelectiveOptions) -> FsOptions {
     FsOptions {

@@ -1,23 +1,14 @@
 //! Space accounting of the metadata: the log and the checkpoint segments stay bounded, a
 //! checkpoint runs before any ENOSPC for metadata, and the space comes back without a remount.
 
+mod common;
+use common::block;
+
 use nodup_core::media::MemMedium;
 use nodup_core::{FormatOptions, BLOCK_SIZE};
 use nodup_fs::inode::{Kind, ROOT_INO};
 use nodup_fs::{fsck, Caller, FileSystem, FsOptions, MediumKind};
 use std::sync::Arc;
-
-fn block(seed: u64) -> Vec<u8> {
-    let mut v = vec![0u8; BLOCK_SIZE];
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    for c in v.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        c.copy_from_slice(&x.to_le_bytes());
-    }
-    v
-}
 
 fn format(bytes: u64) -> (Arc<MemMedium>, FileSystem) {
     let m = Arc::new(MemMedium::new(bytes));
