@@ -26,9 +26,9 @@ fn encrypted_image_through_a_mount() {
     let dir = std::env::temp_dir().join(format!("nodup-enc-{}-{n}", std::process::id()));
     fs::create_dir_all(&dir).unwrap();
     let key = dir.join("key");
-    fs::write(&key, [0x6bu8; 32]).unwrap();
+    fs::write(&key, [0xebu8; 32]).unwrap();
     let wrong = dir.join("wrong");
-    fs::write(&wrong, [0x6cu8; 32]).unwrap();
+    fs::write(&wrong, [0xecu8; 32]).unwrap();
     let k = key.to_str().unwrap();
     let f = Fixture::new("enc", "128M", &["--encrypt-key-file", k]);
     f.mount(&["--encrypt-key-file", k]);

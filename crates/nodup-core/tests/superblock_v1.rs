@@ -249,12 +249,21 @@ fn images_this_build_cannot_use_are_refused_with_their_reason() {
          (mask 0x4); upgrade nodup"
     );
     assert_eq!(
+        message(open_patched(&img, put32(160, 2), Some(264))),
+        "image is encrypted with cipher 2, which this build does not support"
+    );
+    // Cipher 1 (encryption at rest) with no key derivation recorded.
+    assert_eq!(
         message(open_patched(&img, put32(160, 1), Some(264))),
-        "image is encrypted with cipher 1, which this build does not support"
+        "corrupt image: engine superblock: unknown key derivation 0"
     );
     assert_eq!(
         message(open_patched(&img, |b| b[230] = 0xff, Some(264))),
-        "corrupt image: engine superblock: reserved policy-parameter bytes 164..264 are not zero"
+        "corrupt image: engine superblock: reserved policy-parameter bytes 212..264 are not zero"
+    );
+    assert_eq!(
+        message(open_patched(&img, |b| b[190] = 0xff, Some(264))),
+        "corrupt image: engine superblock: key parameters on an image without a cipher"
     );
     assert_eq!(
         message(open_patched(&img, |b| b[150] ^= 0x40, None)),

@@ -77,7 +77,7 @@ fn format(m: &Arc<MemMedium>, key: Option<&[u8]>, policy: PolicyKind) -> FileSys
 
 #[test]
 fn encrypted_images_hide_everything_and_dedup_like_plain_ones() {
-    let key = [0x42u8; 32];
+    let key = [0xc2u8; 32];
     for policy in [PolicyKind::Light, PolicyKind::Selective, PolicyKind::Smart] {
         let plain = Arc::new(MemMedium::new(32 << 20));
         let fs = format(&plain, None, policy);
@@ -120,7 +120,7 @@ fn encrypted_images_hide_everything_and_dedup_like_plain_ones() {
         let before = enc.snapshot();
         for (k, why) in [
             (None, "give its key file"),
-            (Some(&[0x43u8; 32][..]), "wrong key"),
+            (Some(&[0xc3u8; 32][..]), "wrong key"),
             (Some(&b"a passphrase\n"[..]), "32-byte key file"),
         ] {
             let e = FileSystem::open(enc.clone(), &opts(k))

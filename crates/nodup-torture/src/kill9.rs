@@ -333,7 +333,7 @@ pub fn campaign(cfg: &Kill9Config, deadline: Instant, max_cycles: u64) -> Kill9S
     // Four images: pmem semantics (durable on return), blockfile (durable at fsync), policy
     // `smart` on pmem with a small budget (its worker remaps while the writer is killed), and
     // an encrypted `selective` image on pmem with small caches.
-    if let Err(e) = std::fs::write(cfg.workdir.join("k9.key"), [0x4bu8; 32]) {
+    if let Err(e) = std::fs::write(cfg.workdir.join("k9.key"), [0xcbu8; 32]) {
         st.fail(format!("key file: {e}"));
         return st;
     }

@@ -100,7 +100,7 @@ pub fn apply_mutant(fs: &FileSystem, mutant: Mutant) {
 }
 
 /// The key of the encrypted images of the campaigns (a raw 32-byte key: no KDF cost).
-pub const TEST_KEY: [u8; 32] = [0x5e; 32];
+pub const TEST_KEY: [u8; 32] = [0xe5; 32];
 
 /// Options to open `medium`: with [`TEST_KEY`] when its engine superblock says it is encrypted.
 pub fn open_opts(medium: &dyn Medium) -> FsOptions {

@@ -59,7 +59,7 @@ pub struct MkfsArgs {
     #[arg(long, value_name = "SIZE")]
     pub mem_budget: Option<String>,
     /// Encrypt the image at rest (AES-256: XTS for data, CTR for metadata) with the key in
-    /// FILE: 32 bytes are the key, anything else a passphrase (argon2id). Mount needs the same file.
+    /// FILE: 32 bytes of binary are the key, text is a passphrase (argon2id). Mount needs the same file.
     #[arg(long, value_name = "FILE")]
     pub encrypt_key_file: Option<PathBuf>,
     /// Medium the image is used as (default: pmem on tmpfs/DAX, else blockfile); recorded in the image.
@@ -79,16 +79,20 @@ pub fn check_policy_options(policy: &str, mem_budget: bool) -> Result<()> {
     Ok(())
 }
 
-/// The key file of `--encrypt-key-file`: exactly 32 bytes are a raw key, anything else (not
-/// empty, at most 4 KiB) a passphrase.
+/// The key file of `--encrypt-key-file`: 32 bytes of binary are a raw key, text (not empty, at
+/// most 4 KiB) a passphrase (`KdfParams::for_key_file` decides).
 pub fn read_key_file(path: &Path) -> Result<KeyFile> {
-    let bytes =
-        std::fs::read(path).map_err(|e| anyhow!("--encrypt-key-file {}: {e}", path.display()))?;
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    // At most one byte past the limit: a huge file (or /dev/zero) is refused, not read whole.
+    std::fs::File::open(path)
+        .and_then(|f| f.take(4097).read_to_end(&mut bytes))
+        .map_err(|e| anyhow!("--encrypt-key-file {}: {e}", path.display()))?;
     if bytes.is_empty() || bytes.len() > 4096 {
         bail!(
-            "--encrypt-key-file {}: {} bytes (a 32-byte key, or a passphrase of 1 to 4096 bytes)",
+            "--encrypt-key-file {}: {} bytes (a 32-byte binary key, or a passphrase of 1 to 4096 bytes)",
             path.display(),
-            bytes.len()
+            if bytes.len() > 4096 { "more than 4096".to_string() } else { bytes.len().to_string() }
         );
     }
     Ok(KeyFile(bytes))

@@ -45,7 +45,7 @@ impl Media {
 
     /// `media` wrapped to encrypt with `keys` (`media::crypt`), the engine superblock (block 0)
     /// and the caller's superblock pair (the first two blocks of the client area at
-    /// `client_start`) left in the clear.
+    /// `client_start`, which must have at least 2 blocks) left in the clear.
     pub fn encrypted(media: Media, keys: ImageKeys, client_start: u64) -> Media {
         let keys = Arc::new(keys);
         let bs = BLOCK_SIZE as u64;
@@ -72,6 +72,12 @@ impl Media {
                 "the image is encrypted: give its key file (--encrypt-key-file)".into(),
             )),
             (true, Some(k)) => {
+                if sb.client_blocks < 2 {
+                    return Err(Error::Corrupt(
+                        "engine superblock: an encrypted image needs a client area of 2 blocks"
+                            .into(),
+                    ));
+                }
                 let kdf = p.kdf.ok_or_else(|| {
                     Error::Corrupt("engine superblock: cipher without key derivation".into())
                 })?;

@@ -231,6 +231,12 @@ impl Engine {
         };
         let mut keys = None;
         if let Some(kf) = &opts.encrypt {
+            if opts.client_area_blocks < 2 {
+                // The first two client blocks stay in the clear (the caller's superblocks).
+                return Err(Error::Invalid(
+                    "an encrypted image needs a client area of at least 2 blocks".into(),
+                ));
+            }
             let kdf = crate::media::crypt::KdfParams::for_key_file(&kf.0);
             let salt: [u8; 16] = rand::random();
             let master = crate::media::crypt::master_key(&kf.0, &salt, &kdf)?;

@@ -21,7 +21,9 @@ pub struct FormatOptions {
     pub mem_budget: u64,
     /// Blocks reserved for the caller right after the engine superblock.
     pub client_area_blocks: u64,
-    /// Encrypt the image at rest with this key file (`media::crypt`); None = plain.
+    /// Encrypt the image at rest with this key file (`media::crypt`); None = plain. The first
+    /// two blocks of the client area stay in the clear (for the caller's superblocks), so it
+    /// must have at least 2.
     pub encrypt: Option<KeyFile>,
 }
 

@@ -103,7 +103,7 @@ pub const SB_SIZE_V1: usize = off_v1::END;
 pub const PARAMS_SIZE: usize = param::END;
 /// Incompatible-feature bits this build understands (none yet). Open refuses any other bit.
 pub const FEATURES_INCOMPAT_KNOWN: u64 = 0;
-/// Cipher id of an image that is not encrypted (the only one this build opens).
+/// Cipher id of an image that is not encrypted.
 pub const CIPHER_NONE: u32 = 0;
 /// Cipher id of an image encrypted at rest (`media::crypt`).
 pub const CIPHER_AES256: u32 = 1;
@@ -256,10 +256,17 @@ impl PolicyParams {
                     p: le_u32(a, param::KDF_P),
                 };
                 // Bounds argon2 accepts and a mount can afford (at most 4 GiB, 64 passes).
-                let sane = (8..=4 << 20).contains(&k.m_kib)
-                    && (1..=64).contains(&k.t)
-                    && (1..=16).contains(&k.p);
-                if kind == KdfKind::Argon2id && !sane {
+                let sane = match kind {
+                    // argon2 needs at least 8 KiB per lane.
+                    KdfKind::Argon2id => {
+                        (8..=4 << 20).contains(&k.m_kib)
+                            && (1..=64).contains(&k.t)
+                            && (1..=16).contains(&k.p)
+                            && k.m_kib >= 8 * k.p
+                    }
+                    KdfKind::Raw => k.m_kib == 0 && k.t == 0 && k.p == 0,
+                };
+                if !sane {
                     return Err(Error::Corrupt(format!(
                         "engine superblock: argon2id parameters m={} KiB t={} p={} out of range",
                         k.m_kib, k.t, k.p

@@ -141,6 +141,10 @@ impl FpStore for SelectiveStore {
         }
         // §3.5.1: a confirmed duplicate's content is kept for the next verification.
         let mut g = self.inner.lock();
+        if g.prefetch.capacity() == 0 {
+            // Smaller than one block: nothing is cached, and the side map must not grow.
+            return;
+        }
         if let Some(prev) = g.cached_block.insert(loc, block) {
             if prev != block {
                 g.prefetch.remove_loc(prev);
