@@ -49,4 +49,16 @@ mount -T "$TMP/fstab" "$MNT"
 umount "$MNT"
 for _ in $(seq 100); do "$NODUP" fsck "$IMG" >/dev/null 2>&1 && break; sleep 0.1; done
 "$NODUP" fsck "$IMG" >/dev/null || fail "fsck after the fstab mount"
-echo "install-check: make install, mount -t fuse.nodup, fstab line, umount(8): ok"
+# An encrypted selective image through mount(8): the key file and the cache options as -o.
+rm -f "$IMG"
+head -c 32 /dev/urandom >"$TMP/key"
+"$NODUP" mkfs "$IMG" --size 64M --policy selective --encrypt-key-file "$TMP/key" >/dev/null
+mount -t fuse.nodup "$IMG" "$MNT" -o "encrypt_key_file=$TMP/key,fp_cache=64K,prefetch_cache=0,refresh_ms=500" >/dev/null
+echo secret-marker-9f2 > "$MNT/c"
+"$NODUP" stats "$MNT" --json | grep -q '"encrypted":true' || fail "the -o mount is not the encrypted image"
+"$NODUP" stats "$MNT" --json | grep -q '"budget_bytes":65536' || fail "fp_cache= did not reach the daemon"
+umount "$MNT"
+for _ in $(seq 100); do "$NODUP" fsck "$IMG" --encrypt-key-file "$TMP/key" >/dev/null 2>&1 && break; sleep 0.1; done
+"$NODUP" fsck "$IMG" --encrypt-key-file "$TMP/key" >/dev/null || fail "fsck of the encrypted image"
+if grep -q secret-marker-9f2 "$IMG"; then fail "plaintext on the encrypted image"; fi
+echo "install-check: make install, mount -t fuse.nodup, fstab line, umount(8), encrypted -o: ok"

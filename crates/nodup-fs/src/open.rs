@@ -190,11 +190,12 @@ impl FileSystem {
     /// With `opts.read_only` nothing is written: the image stays byte-identical.
     pub fn open(medium: Arc<dyn Medium>, opts: &FsOptions) -> Result<FileSystem> {
         let t0 = Instant::now();
-        // An encrypted image's key is checked first (its superblocks are in the clear); the
-        // file system's metadata is then read through the decrypting medium.
+        // The file-system superblock is in the clear on an encrypted image too: anything that
+        // is not a nodup image is refused as such before any key is looked at. The key is then
+        // checked, and the metadata read through the decrypting medium.
+        let (sb, _, _) = superblock::probe_medium(&*medium)?;
         let media = Media::unlock(medium, opts.open.key.as_ref())?;
         let medium = media.meta.clone();
-        let (sb, _, _) = superblock::probe_medium(&*medium)?;
         let m = &*medium;
         // The engine's normal recovery (index reload) and the metadata load are independent:
         // run them side by side, both without writing. Only when both succeeded is the image

@@ -95,8 +95,19 @@ pub fn run(args: Vec<OsString>) -> Result<()> {
             ("strictatime" | "noatime", None) => m.atime = k.into(),
             ("log_file" | "log-file", Some(v)) => m.log_file = Some(v.into()),
             ("mem_budget" | "mem-budget", Some(v)) => m.mem_budget = Some(v.into()),
+            ("encrypt_key_file" | "encrypt-key-file", Some(v)) => {
+                m.encrypt_key_file = Some(v.into())
+            }
+            ("fp_cache" | "fp-cache", Some(v)) => m.selective.fp_cache = Some(v.into()),
+            ("prefetch_cache" | "prefetch-cache", Some(v)) => {
+                m.selective.prefetch_cache = Some(v.into())
+            }
+            ("refresh_ms" | "refresh-ms", Some(v)) => match v.parse::<u64>() {
+                Ok(n) => m.selective.refresh_ms = Some(n),
+                Err(_) => bail!("refresh_ms={v}: a number of milliseconds"),
+            },
             _ if sloppy => {}
-            _ => bail!("unknown mount option {o:?} (nodup takes prefetch=, threads=, writeback_cache, nonempty, log_file=, mem_budget=, relatime, strictatime, noatime)"),
+            _ => bail!("unknown mount option {o:?} (nodup takes prefetch=, threads=, writeback_cache, nonempty, log_file=, mem_budget=, encrypt_key_file=, fp_cache=, prefetch_cache=, refresh_ms=, relatime, strictatime, noatime)"),
         }
     }
     if fake {
