@@ -513,7 +513,9 @@ mod tests {
             let mut on_media = vec![0u8; block.len()];
             raw.read(8192, &mut on_media).unwrap();
             let mem = Arc::new(MemMedium::new(64 << 10));
-            DataCrypt::new(mem.clone(), keys()).write(8192, &block).unwrap();
+            DataCrypt::new(mem.clone(), keys())
+                .write(8192, &block)
+                .unwrap();
             assert!(on_media[..] == mem.snapshot()[8192..8192 + block.len()]);
         }
     }
