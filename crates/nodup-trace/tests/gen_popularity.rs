@@ -153,6 +153,18 @@ fn run_length() -> impl Strategy<Value = String> {
     ]
 }
 
+/// The mean of a run-length distribution of [`run_length`].
+fn run_mean(rl: &str) -> f64 {
+    let (kind, arg) = rl.split_once(':').expect("kind:arg");
+    match kind {
+        "fixed" | "geom" => arg.parse().expect("a number"),
+        _ => {
+            let (a, b) = arg.split_once('-').expect("a-b");
+            (a.parse::<f64>().expect("a") + b.parse::<f64>().expect("b")) / 2.0
+        }
+    }
+}
+
 /// A popularity for the property test.
 fn popularity() -> impl Strategy<Value = Popularity> {
     prop_oneof![
@@ -189,7 +201,10 @@ proptest! {
         prop_assert_eq!(r.dups, sum.dup_blocks);
         prop_assert_eq!(stats(&v).duplicate_writes, sum.dup_blocks);
         let ratio = r.dups as f64 / r.writes as f64;
-        prop_assert!((ratio - dup).abs() < 0.02, "ratio {} vs {}", ratio, dup);
+        // Each phase starts with a unique run and ends a duplicate run early, so the target is
+        // met within about one mean run length per phase (what `--phases` documents).
+        let slack = 0.02 + phases as f64 * run_mean(&rl) / r.writes as f64;
+        prop_assert!((ratio - dup).abs() < slack, "ratio {} vs {} (slack {})", ratio, dup, slack);
         for c in 0..r.born.len() {
             let later: u64 = r.per_phase[c][r.born[c] as usize + 1..].iter().sum();
             prop_assert_eq!(later, 0, "content {} born in phase {}", c, r.born[c]);
