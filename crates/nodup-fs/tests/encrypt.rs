@@ -7,7 +7,6 @@ mod common;
 use nodup_core::media::MemMedium;
 use nodup_core::policy::PolicyKind;
 use nodup_core::{FormatOptions, KeyFile, OpenOptions, BLOCK_SIZE};
-use nodup_fs::inode::{Kind, ROOT_INO};
 use nodup_fs::{fsck, Caller, FileSystem, FsOptions, MediumKind};
 use std::sync::Arc;
 
@@ -35,19 +34,7 @@ fn opts(key: Option<&[u8]>) -> FsOptions {
 fn fill(fs: &FileSystem) -> Vec<(u64, Vec<u8>)> {
     let mut out = Vec::new();
     for (f, first) in [(0u64, 0u64), (1, 32)] {
-        let name = format!("{NAME}-{f}");
-        let ino = fs
-            .mknod(
-                ROOT_INO,
-                name.as_bytes(),
-                Kind::File,
-                0o644,
-                0,
-                b"",
-                Caller::default(),
-            )
-            .unwrap()
-            .0;
+        let ino = common::create(fs, &format!("{NAME}-{f}"));
         let data: Vec<u8> = (first..first + 64).flat_map(block).collect();
         fs.write(ino, 0, &data).unwrap();
         out.push((ino, data));
@@ -140,18 +127,7 @@ fn encrypted_images_hide_everything_and_dedup_like_plain_ones() {
         for (ino, data) in &files {
             assert!(fs.read(*ino, 0, data.len()).unwrap() == *data);
         }
-        let ino = fs
-            .mknod(
-                ROOT_INO,
-                b"late",
-                Kind::File,
-                0o644,
-                0,
-                b"",
-                Caller::default(),
-            )
-            .unwrap()
-            .0;
+        let ino = common::create(&fs, "late");
         fs.write(ino, 0, &block(1)).unwrap();
         let crashed = Arc::new(MemMedium::from_bytes(enc.snapshot()));
         drop(fs);
