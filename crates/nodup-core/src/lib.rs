@@ -29,7 +29,9 @@ pub mod policy;
 pub mod stats;
 pub mod store;
 
-pub use engine::{Engine, FormatOptions, KeyFile, Media, OpenOptions, OpenState, WriteCtx};
+pub use engine::{
+    Engine, FormatOptions, KeyFile, Media, OpenOptions, OpenState, SplitOptions, WriteCtx,
+};
 pub use error::{Error, Result};
 pub use stats::EngineStats;
 

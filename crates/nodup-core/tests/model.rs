@@ -13,7 +13,7 @@ use nodup_core::media::{Medium, MemMedium};
 use nodup_core::meta::MetaLayoutKind;
 use nodup_core::policy::selective::SelectiveOptions;
 use nodup_core::policy::{PolicyKind, PolicyOptions, PrefetchMode};
-use nodup_core::{BlockNr, Engine, WriteCtx, BLOCK_SIZE};
+use nodup_core::{BlockNr, Engine, SplitOptions, WriteCtx, BLOCK_SIZE};
 use proptest::prelude::*;
 
 /// Distinct contents the workload draws from (small, so duplicates are frequent).
@@ -69,18 +69,21 @@ impl Harness {
         prefetch: PrefetchMode,
         collide: bool,
     ) -> Harness {
-        Harness::on(policy, layout, prefetch, collide, None)
+        Harness::on(policy, layout, prefetch, collide, None, false)
     }
 
     /// As [`Harness::new`]; with `pmem`, on a memory-mapped image, whose data stores are
     /// streaming (`Some(true)`) or ordinary + flush (`Some(false)`): either way the engine then
-    /// fingerprints new blocks while copying them straight into the mapping.
+    /// fingerprints new blocks while copying them straight into the mapping. With `split`,
+    /// every call of two blocks or more is cut into up to three parts written by different
+    /// threads (`write/split.rs`).
     fn on(
         policy: PolicyKind,
         layout: MetaLayoutKind,
         prefetch: PrefetchMode,
         collide: bool,
         pmem: Option<bool>,
+        split: bool,
     ) -> Harness {
         let (medium, dir): (Arc<dyn Medium>, _) = if let Some(stream_data) = pmem {
             let opts = PmemOptions {
@@ -118,6 +121,14 @@ impl Harness {
                     refresh_ops: Some(7),
                 },
                 ..PolicyOptions::default()
+            },
+            write_split: if split {
+                SplitOptions {
+                    parts: 3,
+                    min_blocks: 1,
+                }
+            } else {
+                SplitOptions::OFF
             },
             ..Default::default()
         };
@@ -237,7 +248,20 @@ fn run(
     pmem: Option<bool>,
     ops: &[Op],
 ) -> Result<(), TestCaseError> {
-    let mut h = Harness::on(policy, layout, prefetch, collide, pmem);
+    run_split(policy, layout, prefetch, collide, pmem, false, ops)
+}
+
+/// [`run`], with large calls split across threads or not.
+fn run_split(
+    policy: PolicyKind,
+    layout: MetaLayoutKind,
+    prefetch: PrefetchMode,
+    collide: bool,
+    pmem: Option<bool>,
+    split: bool,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
+    let mut h = Harness::on(policy, layout, prefetch, collide, pmem, split);
     for op in ops {
         h.apply(op)?;
     }
@@ -309,6 +333,24 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..40),
     ) {
         run(PolicyKind::Selective, l, PrefetchMode::Cbp, collide, pmem, &ops)?;
+    }
+
+    #[test]
+    fn split_calls_match_model(
+        l in layout(),
+        pol in prop_oneof![
+            Just(PolicyKind::Light),
+            Just(PolicyKind::None),
+            Just(PolicyKind::WeakVerify),
+            Just(PolicyKind::Smart),
+            Just(PolicyKind::Selective),
+        ],
+        p in prefetch(),
+        collide in any::<bool>(),
+        pmem in proptest::option::of(any::<bool>()),
+        ops in proptest::collection::vec(op(), 1..40),
+    ) {
+        run_split(pol, l, p, collide, pmem, true, &ops)?;
     }
 
     #[test]

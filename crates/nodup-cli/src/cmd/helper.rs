@@ -65,6 +65,7 @@ pub fn run(args: Vec<OsString>) -> Result<()> {
         selective: Default::default(),
         encrypt_key_file: None,
         threads: 4,
+        split_writes: 0,
         atime: "relatime".into(),
         nonempty: false,
         log_file: None,
@@ -83,6 +84,10 @@ pub fn run(args: Vec<OsString>) -> Result<()> {
             ("threads", Some(v)) => match v.parse::<u16>() {
                 Ok(n) if (1..=64).contains(&n) => m.threads = n,
                 _ => bail!("threads={v}: a number from 1 to 64"),
+            },
+            ("split_writes" | "split-writes", Some(v)) => match v.parse::<u16>() {
+                Ok(n) if n <= 8 => m.split_writes = n,
+                _ => bail!("split_writes={v}: a number from 0 (one per core) to 8"),
             },
             ("writeback_cache", None) => m.writeback_cache = Some(true),
             ("writeback_cache", Some(v)) => match v {
@@ -107,7 +112,7 @@ pub fn run(args: Vec<OsString>) -> Result<()> {
                 Err(_) => bail!("refresh_ms={v}: a number of milliseconds"),
             },
             _ if sloppy => {}
-            _ => bail!("unknown mount option {o:?} (nodup takes prefetch=, threads=, writeback_cache, nonempty, log_file=, mem_budget=, encrypt_key_file=, fp_cache=, prefetch_cache=, refresh_ms=, relatime, strictatime, noatime)"),
+            _ => bail!("unknown mount option {o:?} (nodup takes prefetch=, threads=, split_writes=, writeback_cache, nonempty, log_file=, mem_budget=, encrypt_key_file=, fp_cache=, prefetch_cache=, refresh_ms=, relatime, strictatime, noatime)"),
         }
     }
     if fake {

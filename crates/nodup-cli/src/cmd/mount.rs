@@ -8,7 +8,7 @@ use clap::Args;
 use nodup_core::policy::selective::SelectiveOptions;
 use nodup_core::policy::smart::{Eviction, SmartOptions};
 use nodup_core::policy::{PolicyOptions, PrefetchMode};
-use nodup_core::OpenOptions;
+use nodup_core::{OpenOptions, SplitOptions};
 use nodup_fs::atime::AtimeMode;
 use nodup_fs::fuse::MountOptions;
 use nodup_fs::image::{self, ImageLock};
@@ -55,6 +55,10 @@ pub struct MountArgs {
     /// Threads serving FUSE requests (1 to 64).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub threads: u16,
+    /// Parts one large write request is split into, each written by its own thread (0 = one
+    /// per core, 1 = never split); requests under 256 KiB are never split.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=8))]
+    pub split_writes: u16,
     /// Mount even over a directory that is not empty or is already a mount point (what is
     /// there stays hidden until unmount).
     #[arg(long)]
@@ -239,6 +243,13 @@ fn open_options(a: &MountArgs) -> Result<OpenOptions> {
             smart: a.smart.options()?,
             selective: a.selective.options()?,
         },
+        write_split: match a.split_writes {
+            0 => SplitOptions::per_core(),
+            n => SplitOptions {
+                parts: n as usize,
+                ..SplitOptions::per_core()
+            },
+        },
         ..OpenOptions::default()
     })
 }
@@ -338,6 +349,8 @@ fn spawn_daemon(a: &MountArgs) -> Result<()> {
         &a.prefetch,
         "--threads",
         &a.threads.to_string(),
+        "--split-writes",
+        &a.split_writes.to_string(),
         "--atime",
         &a.atime,
         "--ready-fd",

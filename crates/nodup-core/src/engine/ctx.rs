@@ -47,6 +47,9 @@ pub struct WriteCtx {
     pub(super) publish: Vec<(usize, u64)>,
     /// The previous block of the stream was new (not a duplicate).
     pub(super) last_new: bool,
+    /// How often this stream's staged blocks turned out duplicates lately (see
+    /// `write::STAGE_WASTE_OFF`): a copy made ahead of such a lookup is wasted media writes.
+    pub(super) stage_waste: u32,
     /// Whether a block meeting another call's pending entry waits for it (see `write/join.rs`).
     pub(super) join: bool,
     /// Blocks of the current call waiting for another call's entry: (input position, fingerprint).
@@ -72,6 +75,7 @@ impl Default for WriteCtx {
             blocks_left: 0,
             publish: Vec::new(),
             last_new: true,
+            stage_waste: 0,
             join: true,
             waiting: Vec::new(),
             misses: Vec::new(),

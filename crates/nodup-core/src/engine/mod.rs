@@ -53,6 +53,7 @@ use media::meta_medium;
 pub use media::Media;
 pub use options::{FormatOptions, KeyFile, OpenOptions, OpenState, RecoveryReport};
 pub use outofline::Adopted;
+pub use write::SplitOptions;
 
 /// Engine-wide counters (merged once per call from each writer's tally).
 #[derive(Debug, Default)]
@@ -133,6 +134,10 @@ pub struct Engine {
     /// Writers waiting for another call's pending entry (the hash lock, `write/join.rs`).
     join: write::JoinWait,
     next_pool: AtomicUsize,
+    /// How large calls are split across threads (`write/split.rs`).
+    split: write::SplitOptions,
+    /// Writer contexts of the parts a split call hands to other threads.
+    split_ctxs: Mutex<Vec<WriteCtx>>,
     c: Counters,
     /// Serialises shutdown / recovery against each other.
     admin: Mutex<()>,
@@ -203,6 +208,8 @@ impl Engine {
             active: AtomicUsize::new(0),
             join: write::JoinWait::default(),
             next_pool: AtomicUsize::new(0),
+            split: open.write_split,
+            split_ctxs: Mutex::new(Vec::new()),
             c: Counters::default(),
             admin: Mutex::new(()),
             open_report: Mutex::new(None),
@@ -344,7 +351,7 @@ impl Engine {
     /// Write path: for each 4 KiB block in `blocks`, return the physical block it now maps to
     /// (an existing duplicate or a newly written block), each with one reference for the caller.
     pub fn write(&self, ctx: &mut WriteCtx, blocks: &[&[u8]]) -> Result<Vec<BlockNr>> {
-        self.write_blocks(ctx, blocks)
+        self.write_maybe_split(ctx, blocks)
     }
 
     /// Read one data block.

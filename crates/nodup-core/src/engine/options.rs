@@ -58,6 +58,9 @@ pub struct OpenOptions {
     pub policy: PolicyOptions,
     /// The key file of an encrypted image (refused for a plain one).
     pub key: Option<KeyFile>,
+    /// How a large write call is split across threads (off by default: a library caller may
+    /// already run one writer per core; the file system turns it on).
+    pub write_split: super::SplitOptions,
 }
 
 impl Default for OpenOptions {
@@ -70,6 +73,7 @@ impl Default for OpenOptions {
             read_only: false,
             policy: PolicyOptions::default(),
             key: None,
+            write_split: super::SplitOptions::OFF,
         }
     }
 }

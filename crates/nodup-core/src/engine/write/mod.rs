@@ -14,6 +14,7 @@
 mod join;
 mod lookup;
 mod persist;
+mod split;
 mod stage;
 
 use std::collections::VecDeque;
@@ -68,6 +69,7 @@ pub(crate) struct CallStats {
 const WAITING: BlockNr = 0;
 
 pub(crate) use join::JoinWait;
+pub use split::SplitOptions;
 
 /// Blocks a writer allocates ahead under one pool lock.
 const AHEAD_BATCH: usize = 8;
@@ -75,6 +77,16 @@ const AHEAD_BATCH: usize = 8;
 /// Most blocks staged (fingerprinted and copied) ahead of their lookups (8, 16, 32 and 64 were
 /// measured; 32 was best on the 2 MiB calls of `bench engine`).
 const STAGE_GROUP: usize = 32;
+
+/// Staged-waste score at which staging stops copying ahead (it still fingerprints ahead and
+/// loads index slots; new blocks are then copied after their lookup, as on unmapped media).
+/// A staged block that turns out new takes 1 off the score, one that turns out a duplicate
+/// (its copy wasted) adds [`STAGE_WASTE_HIT`], up to [`STAGE_WASTE_MAX`]: a stream writing
+/// new data keeps the fused copy, one that alternates new and duplicate runs stops paying a
+/// wasted copy for every block a group overshoots a run by.
+const STAGE_WASTE_OFF: u32 = 16;
+const STAGE_WASTE_HIT: u32 = 4;
+const STAGE_WASTE_MAX: u32 = 64;
 
 /// Counts the writers inside the write path for the transition threshold.
 struct Active<'a>(&'a AtomicUsize);
@@ -323,6 +335,13 @@ impl Engine {
             }
             if min_run > 1 {
                 dups.push(if new { None } else { next });
+            }
+            if staged.is_some() {
+                ctx.stage_waste = if new {
+                    ctx.stage_waste.saturating_sub(1)
+                } else {
+                    (ctx.stage_waste + STAGE_WASTE_HIT).min(STAGE_WASTE_MAX)
+                };
             }
             out.push(b);
             ctx.last_new = new;

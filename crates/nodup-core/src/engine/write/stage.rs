@@ -1,7 +1,7 @@
 //! Staging and placement of new blocks: fingerprint-and-copy ahead of the lookup, block and
 //! entry-slot claims in batches, and the deferred copies of phase 1.
 
-use super::{Staged, AHEAD_BATCH, STAGE_GROUP};
+use super::{Staged, AHEAD_BATCH, STAGE_GROUP, STAGE_WASTE_OFF};
 use crate::engine::{Engine, WriteCtx};
 use crate::meta::io::IoTally;
 use crate::meta::record::OFF_BLOCKNR;
@@ -11,7 +11,7 @@ impl Engine {
     /// Fingerprint block `i` ahead of its lookup and start loading what its lookup reads. On a
     /// mapped medium it is also copied, in the same pass, into a block claimed for it (new
     /// data is the likely outcome while the stream writes new data; a duplicate gives the
-    /// block back).
+    /// block back), unless the stream's staged blocks have lately turned out duplicates.
     pub(super) fn stage(
         &self,
         ctx: &mut WriteCtx,
@@ -19,7 +19,7 @@ impl Engine {
         data: &[u8],
         t: &mut IoTally,
     ) -> Result<Staged> {
-        if !self.fused {
+        if !self.fused || ctx.stage_waste >= STAGE_WASTE_OFF {
             let fp = self.fpr.fingerprint(data);
             self.store.prefetch(fp);
             return Ok(Staged { i, fp, block: None });
