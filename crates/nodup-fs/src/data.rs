@@ -62,6 +62,17 @@ impl FileSystem {
     /// Write `data` at `off`: whole blocks go to the engine in one call, partial edge blocks are
     /// read-modify-write; one log record; replaced blocks are released after it is durable.
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {
+        self.write_as(ino, off, data, true)
+    }
+
+    /// [`FileSystem::write`] of data the kernel flushes from its page cache (the writeback
+    /// cache): no writer waits for it, so a large one is not split across threads (the
+    /// writers are busy on the other cores filling the cache).
+    pub fn write_back(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {
+        self.write_as(ino, off, data, false)
+    }
+
+    fn write_as(&self, ino: u64, off: u64, data: &[u8], waited: bool) -> Result<usize> {
         if data.is_empty() {
             return Ok(0);
         }
@@ -112,7 +123,7 @@ impl FileSystem {
                 slices.push(&data[s..s + BLOCK_SIZE]);
             }
         }
-        let (phys, misses) = self.engine_write_misses(&slices)?;
+        let (phys, misses) = self.engine_write_misses(&slices, waited)?;
         let rec = Record::Write {
             ino,
             first: fb0,

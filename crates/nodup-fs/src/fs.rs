@@ -419,16 +419,19 @@ impl FileSystem {
 
     /// Store `blocks` through the engine (deduplicated); one physical block each, in order.
     pub(crate) fn engine_write(&self, blocks: &[&[u8]]) -> Result<Vec<BlockNr>> {
-        Ok(self.engine_write_misses(blocks)?.0)
+        Ok(self.engine_write_misses(blocks, true)?.0)
     }
 
     /// [`FileSystem::engine_write`], also returning the blocks stored as new data that the
     /// policy wants an out-of-line worker to look at again.
+    /// `waited`: a writer waits for this call, so it may be split across threads.
     pub(crate) fn engine_write_misses(
         &self,
         blocks: &[&[u8]],
+        waited: bool,
     ) -> Result<(Vec<BlockNr>, Vec<nodup_core::engine::Miss>)> {
         let mut ctx = self.ctxs.lock().pop().unwrap_or_default();
+        ctx.may_split = waited;
         let r = self.engine.write(&mut ctx, blocks);
         let misses = std::mem::take(&mut ctx.misses);
         self.ctxs.lock().push(ctx);

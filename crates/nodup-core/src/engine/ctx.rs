@@ -56,6 +56,10 @@ pub struct WriteCtx {
     pub(super) waiting: Vec<(usize, u64)>,
     /// Blocks the last call stored as new data (filled when the policy reports misses).
     pub misses: Vec<Miss>,
+    /// The next calls may be split across threads (`OpenOptions::write_split`): true when a
+    /// writer waits for them; a background flush, whose writer does not, clears it so it
+    /// does not take a core the writer is using.
+    pub may_split: bool,
 }
 
 impl Default for WriteCtx {
@@ -79,6 +83,7 @@ impl Default for WriteCtx {
             join: true,
             waiting: Vec::new(),
             misses: Vec::new(),
+            may_split: true,
         }
     }
 }

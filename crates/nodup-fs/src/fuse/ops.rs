@@ -327,7 +327,11 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let r = self.fs.write(ino.0, offset, data);
+        let r = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+            self.fs.write_back(ino.0, offset, data)
+        } else {
+            self.fs.write(ino.0, offset, data)
+        };
         self.observe_space();
         match r {
             Ok(n) => {

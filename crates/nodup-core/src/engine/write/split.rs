@@ -69,9 +69,9 @@ impl SplitOptions {
 
 impl Engine {
     /// Parts a call of `n` blocks is cut into now.
-    fn parts(&self, n: usize) -> usize {
+    fn parts(&self, ctx: &WriteCtx, n: usize) -> usize {
         let s = self.split;
-        if s.parts <= 1 || n < 2 * s.min_blocks.max(1) {
+        if !ctx.may_split || s.parts <= 1 || n < 2 * s.min_blocks.max(1) {
             return 1;
         }
         // Cores left to this writer: the machine's parts shared among the writers inside.
@@ -85,7 +85,7 @@ impl Engine {
         ctx: &mut WriteCtx,
         blocks: &[&[u8]],
     ) -> Result<Vec<BlockNr>> {
-        let parts = self.parts(blocks.len());
+        let parts = self.parts(ctx, blocks.len());
         let pool = match pool() {
             Some(p) if parts > 1 => p,
             _ => return self.write_blocks(ctx, blocks),
