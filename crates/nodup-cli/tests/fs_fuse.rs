@@ -287,6 +287,51 @@ fn fio_verify() {
     }
 }
 
+/// One writer of 1 MiB requests, each split across threads (the default) or not: the same
+/// bytes read back and the same blocks shared either way (every other MiB repeats an earlier
+/// one, so exactly half the data is stored).
+#[test]
+fn one_large_writer_split_or_not() {
+    if !fuse_available() {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(11);
+    let uniq: Vec<Vec<u8>> = (0..16).map(|_| content(&mut rng, 1 << 20, false)).collect();
+    for split in ["0", "1", "4"] {
+        let fx = Fixture::new("split", "256M", &[]);
+        fx.mount(&["--split-writes", split]);
+        let p = fx.path("big");
+        let mut f = File::create(&p).unwrap();
+        let mut want = Vec::new();
+        for k in 0..32 {
+            let chunk = if k % 2 == 0 {
+                &uniq[k / 2]
+            } else {
+                &uniq[k / 4]
+            };
+            f.write_all(chunk).unwrap();
+            want.extend_from_slice(chunk);
+        }
+        f.sync_all().unwrap();
+        drop(f);
+        assert!(fs::read(&p).unwrap() == want, "split {split}: content");
+        let s = fx.stats();
+        assert_eq!(s["logical_bytes"].as_u64().unwrap(), 32 << 20, "{s}");
+        assert_eq!(
+            s["physical_bytes"].as_u64().unwrap(),
+            16 << 20,
+            "split {split}: {s}"
+        );
+        fx.umount();
+        let o = fx.fsck();
+        assert!(
+            o.status.success(),
+            "fsck: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+}
+
 /// Several threads write identical content to different files at once.
 #[test]
 fn parallel_identical_writers() {
