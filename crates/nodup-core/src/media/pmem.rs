@@ -288,6 +288,22 @@ impl Pmem {
                     _ => return Err(Error::Io(e)),
                 }
             }
+            if !self.needs_msync() {
+                // Map the whole chunk now, one call instead of a page fault per first store
+                // into each of its pages (on tmpfs a fault also zeroes the page: that work
+                // stays, the 512 trips into the kernel go). Not where durability is msync:
+                // every page would be dirty and written back. Failure (an old kernel) only
+                // leaves the faults to happen.
+                // SAFETY: `[start, start+n)` lies inside the live mapping (n is clipped to
+                // the image length); populating changes no byte of it.
+                unsafe {
+                    libc::madvise(
+                        self.map.as_mut_ptr().add(start as usize).cast(),
+                        n as usize,
+                        libc::MADV_POPULATE_WRITE,
+                    );
+                }
+            }
             self.backed[w].fetch_or(bit, Ordering::Relaxed);
         }
         Ok(())
