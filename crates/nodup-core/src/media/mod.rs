@@ -92,6 +92,7 @@ pub(crate) fn check_range(off: u64, len: usize, total: u64) -> Result<std::ops::
     }
 }
 
+mod backing;
 pub mod blockfile;
 pub mod crashsim;
 pub mod crypt;

@@ -34,21 +34,19 @@
 //!
 //! # Backing store
 //!
-//! A store into a page that the file system holding the image cannot allocate (a full tmpfs,
-//! a full disk under a sparse image) is a SIGBUS, which would kill the process. So before the
-//! first store into each [`BACK_CHUNK`] of the image, the chunk is allocated with
-//! `fallocate`; when that fails, the store fails with ENOSPC (an ordinary error the engine
-//! undoes) and nothing is written. A bitmap remembers the chunks known to be allocated.
+//! Before the first store into each chunk of the image, the chunk is allocated in the file
+//! system holding it (a store into a page that cannot be allocated is a SIGBUS); see
+//! [`super::backing`].
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use memmap2::MmapRaw;
 use parking_lot::Mutex;
 
+use super::backing::Backing;
 use super::{check_range, FillDst, Medium, CACHE_LINE};
 use crate::{Error, Result};
 
@@ -128,17 +126,17 @@ fn detect_flush_instr() -> FlushInstr {
     FlushInstr::Msync
 }
 
-/// Bytes of the image allocated at a time before stores reach them (see the module doc).
-pub const BACK_CHUNK: u64 = 2 << 20;
+pub use super::backing::BACK_CHUNK;
 
 /// A memory-mapped image file as a persistent medium.
 pub struct Pmem {
+    /// Backing-store bookkeeping; declared before `map` so its thread stops before the
+    /// mapping goes. `None` when mapped read-only.
+    backing: Option<Backing>,
     map: MmapRaw,
     file: File,
     /// Mapped read-only: every store is refused.
     read_only: bool,
-    /// One bit per [`BACK_CHUNK`]: allocated in the file system holding the image.
-    backed: Box<[AtomicU64]>,
     path: PathBuf,
     len: u64,
     opts: PmemOptions,
@@ -227,18 +225,23 @@ impl Pmem {
         } else {
             mo.map_raw(&file)?
         };
-        let chunks = len.div_ceil(BACK_CHUNK);
+        let instr = FlushInstr::detect();
+        let backing = if read_only {
+            None
+        } else {
+            // Populating pages where durability is msync would dirty every one of them.
+            let msync = opts.sync_on_fence || instr == FlushInstr::Msync;
+            Some(Backing::new(&file, map.as_mut_ptr(), len, !msync)?)
+        };
         Ok(Pmem {
+            backing,
             map,
             file,
             read_only,
-            backed: (0..chunks.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
             path: path.to_path_buf(),
             len,
             opts,
-            instr: FlushInstr::detect(),
+            instr,
             pending_sync: Mutex::new(Vec::new()),
         })
     }
@@ -258,55 +261,14 @@ impl Pmem {
         &self.path
     }
 
-    /// Make sure stores into `[off, off+len)` cannot fault for lack of backing store: allocate
-    /// the chunks not known to be allocated yet (see the module doc). ENOSPC (or another
-    /// error of the file system holding the image) when that fails.
+    /// Make sure stores into `[off, off+len)` cannot fault for lack of backing store (see
+    /// [`super::backing`]). ENOSPC (or another error of the file system holding the image)
+    /// when that fails.
     fn ensure_backed(&self, off: u64, len: u64) -> Result<()> {
-        if self.read_only {
-            return Err(Error::Invalid("the image was opened read-only".into()));
+        match &self.backing {
+            Some(b) => b.ensure(off, len),
+            None => Err(Error::Invalid("the image was opened read-only".into())),
         }
-        if len == 0 {
-            return Ok(());
-        }
-        let first = off / BACK_CHUNK;
-        let last = (off + len - 1) / BACK_CHUNK;
-        for c in first..=last {
-            let (w, bit) = ((c / 64) as usize, 1u64 << (c % 64));
-            if self.backed[w].load(Ordering::Relaxed) & bit != 0 {
-                continue;
-            }
-            let start = c * BACK_CHUNK;
-            let n = BACK_CHUNK.min(self.len - start);
-            // SAFETY: fallocate on a descriptor owned by `self.file`; mode 0 only allocates
-            // (the range is inside the file, so its size does not change).
-            let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, start as i64, n as i64) };
-            if r != 0 {
-                let e = std::io::Error::last_os_error();
-                match e.raw_os_error() {
-                    // A file system without fallocate: nothing better can be done up front.
-                    Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => {}
-                    _ => return Err(Error::Io(e)),
-                }
-            }
-            if !self.needs_msync() {
-                // Map the whole chunk now, one call instead of a page fault per first store
-                // into each of its pages (on tmpfs a fault also zeroes the page: that work
-                // stays, the 512 trips into the kernel go). Not where durability is msync:
-                // every page would be dirty and written back. Failure (an old kernel) only
-                // leaves the faults to happen.
-                // SAFETY: `[start, start+n)` lies inside the live mapping (n is clipped to
-                // the image length); populating changes no byte of it.
-                unsafe {
-                    libc::madvise(
-                        self.map.as_mut_ptr().add(start as usize).cast(),
-                        n as usize,
-                        libc::MADV_POPULATE_WRITE,
-                    );
-                }
-            }
-            self.backed[w].fetch_or(bit, Ordering::Relaxed);
-        }
-        Ok(())
     }
 
     /// Streaming stores can replace store + flush at `[off, off+len)`: x86_64, a mapping whose
