@@ -21,7 +21,10 @@ use crate::{BlockNr, Result};
 
 /// The process-wide pool that writes the parts other than the caller's (one thread per core,
 /// created at the first split call); `None` when its threads could not be started, and then
-/// no call is split.
+/// no call is split. Rayon's workers yield-spin a moment after each job, so the next
+/// request's part starts at once: a pool whose workers block on a channel measured slower
+/// through the mount (fio 1 MiB, 3 interleaved runs: 702 against 773 MiB/s at 0 % duplicates,
+/// 837 against 980 at 75 %).
 fn pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
     POOL.get_or_init(|| {
