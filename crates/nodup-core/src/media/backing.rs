@@ -111,8 +111,12 @@ impl Backing {
             base: base as usize,
             len,
             populate,
-            backed: (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
-            asked: (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            backed: (0..chunks.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            asked: (0..chunks.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
         });
         let (tx, rx) = mpsc::channel::<u64>();
         let s = shared.clone();
