@@ -144,13 +144,7 @@ fn random_operations_match_a_reference_directory() {
         compare_dirs(&fx.mnt, &reference, &names);
     }
     // Everything survives a clean remount and fsck agrees.
-    fx.umount();
-    let o = fx.fsck();
-    assert!(
-        o.status.success(),
-        "fsck: {}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    fx.umount_clean("");
     fx.mount(&[]);
     compare_dirs(&fx.mnt, &reference, &names);
     fx.umount();
@@ -232,13 +226,7 @@ fn real_tree_copy_and_tools() {
     fx.mount(&[]);
     diff("doc");
     diff("doc2");
-    fx.umount();
-    let o = fx.fsck();
-    assert!(
-        o.status.success(),
-        "fsck: {}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    fx.umount_clean("");
 }
 
 /// fio with crc32c verification, on a pmem image and a blockfile image with the writeback cache.
@@ -277,13 +265,7 @@ fn fio_verify() {
                 String::from_utf8_lossy(&o.stderr)
             );
         }
-        fx.umount();
-        let o = fx.fsck();
-        assert!(
-            o.status.success(),
-            "fsck {medium}: {}",
-            String::from_utf8_lossy(&o.stdout)
-        );
+        fx.umount_clean(medium);
     }
 }
 
@@ -322,13 +304,7 @@ fn one_large_writer_split_or_not() {
             16 << 20,
             "split {split}: {s}"
         );
-        fx.umount();
-        let o = fx.fsck();
-        assert!(
-            o.status.success(),
-            "fsck: {}",
-            String::from_utf8_lossy(&o.stdout)
-        );
+        fx.umount_clean("");
     }
 }
 
@@ -371,13 +347,7 @@ fn parallel_identical_writers() {
         phys >> 20
     );
     assert!((16 << 20..=64 << 20).contains(&phys), "{s}");
-    fx.umount();
-    let o = fx.fsck();
-    assert!(
-        o.status.success(),
-        "fsck: {}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    fx.umount_clean("");
 }
 
 /// kill -9 of the daemon during a copy: the next mount recovers, fsck is clean, and every file
@@ -433,13 +403,7 @@ fn crash_during_copy_recovers() {
                 fs::read(fx.path(name)).unwrap_or_else(|e| panic!("{medium}: {name} lost: {e}"));
             assert!(got == *data, "{medium}: {name} changed after the crash");
         }
-        fx.umount();
-        let o = fx.fsck();
-        assert!(
-            o.status.success(),
-            "fsck {medium}: {}",
-            String::from_utf8_lossy(&o.stdout)
-        );
+        fx.umount_clean(medium);
     }
 }
 

@@ -122,6 +122,16 @@ impl Fixture {
     pub fn fsck(&self) -> Output {
         nodup(&["fsck", self.img.to_str().unwrap()])
     }
+    /// Unmount, then fsck must find the image clean (`what` names the case in the failure).
+    pub fn umount_clean(&self, what: &str) {
+        self.umount();
+        let o = self.fsck();
+        assert!(
+            o.status.success(),
+            "fsck {what}: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
     pub fn path(&self, p: &str) -> PathBuf {
         self.mnt.join(p)
     }
