@@ -229,9 +229,15 @@ impl Pmem {
         let backing = if read_only {
             None
         } else {
-            // Populating pages where durability is msync would dirty every one of them.
+            // Populating pages where durability is msync would dirty every one of them; a
+            // mapping populated at open has them already.
             let msync = opts.sync_on_fence || instr == FlushInstr::Msync;
-            Some(Backing::new(&file, map.as_mut_ptr(), len, !msync)?)
+            Some(Backing::new(
+                &file,
+                map.as_mut_ptr(),
+                len,
+                !msync && !opts.populate,
+            )?)
         };
         Ok(Pmem {
             backing,
