@@ -57,7 +57,7 @@ mkdir -p "$MNT" "$OUTDIR"
 
 cleanup() {
   if [[ -n $FPID ]]; then kill -TERM "$FPID" 2>/dev/null || true; wait "$FPID" 2>/dev/null || true; fi
-  if [[ $ZFS_OK == 1 ]]; then zpool destroy -f "$ZPOOL" 2>/dev/null || true; fi
+  if [[ $ZFS_OK == 1 ]] && zpool list "$ZPOOL" >/dev/null 2>&1; then zfs_destroy || true; fi
   [[ -f $ZPID ]] && zfs_fuse_stop "$ZPID"
   if mountpoint -q "$MNT"; then "$NODUP" umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" || true; fi
   rm -rf "$W"
@@ -106,7 +106,7 @@ up() {
       ;;
     zfs)
       rm -f "$W/zvdev" && truncate -s "$IMG_SIZE" "$W/zvdev"
-      zpool create -f -O dedup=on -m "$MNT" "$ZPOOL" "$W/zvdev" >/dev/null
+      zpool create -f -O dedup=on -m "$MNT" "$ZPOOL" "$W/zvdev" >/dev/null 2>"$W/zerr" || { cat "$W/zerr" >&2; return 1; }
       ;;
     tmpfs) rm -rf "$W/tmpfs" && mkdir -p "$W/tmpfs" ;;
   esac
@@ -115,9 +115,18 @@ down() {
   case $1 in
     null | pass) stop_fuseref ;;
     light | none) "$NODUP" umount "$MNT" >/dev/null ;;
-    zfs) zpool destroy -f "$ZPOOL" && rm -f "$W/zvdev" ;;
+    zfs) zfs_destroy && rm -f "$W/zvdev" ;;
     tmpfs) rm -rf "$W/tmpfs" ;;
   esac
+}
+# zfs_destroy: destroy the pool; zfs-fuse calls it busy for a moment after a run, so retry.
+zfs_destroy() {
+  local i
+  for ((i = 0; i < 40; i++)); do
+    zpool destroy -f "$ZPOOL" 2>/dev/null && return 0
+    sleep 0.5
+  done
+  zpool destroy -f "$ZPOOL"
 }
 # remount SYSTEM: the same contents on a fresh mount (cold kernel caches); tmpfs stays as it is.
 remount() {
