@@ -26,14 +26,10 @@ IMG=$WORK/img
 ZPOOL=nodupzb
 ZPID=/run/nodup-fsbench-zfs.pid
 
+source bench/lib.sh
 bash scripts/deps.sh
 command -v bindfs >/dev/null || apt-get install -y -qq bindfs >/dev/null
-command -v zfs-fuse >/dev/null || {
-  # zfs-fuse's package would start its service; keep services down while installing.
-  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zfs-fuse >/dev/null || true
-  rm -f /usr/sbin/policy-rc.d
-}
+zfs_fuse_install || true
 [[ $NODUP_BUILD == 1 ]] && cargo build --release -q -p nodup-cli
 
 cleanup() {
@@ -48,7 +44,6 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$WORK" "$MNT"
 
-source bench/lib.sh
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b+0 == 0) print "nan"; else printf "%.2f", a/b }'; }
 
 # fio_bw DIR BS DUP -> "MiB/s stolen_share" of a sequential write of SIZE with end_fsync.
@@ -113,8 +108,7 @@ done
 # zfs-fuse with dedup=on, file vdev on /dev/shm, recordsize 4k, at 75 % duplicates.
 ZFS_OK=0
 if command -v zfs-fuse >/dev/null; then
-  rm -f /etc/zfs/zpool.cache /var/lib/zfs/zpool.cache
-  zfs-fuse --pidfile $ZPID && sleep 2
+  zfs_fuse_start $ZPID
   truncate -s 4G "$WORK/zvdev"
   if zpool create -f -O dedup=on -O recordsize=4k -m "$MNT" $ZPOOL "$WORK/zvdev" >/dev/null 2>&1; then
     ZFS_OK=1
@@ -127,9 +121,8 @@ if command -v zfs-fuse >/dev/null; then
     done
     zpool destroy -f $ZPOOL || true
   fi
-  kill "$(cat $ZPID)" 2>/dev/null || true
-  sleep 1
-  rm -f $ZPID "$WORK/zvdev" /etc/zfs/zpool.cache /var/lib/zfs/zpool.cache
+  zfs_fuse_stop $ZPID
+  rm -f "$WORK/zvdev"
 fi
 
 # med KEY: median MiB/s of KEY's runs whose stolen CPU share was at most STEAL_MAX (all of its

@@ -28,3 +28,24 @@ kernel_tree() {
     cp -a /usr/share/doc "$1/"
   fi
 }
+
+# zfs_fuse_install: install zfs-fuse when missing, without letting its package start the service;
+# fails when it cannot be had.
+zfs_fuse_install() {
+  command -v zfs-fuse >/dev/null && return 0
+  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zfs-fuse >/dev/null || true
+  rm -f /usr/sbin/policy-rc.d
+  command -v zfs-fuse >/dev/null
+}
+
+# zfs_fuse_start PIDFILE: start the zfs-fuse daemon with no remembered pools, and give it time to
+# come up. zfs_fuse_stop PIDFILE: stop it and forget its pools.
+zfs_fuse_start() {
+  rm -f /etc/zfs/zpool.cache /var/lib/zfs/zpool.cache
+  zfs-fuse --pidfile "$1" && sleep 2
+}
+zfs_fuse_stop() {
+  if [[ -f $1 ]]; then kill "$(cat "$1")" 2>/dev/null || true; sleep 1; fi
+  rm -f "$1" /etc/zfs/zpool.cache /var/lib/zfs/zpool.cache
+}

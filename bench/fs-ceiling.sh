@@ -1,0 +1,297 @@
+#!/usr/bin/env bash
+# Issue 20, item 1: the ceiling, measured. Every nodup figure next to the same workload through
+# a null FUSE file system (`nodup-fuseref null`: nodup's fuser, thread count, max_write, init
+# flags and mount options; accepts and discards data) and a passthrough one (`nodup-fuseref
+# passthrough` over a /dev/shm directory), everything backed by /dev/shm:
+#   fio    sequential writes (ioengine=sync, end_fsync=1, fallocate=none), bs 4k and 1m, 0 and
+#          75 % duplicates, with and without the writeback cache, 1 and 2 jobs (distinct files):
+#          null, passthrough, nodup light, nodup none, and zfs-fuse dedup=on (128 KiB records; one
+#          job, no writeback variant: it has no such switch)
+#   scale  1, 2 and 4 jobs at 1 MiB, 75 %: distinct files and one shared file; light and null
+#   ktree  cp -a of the Linux source tree: light, passthrough, null (and tmpfs for reference)
+#   meta   200 000 4 KiB files in 1 000 directories (`nodup-fuseref bench-files`, one writer),
+#          then `ls -lR` on a fresh mount: light, passthrough (and tmpfs for reference)
+# Each round runs every system once per cell, in an order rotated from round to round; figures
+# are medians over RUNS rounds, ratios medians of the per-round ratios. Every benchmark command
+# runs under /work/tools/cpu-exclusive when that exists.
+#
+# Usage: bench/fs-ceiling.sh [fio|scale|ktree|meta ...]   (all four by default)
+#   RUNS=5 SIZE=512M (bytes per fio cell; 4 KiB writes without the writeback cache write a
+#   quarter of it); QUICK=1: a smoke run (64M, one round, 20 000 files, /usr/share/doc as tree).
+#   NODUP=<binary> FUSEREF=<binary> skip the build.
+# Writes docs/results/fs-ceiling/SECTION.md and SECTION.tsv (every run) and assembles
+# docs/results/fs-ceiling.md; progress goes to stderr.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
+QUICK=${QUICK:-0}
+RUNS=${RUNS:-5}
+SIZE=${SIZE:-512M}
+FILES=${FILES:-200000}
+[[ $QUICK == 1 ]] && { RUNS=1; SIZE=64M; FILES=20000; }
+SIZE_MIB=$(($(numfmt --from=iec "$SIZE") >> 20))
+EXCL=/work/tools/cpu-exclusive
+[[ -x $EXCL ]] || EXCL=""
+SHARED=/work/tools/cpu-shared
+[[ -x $SHARED ]] || SHARED=""
+OUTDIR=docs/results/fs-ceiling
+IMG_SIZE=4G
+
+bash scripts/deps.sh >&2
+if [[ -z ${NODUP:-} || -z ${FUSEREF:-} ]]; then
+  $SHARED cargo build --release -q -p nodup-cli -p nodup-fuseref
+  T=${CARGO_TARGET_DIR:-$PWD/target}/release
+  NODUP=${NODUP:-$T/nodup}
+  FUSEREF=${FUSEREF:-$T/nodup-fuseref}
+fi
+
+W=$(mktemp -d /dev/shm/nodup-ceiling.XXXXXX)
+MNT=$W/mnt
+SRC=$W/passthrough-src
+IMG=$W/img
+ZPOOL=nodupceil$$
+ZPID=$W/zfs-fuse.pid
+ZFS_OK=0
+FPID=
+mkdir -p "$MNT" "$OUTDIR"
+
+cleanup() {
+  if [[ -n $FPID ]]; then kill -TERM "$FPID" 2>/dev/null || true; wait "$FPID" 2>/dev/null || true; fi
+  if [[ $ZFS_OK == 1 ]] && zpool list "$ZPOOL" >/dev/null 2>&1; then zfs_destroy || true; fi
+  [[ -f $ZPID ]] && zfs_fuse_stop "$ZPID"
+  if mountpoint -q "$MNT"; then "$NODUP" umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" || true; fi
+  rm -rf "$W"
+}
+trap cleanup EXIT
+
+say() { echo "fs-ceiling: $*" >&2; }
+
+wait_mounted() {
+  local i
+  for ((i = 0; i < 400; i++)); do
+    mountpoint -q "$MNT" && return 0
+    sleep 0.025
+  done
+  echo "fs-ceiling: $MNT did not get mounted" >&2
+  return 1
+}
+
+# fuseref KIND WB [args...]: start nodup-fuseref KIND at $MNT in the background.
+fuseref() {
+  local kind=$1 wb=$2
+  shift 2
+  local extra=()
+  [[ $wb == 1 ]] && extra=(--writeback-cache)
+  "$FUSEREF" "$kind" "$@" "$MNT" "${extra[@]}" &
+  FPID=$!
+  wait_mounted
+}
+stop_fuseref() {
+  kill -TERM "$FPID"
+  wait "$FPID"
+  FPID=
+}
+nodup_mount() { "$NODUP" mount "$IMG" "$MNT" --writeback-cache="$([[ $1 == 1 ]] && echo true || echo false)" >/dev/null; }
+
+# up SYSTEM WB: a fresh, empty SYSTEM (null, pass, light, none, zfs, tmpfs), writeback cache
+# on when WB is 1; `dir SYSTEM` is where it is.
+up() {
+  case $1 in
+    null) fuseref null "$2" ;;
+    pass) rm -rf "$SRC" && mkdir -p "$SRC" && fuseref passthrough "$2" "$SRC" ;;
+    light | none)
+      rm -f "$IMG"
+      "$NODUP" mkfs "$IMG" --size "$IMG_SIZE" --policy "$1" >/dev/null
+      nodup_mount "$2"
+      ;;
+    zfs)
+      rm -f "$W/zvdev" && truncate -s "$IMG_SIZE" "$W/zvdev"
+      zpool create -f -O dedup=on -m "$MNT" "$ZPOOL" "$W/zvdev" >/dev/null 2>"$W/zerr" || { cat "$W/zerr" >&2; return 1; }
+      ;;
+    tmpfs) rm -rf "$W/tmpfs" && mkdir -p "$W/tmpfs" ;;
+  esac
+}
+down() {
+  case $1 in
+    null | pass) stop_fuseref ;;
+    light | none) "$NODUP" umount "$MNT" >/dev/null ;;
+    zfs) zfs_destroy && rm -f "$W/zvdev" ;;
+    tmpfs) rm -rf "$W/tmpfs" ;;
+  esac
+}
+# zfs_destroy: destroy the pool; zfs-fuse calls it busy for a moment after a run, so retry.
+zfs_destroy() {
+  local i
+  for ((i = 0; i < 40; i++)); do
+    zpool destroy -f "$ZPOOL" 2>/dev/null && return 0
+    sleep 0.5
+  done
+  zpool destroy -f "$ZPOOL"
+}
+# remount SYSTEM: the same contents on a fresh mount (cold kernel caches); tmpfs stays as it is.
+remount() {
+  case $1 in
+    pass) stop_fuseref && fuseref passthrough 0 "$SRC" ;;
+    light | none) "$NODUP" umount "$MNT" >/dev/null && nodup_mount 0 ;;
+  esac
+}
+dir() { if [[ $1 == tmpfs ]]; then echo "$W/tmpfs"; else echo "$MNT"; fi; }
+
+# rotate R ITEMS...: the items rotated left by R-1 (round R's order).
+rotate() {
+  local r=$1
+  shift
+  local a=("$@") n=$# i
+  for ((i = 0; i < n; i++)); do echo "${a[$(((i + r - 1) % n))]}"; done
+}
+
+# fio_mibs DIR BS PER_JOB_MIB JOBS DUP LAYOUT: aggregate MiB/s of one fio run; LAYOUT distinct
+# (a file per job) or shared (one file, job i writing from i x PER_JOB_MIB).
+fio_mibs() {
+  local where=(--directory="$1")
+  [[ $6 == shared ]] && where=(--filename="$1/shared" --offset_increment="${3}M")
+  $EXCL fio --name=w "${where[@]}" --ioengine=sync --rw=write --bs="$2" --size="${3}M" --numjobs="$4" \
+    --end_fsync=1 --fallocate=none --dedupe_percentage="$5" --group_reporting --output-format=json 2>/dev/null |
+    python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["jobs"][0]["write"]["bw"] / 1024))'
+}
+FIO_CMD='fio --name=w --directory=MNT --ioengine=sync --rw=write --bs=BS --size=PER_JOB --numjobs=JOBS --end_fsync=1 --fallocate=none --dedupe_percentage=DUP --group_reporting'
+
+# timed CMD...: wall seconds of CMD (run exclusively; its output discarded).
+timed() {
+  $EXCL /usr/bin/time -f %e -o "$W/time" "$@" >/dev/null
+  tail -1 "$W/time"
+}
+
+dedup_ratio() { "$NODUP" stats "$MNT" --json | python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["dedup_ratio"])'; }
+# The kernel's dirty-page limit of the FUSE mount at $MNT (writeback cache), in MiB.
+bdi_max_mib() { echo $(($(cat "/sys/class/bdi/$(mountpoint -d "$MNT")/max_bytes" 2>/dev/null || echo 0) >> 20)); }
+
+start_zfs() {
+  ZFS_OK=0
+  if zfs_fuse_install && zfs_fuse_start "$ZPID"; then
+    ZFS_OK=1
+  else
+    say "zfs-fuse not available: its column stays empty"
+  fi
+}
+stop_zfs() {
+  [[ -f $ZPID ]] && zfs_fuse_stop "$ZPID"
+  ZFS_OK=0
+}
+
+fio_section() {
+  local tsv=$OUTDIR/fio.tsv
+  start_zfs
+  printf 'round\tbs\tdup\twb\tjobs\ttotal_mib\tsystem\tmibs\tdedup_ratio\n' >"$tsv"
+  : >"$W/bdi"
+  local r bs wb jobs dup total sys v d
+  for ((r = 1; r <= RUNS; r++)); do
+    for bs in 1m 4k; do
+      for wb in 0 1; do
+        total=$SIZE_MIB
+        [[ $bs == 4k && $wb == 0 ]] && total=$((SIZE_MIB / 4))
+        for jobs in 1 2; do
+          for dup in 0 75; do
+            local systems=(null pass light none)
+            [[ $ZFS_OK == 1 && $jobs == 1 && $wb == 0 ]] && systems+=(zfs)
+            for sys in $(rotate "$r" "${systems[@]}"); do
+              up "$sys" "$wb"
+              if [[ $r == 1 && $wb == 1 && $jobs == 1 && $dup == 0 && $bs == 1m && $sys =~ ^(null|light)$ ]]; then
+                echo "$sys $(bdi_max_mib)" >>"$W/bdi"
+              fi
+              v=$(fio_mibs "$MNT" "$bs" $((total / jobs)) "$jobs" "$dup" distinct)
+              d=-
+              [[ $sys == light ]] && d=$(dedup_ratio)
+              down "$sys"
+              printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$bs" "$dup" "$wb" "$jobs" "$total" "$sys" "$v" "$d" >>"$tsv"
+              say "fio round $r/$RUNS: bs=$bs dups=$dup% wb=$wb jobs=$jobs $sys: $v MiB/s"
+            done
+          done
+        done
+      done
+    done
+  done
+  stop_zfs
+  python3 bench/fs_ceiling_report.py fio "$tsv" "$FIO_CMD" "$(cat "$W/bdi")" >"$OUTDIR/fio.md"
+}
+
+scale_section() {
+  local tsv=$OUTDIR/scale.tsv r layout jobs sys v
+  printf 'round\tlayout\tjobs\ttotal_mib\tsystem\tmibs\n' >"$tsv"
+  for ((r = 1; r <= RUNS; r++)); do
+    for layout in distinct shared; do
+      for jobs in 1 2 4; do
+        for sys in $(rotate "$r" null light); do
+          up "$sys" 0
+          v=$(fio_mibs "$MNT" 1m $((SIZE_MIB / jobs)) "$jobs" 75 "$layout")
+          down "$sys"
+          printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$layout" "$jobs" "$SIZE_MIB" "$sys" "$v" >>"$tsv"
+          say "scale round $r/$RUNS: $layout jobs=$jobs $sys: $v MiB/s"
+        done
+      done
+    done
+  done
+  python3 bench/fs_ceiling_report.py scale "$tsv" "$FIO_CMD" >"$OUTDIR/scale.md"
+}
+
+ktree_section() {
+  local tsv=$OUTDIR/ktree.tsv r sys t
+  say "ktree: unpacking the source tree"
+  kernel_tree "$W/ktree"
+  local src
+  src=$(find "$W/ktree" -mindepth 1 -maxdepth 1 | head -1)
+  local what="$WHAT, $(du -sm "$src" | cut -f1) MiB, $(find "$src" -type f | wc -l) files, $(find "$src" -type d | wc -l) directories"
+  printf 'round\tsystem\tseconds\n' >"$tsv"
+  for ((r = 1; r <= RUNS; r++)); do
+    for sys in $(rotate "$r" pass light null tmpfs); do
+      up "$sys" 0
+      t=$(timed cp -a "$src" "$(dir "$sys")/copy")
+      down "$sys"
+      printf '%s\t%s\t%s\n' "$r" "$sys" "$t" >>"$tsv"
+      say "ktree round $r/$RUNS: $sys: ${t}s"
+    done
+  done
+  rm -rf "$W/ktree"
+  python3 bench/fs_ceiling_report.py ktree "$tsv" "$what" >"$OUTDIR/ktree.md"
+}
+
+meta_section() {
+  local tsv=$OUTDIR/meta.tsv r sys tc tl
+  printf 'round\tsystem\tfiles\tcreate_s\tls_s\n' >"$tsv"
+  for ((r = 1; r <= RUNS; r++)); do
+    for sys in $(rotate "$r" pass light tmpfs); do
+      up "$sys" 0
+      tc=$(timed "$FUSEREF" bench-files "$(dir "$sys")/m" --dirs 1000 --files "$FILES" --size 4096)
+      remount "$sys"
+      tl=$(timed ls -lR "$(dir "$sys")/m")
+      down "$sys"
+      printf '%s\t%s\t%s\t%s\t%s\n' "$r" "$sys" "$FILES" "$tc" "$tl" >>"$tsv"
+      say "meta round $r/$RUNS: $sys: create ${tc}s, ls -lR ${tl}s"
+    done
+  done
+  python3 bench/fs_ceiling_report.py meta "$tsv" >"$OUTDIR/meta.md"
+}
+
+sections=("$@")
+[[ ${#sections[@]} -eq 0 ]] && sections=(fio scale ktree meta)
+for s in "${sections[@]}"; do
+  case $s in
+    fio | scale | ktree | meta) "${s}_section" ;;
+    *) echo "unknown section $s (fio, scale, ktree, meta)" >&2; exit 2 ;;
+  esac
+done
+
+fuser=$(grep -A1 '^name = "fuser"' Cargo.lock | sed -n 's/^version = "\(.*\)"/\1/p')
+{
+  echo "# The FUSE ceiling, measured (issue 20)"
+  echo
+  echo "Produced by \`bench/fs-ceiling.sh\` (each section regenerated by \`bench/fs-ceiling.sh SECTION\`): $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/^Mem/ {print $2}') GiB RAM, kernel $(uname -r); fuser $fuser, $(fio --version), zfs-fuse $(dpkg-query -W -f '${Version}' zfs-fuse 2>/dev/null || echo 'not installed'); tree $(git rev-parse --short HEAD), $(date -u +%F)."
+  echo
+  echo "Systems, all backed by /dev/shm: **null** = \`nodup-fuseref null\` (the ceiling: a namespace in memory, data accepted and discarded, same fuser, 4 threads with cloned fds, max_write 1 MiB, init flags, mount options and 1 s TTL as nodup); **pass** = \`nodup-fuseref passthrough\` over a /dev/shm directory (pread/pwrite on an fd per open file); **light** / **none** = \`nodup mkfs --size $IMG_SIZE --policy light|none\` then \`nodup mount\` (fresh image per run); **zfs** = zfs-fuse, \`zpool create -O dedup=on\` (default 128 KiB records) on a file vdev in /dev/shm, fresh pool per run; **tmpfs** = a plain /dev/shm directory (reference only)."
+  echo
+  # reading.md is the hand-written reading of the numbers (update it when they change).
+  for s in fio scale ktree meta reading; do
+    [[ -f $OUTDIR/$s.md ]] && cat "$OUTDIR/$s.md"
+  done
+} >docs/results/fs-ceiling.md
+say "wrote docs/results/fs-ceiling.md"

@@ -1,0 +1,206 @@
+//! Real mounts of both reference file systems: the binary mounts in the foreground, files and
+//! directories go through the kernel, and SIGTERM unmounts. Skipped (with a message) when
+//! /dev/fuse or fusermount3 is missing.
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_nodup-fuseref");
+
+fn fuse_available() -> bool {
+    let ok = Path::new("/dev/fuse").exists()
+        && Command::new("fusermount3")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipping: FUSE is not available on this machine");
+    }
+    ok
+}
+
+fn is_mounted(p: &Path) -> bool {
+    let (Ok(a), Ok(b)) = (fs::metadata(p), fs::metadata(p.join(".."))) else {
+        return false;
+    };
+    a.dev() != b.dev()
+}
+
+/// A running `nodup-fuseref` mount; unmounted by SIGTERM on drop.
+struct Mount {
+    child: Child,
+    mnt: PathBuf,
+}
+
+impl Mount {
+    fn start(args: &[&str], mnt: &Path) -> Mount {
+        let child = Command::new(BIN)
+            .args(args)
+            .spawn()
+            .expect("running nodup-fuseref");
+        let m = Mount {
+            child,
+            mnt: mnt.to_owned(),
+        };
+        let t0 = Instant::now();
+        while !is_mounted(mnt) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "mount did not appear"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        m
+    }
+
+    /// SIGTERM, then the process must exit cleanly and leave nothing mounted.
+    fn stop(mut self) {
+        self.terminate();
+    }
+
+    fn terminate(&mut self) {
+        // SAFETY: signalling our own child by its pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().expect("waiting for nodup-fuseref");
+        assert!(status.success(), "exit status {status}");
+        assert!(!is_mounted(&self.mnt), "still mounted after SIGTERM");
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if is_mounted(&self.mnt) {
+            // SAFETY: signalling our own child by its pid.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The namespace round trip both file systems must pass; `data` says whether contents are
+/// kept (passthrough) or discarded (null: only what the page cache still holds reads back).
+fn round_trip(m: &Path, data: bool) {
+    let payload: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    fs::create_dir_all(m.join("a/b")).unwrap();
+    let mut f = fs::File::create(m.join("a/f")).unwrap();
+    f.write_all(&payload).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let mut back = Vec::new();
+    fs::File::open(m.join("a/f"))
+        .unwrap()
+        .read_to_end(&mut back)
+        .unwrap();
+    assert_eq!(back.len(), payload.len());
+    if data {
+        assert_eq!(back, payload);
+    }
+    // Never written, so not in the page cache: the file system itself answers the read
+    // (zeros from null and from the source's hole alike).
+    fs::File::create(m.join("a/z"))
+        .unwrap()
+        .set_len(70_000)
+        .unwrap();
+    let z = fs::read(m.join("a/z")).unwrap();
+    assert!(z.len() == 70_000 && z.iter().all(|&b| b == 0));
+    fs::remove_file(m.join("a/z")).unwrap();
+    // Overwrite in the middle and extend past the end.
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(m.join("a/f"))
+        .unwrap();
+    f.seek(SeekFrom::Start(400_000)).unwrap();
+    f.write_all(b"tail").unwrap();
+    drop(f);
+    assert_eq!(fs::metadata(m.join("a/f")).unwrap().len(), 400_004);
+
+    fs::rename(m.join("a/f"), m.join("a/b/g")).unwrap();
+    assert!(!m.join("a/f").exists());
+    std::os::unix::fs::symlink("g", m.join("a/b/l")).unwrap();
+    fs::hard_link(m.join("a/b/g"), m.join("a/h")).unwrap();
+    assert_eq!(fs::metadata(m.join("a/h")).unwrap().nlink(), 2);
+    assert_eq!(fs::read_link(m.join("a/b/l")).unwrap(), Path::new("g"));
+    fs::set_permissions(m.join("a/h"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(fs::metadata(m.join("a/b/g")).unwrap().mode() & 0o777, 0o600);
+    assert_eq!(names(&m.join("a")), ["b", "h"]);
+    assert_eq!(names(&m.join("a/b")), ["g", "l"]);
+
+    // Enough entries that a listing takes several requests.
+    for i in 0..600 {
+        fs::File::create(m.join(format!("a/n{i:03}"))).unwrap();
+    }
+    assert_eq!(names(&m.join("a")).len(), 602);
+    for i in 0..600 {
+        fs::remove_file(m.join(format!("a/n{i:03}"))).unwrap();
+    }
+    fs::remove_file(m.join("a/h")).unwrap();
+    assert_eq!(fs::metadata(m.join("a/b/g")).unwrap().nlink(), 1);
+    assert!(fs::remove_dir(m.join("a/b")).is_err(), "not empty");
+    fs::remove_file(m.join("a/b/g")).unwrap();
+    fs::remove_file(m.join("a/b/l")).unwrap();
+    fs::remove_dir(m.join("a/b")).unwrap();
+    assert_eq!(names(m), ["a"]);
+}
+
+#[test]
+fn null_mount_round_trip() {
+    if !fuse_available() {
+        return;
+    }
+    for wb in [false, true] {
+        let t = tempfile::tempdir().unwrap();
+        let mnt = t.path().join("mnt");
+        fs::create_dir(&mnt).unwrap();
+        let mut args = vec!["null", mnt.to_str().unwrap()];
+        if wb {
+            args.push("--writeback-cache");
+        }
+        let m = Mount::start(&args, &mnt);
+        round_trip(&mnt, false);
+        m.stop();
+    }
+}
+
+#[test]
+fn passthrough_mount_round_trip() {
+    if !fuse_available() {
+        return;
+    }
+    // The last run holds no descriptors on inodes: every request reopens a file handle.
+    for (wb, budget) in [(false, None), (true, None), (false, Some("0"))] {
+        let t = tempfile::tempdir().unwrap();
+        let (src, mnt) = (t.path().join("src"), t.path().join("mnt"));
+        fs::create_dir(&src).unwrap();
+        fs::create_dir(&mnt).unwrap();
+        let mut args = vec!["passthrough", src.to_str().unwrap(), mnt.to_str().unwrap()];
+        if wb {
+            args.push("--writeback-cache");
+        }
+        if let Some(b) = budget {
+            args.extend(["--fd-budget", b]);
+        }
+        let m = Mount::start(&args, &mnt);
+        round_trip(&mnt, true);
+        fs::write(mnt.join("kept"), b"through").unwrap();
+        m.stop();
+        assert_eq!(
+            fs::read(src.join("kept")).unwrap(),
+            b"through",
+            "in the source"
+        );
+        assert_eq!(names(&src), ["a", "kept"]);
+    }
+}
