@@ -144,11 +144,14 @@ fn serve(args: &Args, dev: &std::fs::File, flags: u64, set: libc::sigset_t) -> R
                 args.depth, args.taskrun
             )
         };
-        println!(
+        // Whoever started us may be gone (a closed pipe): the mount still gets served.
+        let mut out = std::io::stdout();
+        let _ = writeln!(
+            out,
             "ready {} transport={transport} writeback_cache={wb}",
             args.mountpoint.display()
         );
-        let _ = std::io::stdout().flush();
+        let _ = out.flush();
         unmount_on_signal(set, args.mountpoint.clone());
         let mut first_err = None;
         for w in workers {
@@ -165,7 +168,8 @@ fn serve(args: &Args, dev: &std::fs::File, flags: u64, set: libc::sigset_t) -> R
             None => Ok(()),
         }
     });
-    println!(
+    let _ = writeln!(
+        std::io::stdout(),
         "served ring={} classic={}",
         served.ring.load(Ordering::Relaxed),
         served.classic.load(Ordering::Relaxed)
