@@ -48,7 +48,7 @@ pub mod init_flags {
     pub const POSIX_ACL: u64 = 1 << 20;
     pub const MAX_PAGES: u64 = 1 << 22;
     pub const INIT_EXT: u64 = 1 << 30;
-    pub const HANDLE_KILLPRIV_V2: u64 = 1 << 33;
+    pub const HANDLE_KILLPRIV_V2: u64 = 1 << 28;
     /// The daemon serves requests over io_uring (offered only when `enable_uring` is set).
     pub const OVER_IO_URING: u64 = 1 << 41;
 }

@@ -5,16 +5,16 @@
 use crate::abi::{self, Wire};
 use crate::init::{MAX_WRITE, READ_BUF};
 use crate::nullfs::{NullFs, Reply};
+use crate::{Served, Via};
 use std::fs::File;
 use std::io::{self, IoSlice, Read, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// READ replies point into this instead of filling a buffer.
 static ZEROS: [u8; MAX_WRITE as usize] = [0; MAX_WRITE as usize];
 
 /// Serve requests from `dev` until the connection ends (unmount: ENODEV). `served` counts the
 /// requests handled.
-pub fn serve(mut dev: &File, fs: &NullFs, served: &AtomicU64) -> io::Result<()> {
+pub fn serve(mut dev: &File, fs: &NullFs, served: &Served) -> io::Result<()> {
     let mut buf = vec![0u8; READ_BUF];
     loop {
         let n = match dev.read(&mut buf) {
@@ -32,7 +32,7 @@ pub fn serve(mut dev: &File, fs: &NullFs, served: &AtomicU64) -> io::Result<()> 
         let body = &buf[40..n.min(h.len as usize).max(40)];
         let (op_in, extra) = body.split_at(abi::op_in_size(h.opcode).min(body.len()));
         let reply = fs.handle(&h, op_in, extra);
-        served.fetch_add(1, Ordering::Relaxed);
+        served.note(Via::Classic, h.opcode);
         if !send(dev, h.unique, &reply)? {
             return Ok(());
         }

@@ -1,6 +1,6 @@
 //! `nodup-uring-null MOUNTPOINT [--classic]`: mount the null file system (root only) and serve
 //! it until SIGTERM/SIGINT/SIGHUP or an unmount. Prints `ready ...` on stdout once the mount
-//! serves requests, and `served ring=N classic=M` at the end.
+//! serves requests, and `served ring=N classic=M ops=OPCODE:COUNT,...` at the end.
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
@@ -11,7 +11,6 @@ use nodup_uring_null::{classic, mount, nullfs::NullFs, Served};
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 
 /// A null FUSE file system served over FUSE-over-io_uring (default) or classic /dev/fuse.
@@ -109,7 +108,7 @@ fn serve(args: &Args, dev: &std::fs::File, flags: u64, set: libc::sigset_t) -> R
                     mount::clone_fd(dev)?
                 };
                 let (fs, served) = (&fs, &served);
-                workers.push(s.spawn(move || classic::serve(&fd, fs, &served.classic)));
+                workers.push(s.spawn(move || classic::serve(&fd, fs, served)));
             }
             format!("classic threads={}", args.threads)
         } else {
@@ -124,7 +123,7 @@ fn serve(args: &Args, dev: &std::fs::File, flags: u64, set: libc::sigset_t) -> R
                 };
                 let (fs, served, tx, fd) = (&fs, &served, tx.clone(), dev.as_raw_fd());
                 workers.push(s.spawn(move || {
-                    ring::serve_queue(fd, setup, fs, &served.ring, |r| {
+                    ring::serve_queue(fd, setup, fs, served, |r| {
                         let _ = tx.send(r);
                     })
                 }));
@@ -132,7 +131,7 @@ fn serve(args: &Args, dev: &std::fs::File, flags: u64, set: libc::sigset_t) -> R
             // FORGET and INTERRUPT still come over /dev/fuse.
             let side = mount::clone_fd(dev)?;
             let (fs2, served2) = (&fs, &served);
-            workers.push(s.spawn(move || classic::serve(&side, fs2, &served2.classic)));
+            workers.push(s.spawn(move || classic::serve(&side, fs2, served2)));
             for _ in 0..queues {
                 if let Err(e) = rx.recv().context("a queue thread died")? {
                     let _ = mount::unmount(&args.mountpoint);
@@ -168,11 +167,6 @@ fn serve(args: &Args, dev: &std::fs::File, flags: u64, set: libc::sigset_t) -> R
             None => Ok(()),
         }
     });
-    let _ = writeln!(
-        std::io::stdout(),
-        "served ring={} classic={}",
-        served.ring.load(Ordering::Relaxed),
-        served.classic.load(Ordering::Relaxed)
-    );
+    let _ = writeln!(std::io::stdout(), "served {}", served.summary());
     outcome
 }

@@ -7,13 +7,13 @@
 
 use crate::abi::{self, Wire};
 use crate::nullfs::{NullFs, Reply};
+use crate::{Served, Via};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::alloc::{self, Layout};
 use std::io;
 use std::mem::size_of;
 use std::os::fd::RawFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How the ring runs the kernel's task work (the copy of a request into our buffers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -135,7 +135,7 @@ fn pin_to_cpu(cpu: usize) -> io::Result<()> {
 /// # Safety
 /// The entry's command must have completed (the kernel does not touch its buffers until the
 /// next command for it is submitted).
-unsafe fn answer(e: &Entry, fs: &NullFs) -> u64 {
+unsafe fn answer(e: &Entry, fs: &NullFs, served: &Served) -> u64 {
     // SAFETY: the header buffer is page-aligned and at least size_of::<UringReqHeader>() bytes
     // (see `serve_queue`), UringReqHeader is plain bytes/integers, and per the contract nothing
     // else accesses it now.
@@ -147,6 +147,7 @@ unsafe fn answer(e: &Entry, fs: &NullFs) -> u64 {
     let h = abi::InHeader::read(&hdr.in_out).unwrap_or_default();
     let op_len = abi::op_in_size(h.opcode).min(abi::URING_OP_IN_OUT_SZ);
     let in_sz = (hdr.ent.payload_sz as usize).min(payload.len());
+    served.note(Via::Ring, h.opcode);
     let reply = if h.unique == 0 {
         Reply::Err(libc::EIO)
     } else {
@@ -191,7 +192,7 @@ pub fn serve_queue(
     fd: RawFd,
     setup: QueueSetup,
     fs: &NullFs,
-    served: &AtomicU64,
+    served: &Served,
     registered: impl FnOnce(io::Result<()>),
 ) -> io::Result<()> {
     let mut registered = Some(registered);
@@ -244,8 +245,7 @@ pub fn serve_queue(
                 return Err(err);
             }
             // SAFETY: this CQE completed the entry's command.
-            let commit_id = unsafe { answer(e, fs) };
-            served.fetch_add(1, Ordering::Relaxed);
+            let commit_id = unsafe { answer(e, fs, served) };
             let sqe = uring_cmd(
                 abi::URING_CMD_COMMIT_AND_FETCH,
                 setup.qid,
