@@ -10,7 +10,7 @@ use nodup_uring_null::ring::{self, QueueSetup, TaskRun};
 use nodup_uring_null::{classic, mount, nullfs::NullFs, Served};
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 /// A null FUSE file system served over FUSE-over-io_uring (default) or classic /dev/fuse.
@@ -94,6 +94,24 @@ fn run(args: &Args) -> Result<()> {
     result
 }
 
+/// A serving thread that fails leaves requests waiting for it forever (a ring queue's CPU
+/// has no other server): report, unmount, and exit, which closes our /dev/fuse descriptors and
+/// so aborts the connection (callers get errors instead of hanging).
+fn fail_fast(
+    mountpoint: &Path,
+    what: &str,
+    served: &Served,
+    r: std::io::Result<()>,
+) -> std::io::Result<()> {
+    if let Err(e) = &r {
+        eprintln!("nodup-uring-null: {what} failed: {e}; unmounting");
+        let _ = mount::unmount(mountpoint);
+        let _ = writeln!(std::io::stdout(), "served {}", served.summary());
+        std::process::exit(1);
+    }
+    r
+}
+
 fn serve(args: &Args, dev: &std::fs::File, flags: u64, set: libc::sigset_t) -> Result<()> {
     let fs = NullFs::new();
     let served = Served::default();
@@ -107,8 +125,15 @@ fn serve(args: &Args, dev: &std::fs::File, flags: u64, set: libc::sigset_t) -> R
                 } else {
                     mount::clone_fd(dev)?
                 };
-                let (fs, served) = (&fs, &served);
-                workers.push(s.spawn(move || classic::serve(&fd, fs, served)));
+                let (fs, served, mnt) = (&fs, &served, &args.mountpoint);
+                workers.push(s.spawn(move || {
+                    fail_fast(
+                        mnt,
+                        "classic thread",
+                        served,
+                        classic::serve(&fd, fs, served),
+                    )
+                }));
             }
             format!("classic threads={}", args.threads)
         } else {
@@ -122,16 +147,21 @@ fn serve(args: &Args, dev: &std::fs::File, flags: u64, set: libc::sigset_t) -> R
                     taskrun: args.taskrun,
                 };
                 let (fs, served, tx, fd) = (&fs, &served, tx.clone(), dev.as_raw_fd());
+                let mnt = &args.mountpoint;
                 workers.push(s.spawn(move || {
-                    ring::serve_queue(fd, setup, fs, served, |r| {
+                    let r = ring::serve_queue(fd, setup, fs, served, |r| {
                         let _ = tx.send(r);
-                    })
+                    });
+                    fail_fast(mnt, &format!("ring queue {qid}"), served, r)
                 }));
             }
             // FORGET and INTERRUPT still come over /dev/fuse.
             let side = mount::clone_fd(dev)?;
-            let (fs2, served2) = (&fs, &served);
-            workers.push(s.spawn(move || classic::serve(&side, fs2, served2)));
+            let (fs2, served2, mnt) = (&fs, &served, &args.mountpoint);
+            workers.push(s.spawn(move || {
+                let r = classic::serve(&side, fs2, served2);
+                fail_fast(mnt, "classic side thread", served2, r)
+            }));
             for _ in 0..queues {
                 if let Err(e) = rx.recv().context("a queue thread died")? {
                     let _ = mount::unmount(&args.mountpoint);

@@ -272,6 +272,9 @@ pub fn serve_queue(
                 return Err(e);
             }
         }
+        // Both views are cached: learn what the kernel consumed (else the SQ looks full after
+        // `depth` pushes) and what it completed.
+        sq.sync();
         cq.sync();
     }
 }
