@@ -34,6 +34,9 @@ struct Args {
     /// How the rings run the kernel's task work.
     #[arg(long, value_enum, default_value = "default")]
     taskrun: TaskRun,
+    /// Let the scheduler place the queue threads instead of pinning each to its CPU.
+    #[arg(long)]
+    no_pin: bool,
 }
 
 /// Block the termination signals in this thread and every thread it starts; `wait_signal`
@@ -145,6 +148,7 @@ fn serve(args: &Args, dev: &std::fs::File, flags: u64, set: libc::sigset_t) -> R
                     depth: usize::from(args.depth),
                     payload: init::MAX_WRITE as usize,
                     taskrun: args.taskrun,
+                    pin: !args.no_pin,
                 };
                 let (fs, served, tx, fd) = (&fs, &served, tx.clone(), dev.as_raw_fd());
                 let mnt = &args.mountpoint;
@@ -169,8 +173,8 @@ fn serve(args: &Args, dev: &std::fs::File, flags: u64, set: libc::sigset_t) -> R
                 }
             }
             format!(
-                "uring queues={queues} depth={} taskrun={:?}",
-                args.depth, args.taskrun
+                "uring queues={queues} depth={} taskrun={:?} pinned={}",
+                args.depth, args.taskrun, !args.no_pin
             )
         };
         // Whoever started us may be gone (a closed pipe): the mount still gets served.

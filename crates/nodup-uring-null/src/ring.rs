@@ -37,6 +37,9 @@ pub struct QueueSetup {
     pub payload: usize,
     /// Task-work mode of the ring.
     pub taskrun: TaskRun,
+    /// Pin the queue's thread to its CPU (the usual design: the request's copy and its
+    /// handling stay on the CPU that issued it).
+    pub pin: bool,
 }
 
 /// A page-aligned zeroed buffer the kernel writes into while we do not look: it is only ever
