@@ -212,6 +212,9 @@ pub fn serve_queue(
         }
     };
     let (mut ring, ents) = entries;
+    // Freed only on the clean exit (every command completed). On an error the kernel may
+    // still write into the buffers: they are abandoned (the process is about to exit).
+    let ents = std::mem::ManuallyDrop::new(ents);
     let (submitter, mut sq, mut cq) = ring.split();
     // REGISTER is issued inline by io_uring_enter: a refusal is already in the CQ now.
     cq.sync();
@@ -242,9 +245,6 @@ pub fn serve_queue(
                     err.kind(),
                     format!("queue {}: {err}", setup.qid),
                 )));
-                // The other entries are still the kernel's: abandon their buffers rather than
-                // free memory it may write into (the process is about to exit).
-                std::mem::forget(ents);
                 return Err(err);
             }
             // SAFETY: this CQE completed the entry's command.
@@ -264,16 +264,14 @@ pub fn serve_queue(
             report(Ok(()));
         }
         if live == 0 {
+            drop(std::mem::ManuallyDrop::into_inner(ents));
             return Ok(());
         }
         sq.sync();
         match submitter.submit_and_wait(1) {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-            Err(e) => {
-                std::mem::forget(ents);
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         }
         // Both views are cached: learn what the kernel consumed (else the SQ looks full after
         // `depth` pushes) and what it completed.
