@@ -5,6 +5,7 @@
 //! kernel's caches, set-id clearing); the requests are in `ops`, the mount in `session`.
 
 mod caller;
+pub mod kernel;
 mod ops;
 mod session;
 mod space;
@@ -25,7 +26,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// How long the kernel may cache attributes and entries.
-const TTL: Duration = Duration::from_secs(1);
+pub const TTL: Duration = Duration::from_secs(1);
 /// Largest write request negotiated with the kernel (256 pages).
 pub const MAX_WRITE: u32 = 1 << 20;
 

@@ -5,15 +5,15 @@
 
 use super::caller::{caller, creator, killed_suidgid};
 use super::space::WRITER_FH;
-use super::{err, ftype, time, Adapter, MAX_WRITE, TTL};
+use super::{err, ftype, time, Adapter, TTL};
 use crate::error::FsError;
 use crate::fs::SetAttr;
 use crate::inode::{Attr, Kind, Ts};
 use fuser::{
-    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -21,36 +21,7 @@ use std::path::Path;
 
 impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let _ = config.set_max_write(MAX_WRITE);
-        let _ = config.set_max_readahead(MAX_WRITE);
-        let _ = config.set_max_background(64);
-        // HANDLE_KILLPRIV_V2 makes the kernel set SB_NOSEC: once an inode is known to carry no
-        // suid/sgid bit nor security xattr, write() stops asking us for `security.capability`
-        // (a GETXATTR round trip per write syscall otherwise, which halved 4 KiB write speed).
-        // In exchange we clear suid/sgid ourselves on writes flagged FUSE_WRITE_KILL_SUIDGID.
-        // EXPORT_SUPPORT: inode numbers are stable and never reused (generation 0), so a file
-        // handle (open_by_handle_at, an NFS export) stays valid after the kernel evicts the
-        // inode and across remounts: the kernel finds it again by looking up "." in it.
-        let mut caps = InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_HANDLE_KILLPRIV_V2
-            | InitFlags::FUSE_EXPORT_SUPPORT
-            | InitFlags::FUSE_POSIX_ACL
-            | InitFlags::FUSE_DONT_MASK;
-        if self.writeback {
-            caps |= InitFlags::FUSE_WRITEBACK_CACHE;
-        }
-        for cap in caps.iter() {
-            match config.add_capabilities(cap) {
-                Ok(()) if cap == InitFlags::FUSE_HANDLE_KILLPRIV_V2 => self.killpriv = true,
-                Ok(()) => {}
-                Err(unsupported) if unsupported.contains(InitFlags::FUSE_WRITEBACK_CACHE) => {
-                    crate::logging::warn("the kernel does not support the FUSE writeback cache");
-                }
-                // Without KILLPRIV_V2 the kernel keeps clearing set-id bits itself.
-                Err(_) => {}
-            }
-        }
+        self.killpriv = super::kernel::negotiate(config, self.writeback);
         Ok(())
     }
 

@@ -1,11 +1,12 @@
 //! Mounting and serving: the FUSE session over an [`Adapter`], its options, signal handling,
 //! the maintenance thread, and the clean shutdown when it ends.
 
+use super::kernel::{block_signals, session_config};
 use super::space;
 use super::Adapter;
 use crate::atime::AtimeMode;
 use crate::fs::FileSystem;
-use fuser::{Config, MountOption, SessionACL};
+use fuser::MountOption;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,19 +27,6 @@ pub struct MountOptions {
     pub atime: AtimeMode,
 }
 
-fn block_signals() -> libc::sigset_t {
-    // SAFETY: plain libc signal-set manipulation on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGHUP);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
-}
-
 /// Mount `fs` at `mountpoint` and serve it until unmounted (or SIGTERM/SIGINT/SIGHUP, which
 /// unmount). `ready` runs once the mount is usable. On return the file system has been shut
 /// down cleanly (checkpoint, engine shutdown, clean flag).
@@ -49,34 +37,12 @@ pub fn serve(
     ready: impl FnOnce(),
 ) -> crate::Result<()> {
     let set = block_signals();
-    let mut config = Config::default();
     // The type shows as `fuse.nodup` in /proc/mounts (`nodup list`, `mount -t fuse.nodup`).
-    // fuser hands `Subtype` only to fusermount; a direct mount (root) needs it as a kernel
-    // option.
-    // SAFETY: geteuid cannot fail.
-    let subtype = if unsafe { libc::geteuid() } == 0 {
-        MountOption::CUSTOM("subtype=nodup".into())
-    } else {
-        MountOption::Subtype("nodup".into())
-    };
-    config.mount_options = vec![
-        MountOption::FSName(opts.fsname.clone()),
-        subtype,
-        MountOption::DefaultPermissions,
-        MountOption::Dev,
-        MountOption::Suid,
-    ];
+    let mut config = session_config(&opts.fsname, "nodup", opts.allow_other, opts.threads);
     if opts.atime == AtimeMode::Noatime {
         // Shown in /proc/mounts; the updates themselves are ours (FUSE inodes are S_NOATIME).
         config.mount_options.push(MountOption::NoAtime);
     }
-    config.acl = if opts.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(opts.threads.max(1));
-    config.clone_fd = true;
     let adapter = Adapter::new(fs.clone(), opts.writeback_cache, opts.atime);
     let notifier = adapter.notifier.clone();
     let space = adapter.space.clone();

@@ -107,7 +107,7 @@ pub fn run(mountpoint: &Path, opts: &session::Options) -> std::io::Result<()> {
 
 impl Filesystem for NullFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        self.killpriv = session::negotiate(config, self.writeback);
+        self.killpriv = nodup_fs::fuse::kernel::negotiate(config, self.writeback);
         Ok(())
     }
 

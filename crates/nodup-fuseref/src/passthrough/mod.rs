@@ -168,7 +168,7 @@ pub fn run(
 
 impl Filesystem for PassFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        self.killpriv = session::negotiate(config, self.writeback);
+        self.killpriv = nodup_fs::fuse::kernel::negotiate(config, self.writeback);
         Ok(())
     }
 
