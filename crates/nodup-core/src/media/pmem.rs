@@ -231,13 +231,8 @@ impl Pmem {
         } else {
             // Populating pages where durability is msync would dirty every one of them; a
             // mapping populated at open has them already.
-            let msync = opts.sync_on_fence || instr == FlushInstr::Msync;
-            Some(Backing::new(
-                &file,
-                map.as_mut_ptr(),
-                len,
-                !msync && !opts.populate,
-            )?)
+            let populate = !needs_msync(&opts, instr) && !opts.populate;
+            Some(Backing::new(&file, map.as_mut_ptr(), len, populate)?)
         };
         Ok(Pmem {
             backing,
@@ -288,7 +283,7 @@ impl Pmem {
     }
 
     fn needs_msync(&self) -> bool {
-        self.opts.sync_on_fence || self.instr == FlushInstr::Msync
+        needs_msync(&self.opts, self.instr)
     }
 
     /// msync `[off, off+len)` (page-aligned by memmap2).
@@ -296,6 +291,11 @@ impl Pmem {
         self.map.flush_range(off as usize, len as usize)?;
         Ok(())
     }
+}
+
+/// Durability on this mapping comes from msync (asked for, or no cache-line instruction).
+fn needs_msync(opts: &PmemOptions, instr: FlushInstr) -> bool {
+    opts.sync_on_fence || instr == FlushInstr::Msync
 }
 
 /// Write back one cache line with `instr`.
