@@ -100,6 +100,8 @@ pub mod fault;
 pub mod mem;
 pub mod meter;
 pub mod pmem;
+#[cfg(target_arch = "x86_64")]
+mod xts_ni;
 pub use blockfile::{BlockFile, BlockFileOptions};
 pub use crashsim::{CrashMode, CrashPoint, CrashSim, PendingStore};
 pub use fault::{FaultEffect, FaultMedium, FaultOp, FaultRule};
