@@ -35,13 +35,16 @@ pub struct BaseImage {
     pub hot: Vec<(u64, u64)>,
 }
 
-fn build_fs_base() -> BaseImage {
+/// A small tree with files, a hard link and a symlink, checkpointed and then changed again (so
+/// the dirty twin has log records to replay), formatted with `fopts`.
+fn build_fs_base_with(fopts: &FormatOptions) -> BaseImage {
     let mem = Arc::new(MemMedium::new(BASE_BYTES));
+    let opts = crate::verify::open_opts_for(fopts.encrypt.is_some());
     let fs = FileSystem::format(
         mem.clone(),
         MediumKind::Pmem,
-        &FormatOptions::default(),
-        &FsOptions::default(),
+        fopts,
+        &opts,
         Caller::default(),
     )
     .expect("format base image");
@@ -105,7 +108,22 @@ fn build_fs_base() -> BaseImage {
 /// The file-system base images (built once per process).
 pub fn fs_base() -> &'static BaseImage {
     static B: OnceLock<BaseImage> = OnceLock::new();
-    B.get_or_init(build_fs_base)
+    B.get_or_init(|| build_fs_base_with(&FormatOptions::default()))
+}
+
+/// The encrypted base images: `selective` under [`crate::verify::TEST_KEY`] (built once per
+/// process). The engine superblock (key check, KDF parameters, cipher) is in the clear; the
+/// rest of the hot ranges is ciphertext, so a patch there decrypts to noise that every
+/// checksum must catch.
+pub fn crypt_base() -> &'static BaseImage {
+    static B: OnceLock<BaseImage> = OnceLock::new();
+    B.get_or_init(|| {
+        build_fs_base_with(&FormatOptions {
+            policy: nodup_core::policy::PolicyKind::Selective,
+            encrypt: Some(nodup_core::KeyFile(crate::verify::TEST_KEY.to_vec())),
+            ..FormatOptions::default()
+        })
+    })
 }
 
 /// Apply a patch script to `img`. The first byte picks the clean or the dirty base.
@@ -166,7 +184,8 @@ fn open_patched(base: &BaseImage, script: &[u8]) -> Option<(FileSystem, bool)> {
     let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img));
     let opts = FsOptions {
         read_only,
-        ..FsOptions::default()
+        // The key when the (possibly patched) engine superblock says the image is encrypted.
+        ..crate::verify::open_opts(&*m)
     };
     let fs = FileSystem::open(m, &opts).ok()?;
     let _ = fsck::check(&fs, false);
@@ -360,8 +379,29 @@ pub fn smart_image(script: &[u8]) {
     let _ = fs.shutdown();
 }
 
+/// Fuzz body: open a patched encrypted image with the key (clear superblocks, ciphertext
+/// metadata and data), read-only or with recovery; then fsck, read every file, write one.
+pub fn crypt_image(script: &[u8]) {
+    let Some((fs, read_only)) = open_patched(crypt_base(), script) else {
+        return;
+    };
+    if !read_only {
+        if let Ok((ino, _)) = fs.lookup(ROOT_INO, b"f0") {
+            let _ = fs.write(ino, 0, &pattern_block(3));
+        }
+        let _ = fsck::check(&fs, true);
+    }
+    let _ = fs.shutdown();
+}
+
 /// The fuzz targets by name.
-pub const TARGETS: [&str; 4] = ["engine_image", "fs_image", "trace_parse", "smart_image"];
+pub const TARGETS: [&str; 5] = [
+    "engine_image",
+    "fs_image",
+    "trace_parse",
+    "smart_image",
+    "crypt_image",
+];
 
 /// The body of target `name`.
 pub fn body(name: &str) -> Option<fn(&[u8])> {
@@ -370,6 +410,7 @@ pub fn body(name: &str) -> Option<fn(&[u8])> {
         "fs_image" => Some(fs_image),
         "trace_parse" => Some(trace_parse),
         "smart_image" => Some(smart_image),
+        "crypt_image" => Some(crypt_image),
         _ => None,
     }
 }

@@ -104,9 +104,14 @@ pub const TEST_KEY: [u8; 32] = [0xe5; 32];
 
 /// Options to open `medium`: with [`TEST_KEY`] when its engine superblock says it is encrypted.
 pub fn open_opts(medium: &dyn Medium) -> FsOptions {
-    let mut o = FsOptions::default();
     let encrypted = nodup_core::engine::superblock::Superblock::load(medium)
         .is_ok_and(|sb| sb.params.cipher != nodup_core::engine::superblock::CIPHER_NONE);
+    open_opts_for(encrypted)
+}
+
+/// Default options, with [`TEST_KEY`] when `encrypted`.
+pub fn open_opts_for(encrypted: bool) -> FsOptions {
+    let mut o = FsOptions::default();
     if encrypted {
         o.open.key = Some(nodup_core::KeyFile(TEST_KEY.to_vec()));
     }

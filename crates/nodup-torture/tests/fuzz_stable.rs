@@ -59,6 +59,11 @@ fn fuzz_smart_image() {
 }
 
 #[test]
+fn fuzz_crypt_image() {
+    run("crypt_image", 1500);
+}
+
+#[test]
 fn fuzz_trace_parse() {
     run("trace_parse", 20000);
 }
@@ -76,4 +81,21 @@ fn finding6_misaligned_saved_index_entry_is_an_error() {
         0x20u8, 0x04, 0x76, 0x00, 0x21, 0xf8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0xd8,
     ];
     nodup_torture::fuzzing::engine_image(&input);
+}
+
+/// The encrypted target is not vacuous: its base images open with the key (so patches reach
+/// past the key check) and are refused without it.
+#[test]
+fn crypt_base_opens_only_with_the_key() {
+    use nodup_core::media::{Medium, MemMedium};
+    use std::sync::Arc;
+    let base = nodup_torture::fuzzing::crypt_base();
+    for img in [&base.clean, &base.dirty] {
+        let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img.clone()));
+        let opts = nodup_torture::verify::open_opts(&*m);
+        assert!(opts.open.key.is_some(), "the base image is not encrypted");
+        assert!(nodup_fs::FileSystem::open(m.clone(), &nodup_fs::FsOptions::default()).is_err());
+        let fs = nodup_fs::FileSystem::open(m, &opts).expect("open with the key");
+        let _ = fs.shutdown();
+    }
 }
