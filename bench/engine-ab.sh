@@ -1,39 +1,49 @@
 #!/usr/bin/env bash
-# A/B of two nodup binaries on the engine write path (`nodup bench engine`, no FUSE): the two
-# binaries alternate round by round on the same host so drift hits both alike; per point the
-# median MiB/s of each and the ratio B/A. For engine changes, where code layout alone moves a
-# point by several percent, read the ratios only beside the run-to-run spread.
-# Usage: bench/engine-ab.sh OLD_BINARY NEW_BINARY
+# A/B of two nodup binaries on the engine write path (`nodup bench engine`, no FUSE): the
+# binaries alternate round by round on the same host (the order rotates) so drift hits them
+# alike; per point the median MiB/s of each and the ratio B/A. For engine changes, where code
+# layout alone moves a point by several percent, read the ratios only beside the run-to-run
+# spread: a third binary CONTROL (a byte copy of A) is run in the same rounds, and its A'/A
+# column is that spread, measured in the same minutes.
+# Usage: bench/engine-ab.sh OLD_BINARY NEW_BINARY [CONTROL_BINARY]
 #        (ROUNDS=9 SIZE=1GiB POLICIES=light,none,weak-verify DUPS=0,75,100)
 set -euo pipefail
 A=${1:?old binary}
 B=${2:?new binary}
+C=${3:-}
 ROUNDS=${ROUNDS:-9}
 SIZE=${SIZE:-1GiB}
 POLICIES=${POLICIES:-light,none,weak-verify}
 DUPS=${DUPS:-0,75,100}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
+sides=(A B)
+[[ -n $C ]] && sides+=(C)
+declare -A exe=([A]=$A [B]=$B [C]=$C)
 for r in $(seq 1 "$ROUNDS"); do
-  for side in A B; do
-    exe=$A
-    [[ $side == B ]] && exe=$B
-    "$exe" bench engine --size "$SIZE" --runs 1 --policy "$POLICIES" --dup "$DUPS" \
+  n=${#sides[@]}
+  for ((i = 0; i < n; i++)); do
+    side=${sides[$(((i + r) % n))]}
+    "${exe[$side]}" bench engine --size "$SIZE" --runs 1 --policy "$POLICIES" --dup "$DUPS" \
       --no-variants --json >"$W/$side-$r.json"
   done
 done
-python3 - "$W" "$ROUNDS" <<'PY'
+python3 - "$W" "$ROUNDS" "${sides[*]}" <<'PY'
 import json, statistics, sys
-w, rounds = sys.argv[1], int(sys.argv[2])
+w, rounds, sides = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
 pts = {}
-for side in "AB":
+for side in sides:
     for r in range(1, rounds + 1):
         for x in json.load(open(f"{w}/{side}-{r}.json"))["runs"]:
             key = (x["policy"], x["dup_percent"], x["pass"])
             pts.setdefault(key, {}).setdefault(side, []).append(x["mib_per_s"])
-print("| policy | dup % | pass | A MiB/s | B MiB/s | B/A |")
-print("|---|---:|---:|---:|---:|---:|")
+ctl = "C" in sides
+print("| policy | dup % | pass | A MiB/s | B MiB/s | B/A |" + (" A'/A (control) |" if ctl else ""))
+print("|---|---:|---:|---:|---:|---:|" + ("---:|" if ctl else ""))
 for k in sorted(pts):
     a, b = statistics.median(pts[k]["A"]), statistics.median(pts[k]["B"])
-    print(f"| {k[0]} | {k[1]} | {k[2]} | {a:.0f} | {b:.0f} | {b / a:.3f} |")
+    row = f"| {k[0]} | {k[1]} | {k[2]} | {a:.0f} | {b:.0f} | {b / a:.3f} |"
+    if ctl:
+        row += f" {statistics.median(pts[k]['C']) / a:.3f} |"
+    print(row)
 PY
