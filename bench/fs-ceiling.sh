@@ -18,7 +18,8 @@
 # Usage: bench/fs-ceiling.sh [fio|scale|ktree|meta ...]   (all four by default)
 #   RUNS=5 SIZE=512M (bytes per fio cell; 4 KiB writes without the writeback cache write a
 #   quarter of it); QUICK=1: a smoke run (64M, one round, 20 000 files, /usr/share/doc as tree).
-#   NODUP=<binary> FUSEREF=<binary> skip the build.
+#   NODUP=<binary> FUSEREF=<binary> skip the build. A focused fio run: FIO_BS="1m" FIO_WB="0"
+#   FIO_JOBS="1" (defaults "1m 4k", "0 1", "1 2"), written under FIO_NAME (default fio).
 # Writes docs/results/fs-ceiling/SECTION.md and SECTION.tsv (every run) and assembles
 # docs/results/fs-ceiling.md; progress goes to stderr.
 set -euo pipefail
@@ -180,17 +181,18 @@ stop_zfs() {
 }
 
 fio_section() {
-  local tsv=$OUTDIR/fio.tsv
+  local name=${FIO_NAME:-fio}
+  local tsv=$OUTDIR/$name.tsv
   start_zfs
   printf 'round\tbs\tdup\twb\tjobs\ttotal_mib\tsystem\tmibs\tdedup_ratio\n' >"$tsv"
   : >"$W/bdi"
   local r bs wb jobs dup total sys v d
   for ((r = 1; r <= RUNS; r++)); do
-    for bs in 1m 4k; do
-      for wb in 0 1; do
+    for bs in ${FIO_BS:-1m 4k}; do
+      for wb in ${FIO_WB:-0 1}; do
         total=$SIZE_MIB
         [[ $bs == 4k && $wb == 0 ]] && total=$((SIZE_MIB / 4))
-        for jobs in 1 2; do
+        for jobs in ${FIO_JOBS:-1 2}; do
           for dup in 0 75; do
             local systems=(null pass light none)
             [[ $ZFS_OK == 1 && $jobs == 1 && $wb == 0 ]] && systems+=(zfs)
@@ -212,7 +214,7 @@ fio_section() {
     done
   done
   stop_zfs
-  python3 bench/fs_ceiling_report.py fio "$tsv" "$FIO_CMD" "$(cat "$W/bdi")" >"$OUTDIR/fio.md"
+  python3 bench/fs_ceiling_report.py fio "$tsv" "$FIO_CMD" "$(cat "$W/bdi")" >"$OUTDIR/$name.md"
 }
 
 scale_section() {
@@ -290,8 +292,9 @@ fuser=$(grep -A1 '^name = "fuser"' Cargo.lock | sed -n 's/^version = "\(.*\)"/\1
   echo "Systems, all backed by /dev/shm: **null** = \`nodup-fuseref null\` (the ceiling: a namespace in memory, data accepted and discarded, same fuser, 4 threads with cloned fds, max_write 1 MiB, init flags, mount options and 1 s TTL as nodup); **pass** = \`nodup-fuseref passthrough\` over a /dev/shm directory (pread/pwrite on an fd per open file); **light** / **none** = \`nodup mkfs --size $IMG_SIZE --policy light|none\` then \`nodup mount\` (fresh image per run); **zfs** = zfs-fuse, \`zpool create -O dedup=on\` (default 128 KiB records) on a file vdev in /dev/shm, fresh pool per run; **tmpfs** = a plain /dev/shm directory (reference only)."
   echo
   # reading.md is the hand-written reading of the numbers (update it when they change).
-  for s in fio scale ktree meta reading; do
-    [[ -f $OUTDIR/$s.md ]] && cat "$OUTDIR/$s.md"
+  # fio-*.md: focused fio runs (FIO_NAME), after the full table.
+  for f in "$OUTDIR"/fio.md "$OUTDIR"/fio-*.md "$OUTDIR"/{scale,ktree,meta,reading}.md; do
+    [[ -f $f ]] && cat "$f"
   done
 } >docs/results/fs-ceiling.md
 say "wrote docs/results/fs-ceiling.md"

@@ -9,6 +9,7 @@ Medians over rounds; a ratio is the median of the per-round ratios (both systems
 same round, next to each other).
 """
 import csv
+import os
 import statistics
 import sys
 from collections import defaultdict
@@ -68,7 +69,11 @@ def fio(tsv, cmd, bdi):
         if row["dedup_ratio"] != "-":
             dedup[cell].append(float(row["dedup_ratio"]))
     cells = sorted(totals, key=lambda c: (c[0] != "1m", c[2], c[3], c[1]))
-    out = ["## fio: sequential writes through each file system", "",
+    name = os.path.basename(tsv)[:-len(".tsv")]
+    title = "## fio: sequential writes through each file system"
+    if name != "fio":
+        title += f" (focused run `{name}`: only the cells below)"
+    out = [title, "",
            f"`{cmd}` (bs 4k or 1m; PER_JOB = the cell's MiB / jobs, each job its own file), "
            f"{runs.rounds()} rounds. MiB/s are medians; each ratio is the median of per-round "
            "ratios. \"light dedup\" is `nodup stats` dedup_ratio after light's run (median). "
@@ -114,7 +119,7 @@ def fio(tsv, cmd, bdi):
         parts = ", ".join(f"{NAMES[s]} {mib} MiB" for s, mib in (ln.split() for ln in bdi.splitlines()))
         out += ["", "Kernel dirty-page limit of the mount with the writeback cache "
                 f"(/sys/class/bdi/DEV/max_bytes): {parts}."]
-    out += ["", "Every run: `fs-ceiling/fio.tsv`.", ""]
+    out += ["", f"Every run: `fs-ceiling/{os.path.basename(tsv)}`.", ""]
     return out
 
 
