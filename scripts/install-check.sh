@@ -61,4 +61,15 @@ umount "$MNT"
 for _ in $(seq 100); do "$NODUP" fsck "$IMG" --encrypt-key-file "$TMP/key" >/dev/null 2>&1 && break; sleep 0.1; done
 "$NODUP" fsck "$IMG" --encrypt-key-file "$TMP/key" >/dev/null || fail "fsck of the encrypted image"
 if grep -q secret-marker-9f2 "$IMG"; then fail "plaintext on the encrypted image"; fi
-echo "install-check: make install, mount -t fuse.nodup, fstab line, umount(8), encrypted -o: ok"
+# A smart image through mount(8): the budget and the smart options as -o.
+rm -f "$IMG"
+"$NODUP" mkfs "$IMG" --size 64M --policy smart --mem-budget 1M >/dev/null
+mount -t fuse.nodup "$IMG" "$MNT" -o "mem_budget=2M,eviction=lru,min_run=2,worker_rate=0" >/dev/null
+smart=$("$NODUP" stats "$MNT" --json)
+grep -q '"eviction":"lru"' <<<"$smart" || fail "eviction= did not reach the daemon"
+grep -q '"min_run":2' <<<"$smart" || fail "min_run= did not reach the daemon"
+grep -q '"total":2097152' <<<"$smart" || fail "mem_budget= did not reach the daemon"
+umount "$MNT"
+for _ in $(seq 100); do "$NODUP" fsck "$IMG" >/dev/null 2>&1 && break; sleep 0.1; done
+"$NODUP" fsck "$IMG" >/dev/null || fail "fsck of the smart image"
+echo "install-check: make install, mount -t fuse.nodup, fstab line, umount(8), encrypted -o, smart -o: ok"

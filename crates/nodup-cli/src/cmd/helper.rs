@@ -71,52 +71,156 @@ pub fn run(args: Vec<OsString>) -> Result<()> {
         log_file: None,
         ready_fd: None,
     };
+    parse_options(&mut m, &opts, sloppy)?;
+    if fake {
+        return Ok(());
+    }
+    mount(m)
+}
+
+/// What `-o` accepts (the error for an unknown option lists it).
+const KNOWN: &str = "prefetch=, threads=, split_writes=, writeback_cache, nonempty, log_file=, \
+    mem_budget=, encrypt_key_file=, fp_cache=, prefetch_cache=, refresh_ms=, refresh_ops=, \
+    eviction=, selectivity=, min_run=, read_cache=, worker_rate=, relatime, strictatime, noatime";
+
+/// Apply mount(8)'s `-o` options to `m` (`sloppy`: ignore unknown ones, as `-s` asks).
+fn parse_options(m: &mut MountArgs, opts: &[String], sloppy: bool) -> Result<()> {
+    let number = |k: &str, v: &str| -> Result<u64> {
+        v.parse::<u64>()
+            .map_err(|_| anyhow::anyhow!("{k}={v}: a whole number"))
+    };
     for o in opts.iter().filter(|o| !o.is_empty()) {
         let (k, v) = match o.split_once('=') {
             Some((k, v)) => (k, Some(v)),
             None => (o.as_str(), None),
         };
-        match (k, v) {
+        // Both spellings, as the long options (`--fp-cache`) and as fstab habit (`fp_cache`).
+        let key = k.replace('-', "_");
+        match (key.as_str(), v) {
             (k, None) if IGNORED.contains(&k) => {}
-            (k, _) if k.starts_with("x-") || k == "comment" => {}
+            (k, _) if k.starts_with("x_") || k == "comment" => {}
             ("ro", None) => bail!("read-only mounts are not supported (mount it rw)"),
             ("prefetch", Some(v)) => m.prefetch = v.into(),
             ("threads", Some(v)) => match v.parse::<u16>() {
                 Ok(n) if (1..=64).contains(&n) => m.threads = n,
                 _ => bail!("threads={v}: a number from 1 to 64"),
             },
-            ("split_writes" | "split-writes", Some(v)) => match v.parse::<u16>() {
+            ("split_writes", Some(v)) => match v.parse::<u16>() {
                 Ok(n) if n <= 8 => m.split_writes = n,
                 _ => bail!("split_writes={v}: a number from 0 (one per core) to 8"),
             },
             ("writeback_cache", None) => m.writeback_cache = Some(true),
-            ("writeback_cache", Some(v)) => match v {
-                "true" | "1" | "yes" => m.writeback_cache = Some(true),
-                "false" | "0" | "no" => m.writeback_cache = Some(false),
-                _ => bail!("writeback_cache={v}: true or false"),
-            },
+            ("writeback_cache", Some(v)) => m.writeback_cache = Some(boolean(k, v)?),
             ("nonempty", None) => m.nonempty = true,
             ("relatime" | "atime", None) => m.atime = "relatime".into(),
-            ("strictatime" | "noatime", None) => m.atime = k.into(),
-            ("log_file" | "log-file", Some(v)) => m.log_file = Some(v.into()),
-            ("mem_budget" | "mem-budget", Some(v)) => m.mem_budget = Some(v.into()),
-            ("encrypt_key_file" | "encrypt-key-file", Some(v)) => {
-                m.encrypt_key_file = Some(v.into())
-            }
-            ("fp_cache" | "fp-cache", Some(v)) => m.selective.fp_cache = Some(v.into()),
-            ("prefetch_cache" | "prefetch-cache", Some(v)) => {
-                m.selective.prefetch_cache = Some(v.into())
-            }
-            ("refresh_ms" | "refresh-ms", Some(v)) => match v.parse::<u64>() {
-                Ok(n) => m.selective.refresh_ms = Some(n),
-                Err(_) => bail!("refresh_ms={v}: a number of milliseconds"),
+            ("strictatime" | "noatime", None) => m.atime = key.clone(),
+            ("log_file", Some(v)) => m.log_file = Some(v.into()),
+            ("mem_budget", Some(v)) => m.mem_budget = Some(v.into()),
+            ("encrypt_key_file", Some(v)) => m.encrypt_key_file = Some(v.into()),
+            ("fp_cache", Some(v)) => m.selective.fp_cache = Some(v.into()),
+            ("prefetch_cache", Some(v)) => m.selective.prefetch_cache = Some(v.into()),
+            ("refresh_ms", Some(v)) => m.selective.refresh_ms = Some(number(k, v)?),
+            ("refresh_ops", Some(v)) => m.selective.refresh_ops = Some(number(k, v)?),
+            ("eviction", Some(v)) => match v {
+                "group-lru" | "lru" | "refcount" => m.smart.eviction = Some(v.into()),
+                _ => bail!("eviction={v}: group-lru, lru or refcount"),
             },
+            // Checked with the other smart options when the mount builds them.
+            ("selectivity", Some(v)) => m.smart.selectivity = Some(v.into()),
+            ("min_run", Some(v)) => match v.parse::<u32>() {
+                Ok(n) if (1..=64).contains(&n) => m.smart.min_run = Some(n),
+                _ => bail!("min_run={v}: a number from 1 to 64"),
+            },
+            ("read_cache", None) => m.smart.read_cache = Some(true),
+            ("read_cache", Some(v)) => m.smart.read_cache = Some(boolean(k, v)?),
+            ("worker_rate", Some(v)) => m.smart.worker_rate = Some(number(k, v)?),
             _ if sloppy => {}
-            _ => bail!("unknown mount option {o:?} (nodup takes prefetch=, threads=, split_writes=, writeback_cache, nonempty, log_file=, mem_budget=, encrypt_key_file=, fp_cache=, prefetch_cache=, refresh_ms=, relatime, strictatime, noatime)"),
+            _ => bail!("unknown mount option {o:?} (nodup takes {KNOWN})"),
         }
     }
-    if fake {
-        return Ok(());
+    Ok(())
+}
+
+/// A mount option's boolean value.
+fn boolean(k: &str, v: &str) -> Result<bool> {
+    match v {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => bail!("{k}={v}: true or false"),
     }
-    mount(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> MountArgs {
+        MountArgs {
+            image: "img".into(),
+            mountpoint: "mnt".into(),
+            foreground: false,
+            prefetch: "cbp".into(),
+            writeback_cache: None,
+            mem_budget: None,
+            smart: Default::default(),
+            selective: Default::default(),
+            encrypt_key_file: None,
+            threads: 4,
+            split_writes: 0,
+            atime: "relatime".into(),
+            nonempty: false,
+            log_file: None,
+            ready_fd: None,
+        }
+    }
+
+    fn parse(opts: &str, sloppy: bool) -> Result<MountArgs> {
+        let mut m = args();
+        let o: Vec<String> = opts.split(',').map(String::from).collect();
+        parse_options(&mut m, &o, sloppy)?;
+        Ok(m)
+    }
+
+    #[test]
+    fn every_policy_option_reaches_the_mount() {
+        let m = parse(
+            "rw,noatime,mem_budget=3M,eviction=lru,selectivity=adaptive,min-run=2,\
+             read_cache=off,worker_rate=0,fp_cache=64K,prefetch-cache=0,refresh_ms=500,\
+             refresh_ops=1000,split_writes=2,writeback_cache,x-systemd.automount",
+            false,
+        )
+        .unwrap();
+        assert_eq!(m.atime, "noatime");
+        assert_eq!(m.mem_budget.as_deref(), Some("3M"));
+        assert_eq!(m.smart.eviction.as_deref(), Some("lru"));
+        assert_eq!(m.smart.selectivity.as_deref(), Some("adaptive"));
+        assert_eq!(m.smart.min_run, Some(2));
+        assert_eq!(m.smart.read_cache, Some(false));
+        assert_eq!(m.smart.worker_rate, Some(0));
+        assert_eq!(m.selective.fp_cache.as_deref(), Some("64K"));
+        assert_eq!(m.selective.prefetch_cache.as_deref(), Some("0"));
+        assert_eq!(m.selective.refresh_ms, Some(500));
+        assert_eq!(m.selective.refresh_ops, Some(1000));
+        assert_eq!(m.split_writes, 2);
+        assert_eq!(m.writeback_cache, Some(true));
+    }
+
+    #[test]
+    fn bad_values_and_unknown_options_are_refused_with_their_name() {
+        for (o, says) in [
+            ("eviction=fifo", "eviction=fifo"),
+            ("min_run=0", "min_run=0"),
+            ("worker_rate=fast", "worker_rate=fast"),
+            ("read_cache=maybe", "read_cache=maybe"),
+            ("refresh_ops=-1", "refresh_ops=-1"),
+            ("bogus=1", "unknown mount option \"bogus=1\""),
+            ("ro", "read-only"),
+        ] {
+            let e = parse(o, false).expect_err(o).to_string();
+            assert!(e.contains(says), "{o}: {e}");
+        }
+        // -s (sloppy) skips unknown options but still checks the known ones.
+        assert!(parse("bogus=1,threads=8", true).is_ok_and(|m| m.threads == 8));
+        assert!(parse("bogus=1,threads=99", true).is_err());
+    }
 }
