@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SHELL := /bin/bash
 
-.PHONY: all build release deps test lint unit examples demo torture bench clean trace-check fs-pjdfstest fs-fsx install install-check
+.PHONY: all build release deps test lint unit examples demo torture bench bench-full clean trace-check fs-pjdfstest fs-fsx install install-check
 
 # Where `make install` puts things (DESTDIR for staging). mount(8) looks for helpers in /sbin.
 PREFIX ?= /usr/local
@@ -76,3 +76,11 @@ torture: deps
 # Reduced reliability run (part of make test, under 5 minutes).
 torture-quick: deps
 	@bash scripts/torture-quick.sh
+
+# The side-by-side benchmark suite (issue 21; not part of `make test`): quick sizes, and
+# paper-scale ones. Results go to docs/results/.
+bench: deps release
+	@bash bench/suite.sh
+
+bench-full: deps release
+	@FULL=1 bash bench/suite.sh

@@ -25,6 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
+source bench/systems.sh
 QUICK=${QUICK:-0}
 RUNS=${RUNS:-5}
 SIZE=${SIZE:-512M}
@@ -57,105 +58,12 @@ FPID=
 mkdir -p "$MNT" "$OUTDIR"
 
 cleanup() {
-  if [[ -n $FPID ]]; then kill -TERM "$FPID" 2>/dev/null || true; wait "$FPID" 2>/dev/null || true; fi
-  if [[ $ZFS_OK == 1 ]] && zpool list "$ZPOOL" >/dev/null 2>&1; then zfs_destroy || true; fi
-  [[ -f $ZPID ]] && zfs_fuse_stop "$ZPID"
-  if mountpoint -q "$MNT"; then "$NODUP" umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" || true; fi
+  systems_cleanup
   rm -rf "$W"
 }
 trap cleanup EXIT
 
 say() { echo "fs-ceiling: $*" >&2; }
-
-wait_mounted() {
-  local i
-  for ((i = 0; i < 400; i++)); do
-    mountpoint -q "$MNT" && return 0
-    sleep 0.025
-  done
-  echo "fs-ceiling: $MNT did not get mounted" >&2
-  return 1
-}
-
-# fuseref KIND WB [args...]: start nodup-fuseref KIND at $MNT in the background.
-fuseref() {
-  local kind=$1 wb=$2
-  shift 2
-  local extra=()
-  [[ $wb == 1 ]] && extra=(--writeback-cache)
-  "$FUSEREF" "$kind" "$@" "$MNT" "${extra[@]}" &
-  FPID=$!
-  wait_mounted
-}
-stop_fuseref() {
-  kill -TERM "$FPID"
-  wait "$FPID"
-  FPID=
-}
-nodup_mount() { "$NODUP" mount "$IMG" "$MNT" --writeback-cache="$([[ $1 == 1 ]] && echo true || echo false)" >/dev/null; }
-
-# up SYSTEM WB: a fresh, empty SYSTEM (null, pass, light, none, zfs, tmpfs), writeback cache
-# on when WB is 1; `dir SYSTEM` is where it is.
-up() {
-  case $1 in
-    null) fuseref null "$2" ;;
-    pass) rm -rf "$SRC" && mkdir -p "$SRC" && fuseref passthrough "$2" "$SRC" ;;
-    light | none)
-      rm -f "$IMG"
-      "$NODUP" mkfs "$IMG" --size "$IMG_SIZE" --policy "$1" >/dev/null
-      nodup_mount "$2"
-      ;;
-    zfs)
-      rm -f "$W/zvdev" && truncate -s "$IMG_SIZE" "$W/zvdev"
-      zpool create -f -O dedup=on -m "$MNT" "$ZPOOL" "$W/zvdev" >/dev/null 2>"$W/zerr" || { cat "$W/zerr" >&2; return 1; }
-      ;;
-    tmpfs) rm -rf "$W/tmpfs" && mkdir -p "$W/tmpfs" ;;
-  esac
-}
-down() {
-  case $1 in
-    null | pass) stop_fuseref ;;
-    light | none) "$NODUP" umount "$MNT" >/dev/null ;;
-    zfs) zfs_destroy && rm -f "$W/zvdev" ;;
-    tmpfs) rm -rf "$W/tmpfs" ;;
-  esac
-}
-# zfs_destroy: destroy the pool; zfs-fuse calls it busy for a moment after a run, so retry.
-zfs_destroy() {
-  local i
-  for ((i = 0; i < 40; i++)); do
-    zpool destroy -f "$ZPOOL" 2>/dev/null && return 0
-    sleep 0.5
-  done
-  zpool destroy -f "$ZPOOL"
-}
-# remount SYSTEM: the same contents on a fresh mount (cold kernel caches); tmpfs stays as it is.
-remount() {
-  case $1 in
-    pass) stop_fuseref && fuseref passthrough 0 "$SRC" ;;
-    light | none) "$NODUP" umount "$MNT" >/dev/null && nodup_mount 0 ;;
-  esac
-}
-dir() { if [[ $1 == tmpfs ]]; then echo "$W/tmpfs"; else echo "$MNT"; fi; }
-
-# rotate R ITEMS...: the items rotated left by R-1 (round R's order).
-rotate() {
-  local r=$1
-  shift
-  local a=("$@") n=$# i
-  for ((i = 0; i < n; i++)); do echo "${a[$(((i + r - 1) % n))]}"; done
-}
-
-# fio_mibs DIR BS PER_JOB_MIB JOBS DUP LAYOUT: aggregate MiB/s of one fio run; LAYOUT distinct
-# (a file per job) or shared (one file, job i writing from i x PER_JOB_MIB).
-fio_mibs() {
-  local where=(--directory="$1")
-  [[ $6 == shared ]] && where=(--filename="$1/shared" --offset_increment="${3}M")
-  $EXCL fio --name=w "${where[@]}" --ioengine=sync --rw=write --bs="$2" --size="${3}M" --numjobs="$4" \
-    --end_fsync=1 --fallocate=none --dedupe_percentage="$5" --group_reporting --output-format=json 2>/dev/null |
-    python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["jobs"][0]["write"]["bw"] / 1024))'
-}
-FIO_CMD='fio --name=w --directory=MNT --ioengine=sync --rw=write --bs=BS --size=PER_JOB --numjobs=JOBS --end_fsync=1 --fallocate=none --dedupe_percentage=DUP --group_reporting'
 
 # timed CMD...: wall seconds of CMD (run exclusively; its output discarded).
 timed() {
@@ -163,22 +71,9 @@ timed() {
   tail -1 "$W/time"
 }
 
-dedup_ratio() { "$NODUP" stats "$MNT" --json | python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["dedup_ratio"])'; }
+dedup_ratio() { dedup_saved light; }
 # The kernel's dirty-page limit of the FUSE mount at $MNT (writeback cache), in MiB.
 bdi_max_mib() { echo $(($(cat "/sys/class/bdi/$(mountpoint -d "$MNT")/max_bytes" 2>/dev/null || echo 0) >> 20)); }
-
-start_zfs() {
-  ZFS_OK=0
-  if zfs_fuse_install && zfs_fuse_start "$ZPID"; then
-    ZFS_OK=1
-  else
-    say "zfs-fuse not available: its column stays empty"
-  fi
-}
-stop_zfs() {
-  [[ -f $ZPID ]] && zfs_fuse_stop "$ZPID"
-  ZFS_OK=0
-}
 
 fio_section() {
   local name=${FIO_NAME:-fio}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# `make bench` / `make bench-full` (issue 21): the side-by-side benchmark suite. Runs each
+# experiment in turn (quick sizes unless FULL=1), each writing its docs/results files, and
+# reports how long each took.
+#
+# Experiments so far:
+#   sweep   fio write sweep, every system at 0-100 % duplicates (Light-Dedup Fig. 7):
+#           bench/sweep.sh -> docs/results/sweep.md, sweep/ (tsv, plots)
+# Not yet part of the suite (issue 21 lists them): Copy (kernel tree twice, restic, borg,
+# btrfs + duperemove), trace replay, prefetch breakdown, metadata amplification, recovery,
+# memory, read path, and the other papers' scripts (bench/smart.sh, selective.sh, sim.sh,
+# freewrite.sh), which today run at their own acceptance sizes only.
+#
+# Usage: bench/suite.sh [EXPERIMENT...]   (FULL=1 for the paper-scale sizes)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FULL=${FULL:-0}
+quick=1
+[[ $FULL == 1 ]] && quick=0
+exps=("$@")
+[[ ${#exps[@]} -eq 0 ]] && exps=(sweep)
+summary=()
+for e in "${exps[@]}"; do
+  t0=$(date +%s)
+  case $e in
+    sweep) QUICK=$quick bash bench/sweep.sh ;;
+    *) echo "bench: unknown experiment $e (sweep)" >&2; exit 2 ;;
+  esac
+  summary+=("$e: $(($(date +%s) - t0)) s")
+done
+echo "bench ($([[ $quick == 1 ]] && echo quick || echo full)): ${summary[*]}"

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Issue 21, the fio write sweep (Light-Dedup Fig. 7): sequential writes (ioengine=sync,
+# end_fsync=1) at 0/25/50/75/100 % duplicates, bs 4 KiB and 1 MiB, 1 and 2 jobs (a file each),
+# through every system of bench/systems.sh: nodup none, light, strong, weak-verify, smart,
+# selective; zfs-fuse dedup=off, dedup=on with its default 128 KiB records and with 4 KiB
+# records; ext4 and btrfs on a loop image; bindfs over a directory; and the FUSE ceiling (null,
+# passthrough). Everything is backed by /dev/shm; every system starts empty for every run.
+# Throughput and the share of the data each system reports as deduplicated.
+#
+# Usage: bench/sweep.sh   (QUICK=1: 64 MiB per cell, one round — the `make bench` size;
+#   default: 512 MiB per cell, RUNS=3 rounds; SYSTEMS="..." DUPS="..." BSS="..." JOBS="..."
+#   narrow it; NODUP=/FUSEREF= skip the build)
+# Writes docs/results/sweep.md, and sweep/sweep.tsv and the plots sweep/sweep-1m.png and
+# sweep/sweep-4k.png; sweep/reading.md (hand-written) is appended to sweep.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
+source bench/systems.sh
+QUICK=${QUICK:-0}
+RUNS=${RUNS:-3}
+SIZE=${SIZE:-512M}
+[[ $QUICK == 1 ]] && { RUNS=1; SIZE=64M; }
+SIZE_MIB=$(($(numfmt --from=iec "$SIZE") >> 20))
+SYSTEMS=${SYSTEMS:-"null pass none light strong weak-verify smart selective zfs-off zfs zfs-4k ext4 btrfs bindfs"}
+DUPS=${DUPS:-"0 25 50 75 100"}
+BSS=${BSS:-"1m 4k"}
+JOBS=${JOBS:-"1 2"}
+EXCL=/work/tools/cpu-exclusive
+[[ -x $EXCL ]] || EXCL=""
+SHARED=/work/tools/cpu-shared
+[[ -x $SHARED ]] || SHARED=""
+IMG_SIZE=4G
+OUT=docs/results
+
+say() { echo "sweep: $*" >&2; }
+
+bash scripts/deps.sh >&2
+# The peers this experiment runs (Debian packages; installed when missing).
+for pkg in fio:fio btrfs-progs:mkfs.btrfs bindfs:bindfs e2fsprogs:mkfs.ext4; do
+  command -v "${pkg#*:}" >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkg%%:*}" >/dev/null 2>&1 || true
+done
+if [[ -z ${NODUP:-} || -z ${FUSEREF:-} ]]; then
+  $SHARED cargo build --release -q -p nodup-cli -p nodup-fuseref
+  T=${CARGO_TARGET_DIR:-$PWD/target}/release
+  NODUP=${NODUP:-$T/nodup}
+  FUSEREF=${FUSEREF:-$T/nodup-fuseref}
+fi
+
+W=$(mktemp -d /dev/shm/nodup-sweep.XXXXXX)
+MNT=$W/mnt
+SRC=$W/src
+IMG=$W/img
+ZPOOL=nodupsweep$$
+ZPID=$W/zfs-fuse.pid
+ZFS_OK=0
+FPID=
+mkdir -p "$MNT"
+cleanup() {
+  systems_cleanup
+  rm -rf "$W"
+}
+trap cleanup EXIT
+
+# Which of the asked systems can run here (a peer whose tool is missing is left out, and said).
+avail=()
+for s in $SYSTEMS; do
+  case $s in
+    zfs | zfs-off | zfs-4k)
+      [[ $ZFS_OK == 1 ]] || start_zfs
+      [[ $ZFS_OK == 1 ]] && avail+=("$s")
+      ;;
+    ext4) command -v mkfs.ext4 >/dev/null && avail+=("$s") || say "no mkfs.ext4: ext4 left out" ;;
+    btrfs) command -v mkfs.btrfs >/dev/null && avail+=("$s") || say "no mkfs.btrfs: btrfs left out" ;;
+    bindfs) command -v bindfs >/dev/null && avail+=("$s") || say "no bindfs: bindfs left out" ;;
+    *) avail+=("$s") ;;
+  esac
+done
+
+mkdir -p "$OUT/sweep"
+tsv=$OUT/sweep/sweep.tsv
+printf 'round\tbs\tjobs\tdup\ttotal_mib\tsystem\tmibs\tdedup_saved\n' >"$tsv"
+t0=$(date +%s)
+for ((r = 1; r <= RUNS; r++)); do
+  for bs in $BSS; do
+    # 4 KiB writes without a writeback cache are a FUSE round trip each: a quarter of the data.
+    total=$SIZE_MIB
+    [[ $bs == 4k ]] && total=$((SIZE_MIB / 4))
+    for jobs in $JOBS; do
+      for dup in $DUPS; do
+        for sys in $(rotate "$r" "${avail[@]}"); do
+          up "$sys" 0
+          v=$(fio_mibs "$MNT" "$bs" $((total / jobs)) "$jobs" "$dup" distinct)
+          d=$(dedup_saved "$sys")
+          down "$sys"
+          printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$bs" "$jobs" "$dup" "$total" "$sys" "$v" "$d" >>"$tsv"
+          say "round $r/$RUNS bs=$bs jobs=$jobs dups=$dup% $sys: $v MiB/s, dedup $d"
+        done
+      done
+    done
+  done
+done
+stop_zfs
+secs=$(($(date +%s) - t0))
+versions="$(fio --version), zfs-fuse $(dpkg-query -W -f '${Version}' zfs-fuse 2>/dev/null || echo -), btrfs-progs $(dpkg-query -W -f '${Version}' btrfs-progs 2>/dev/null || echo -), e2fsprogs $(dpkg-query -W -f '${Version}' e2fsprogs 2>/dev/null || echo -), bindfs $(dpkg-query -W -f '${Version}' bindfs 2>/dev/null || echo -)"
+machine="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/^Mem/ {print $2}') GiB RAM, kernel $(uname -r)"
+python3 bench/sweep_report.py "$tsv" "$FIO_CMD" "$versions" "$machine" "$(git rev-parse --short HEAD)" "$secs" "$OUT"
+say "wrote $OUT/sweep.md ($secs s)"

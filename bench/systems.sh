@@ -1,0 +1,152 @@
+# The file systems the bench scripts compare, each brought up empty at $MNT and taken down again
+# (sourced, not run; bench/lib.sh first). The caller sets:
+#   W (a work directory in /dev/shm), MNT, IMG (nodup image path), SRC (a directory for the
+#   passthrough systems), NODUP, FUSEREF (binaries), IMG_SIZE, ZPOOL, ZPID, EXCL (the exclusive
+#   CPU wrapper or empty), FPID= (set here), ZFS_OK=0, and a `say` function for progress.
+# Systems: null, pass (nodup-fuseref null / passthrough), the nodup policies (none, light,
+# strong, weak-verify, smart, selective), zfs (dedup=on, 128 KiB records), zfs-off (dedup=off),
+# zfs-4k (dedup=on, 4 KiB records), ext4 and btrfs (on a loop image), bindfs (over a /dev/shm
+# directory), tmpfs (a plain /dev/shm directory, reference only).
+
+NODUP_POLICIES="none light strong weak-verify smart selective"
+
+is_nodup() { [[ " $NODUP_POLICIES " == *" $1 "* ]]; }
+is_zfs() { [[ $1 == zfs || $1 == zfs-off || $1 == zfs-4k ]]; }
+
+wait_mounted() {
+  local i
+  for ((i = 0; i < 400; i++)); do
+    mountpoint -q "$MNT" && return 0
+    sleep 0.025
+  done
+  echo "$MNT did not get mounted" >&2
+  return 1
+}
+
+# fuseref KIND WB [args...]: start nodup-fuseref KIND at $MNT in the background.
+fuseref() {
+  local kind=$1 wb=$2
+  shift 2
+  local extra=()
+  [[ $wb == 1 ]] && extra=(--writeback-cache)
+  "$FUSEREF" "$kind" "$@" "$MNT" "${extra[@]}" &
+  FPID=$!
+  wait_mounted
+}
+stop_fuseref() {
+  kill -TERM "$FPID"
+  wait "$FPID"
+  FPID=
+}
+nodup_mount() { "$NODUP" mount "$IMG" "$MNT" --writeback-cache="$([[ $1 == 1 ]] && echo true || echo false)" >/dev/null; }
+
+# up SYSTEM WB: a fresh, empty SYSTEM, writeback cache on when WB is 1 (FUSE systems that have
+# the switch); `dir SYSTEM` is where it is.
+up() {
+  case $1 in
+    null) fuseref null "$2" ;;
+    pass) rm -rf "$SRC" && mkdir -p "$SRC" && fuseref passthrough "$2" "$SRC" ;;
+    zfs | zfs-off | zfs-4k)
+      local props=(-O dedup=on)
+      [[ $1 == zfs-off ]] && props=(-O dedup=off)
+      [[ $1 == zfs-4k ]] && props+=(-O recordsize=4K)
+      rm -f "$W/zvdev" && truncate -s "$IMG_SIZE" "$W/zvdev"
+      zpool create -f "${props[@]}" -m "$MNT" "$ZPOOL" "$W/zvdev" >/dev/null 2>"$W/zerr" || { cat "$W/zerr" >&2; return 1; }
+      ;;
+    ext4 | btrfs)
+      rm -f "$W/loopimg" && truncate -s "$IMG_SIZE" "$W/loopimg"
+      if [[ $1 == ext4 ]]; then mkfs.ext4 -q -F "$W/loopimg"; else mkfs.btrfs -q -f "$W/loopimg" >/dev/null; fi
+      mount -o loop "$W/loopimg" "$MNT"
+      ;;
+    bindfs) rm -rf "$SRC" && mkdir -p "$SRC" && bindfs "$SRC" "$MNT" ;;
+    tmpfs) rm -rf "$W/tmpfs" && mkdir -p "$W/tmpfs" ;;
+    *)
+      is_nodup "$1" || { echo "unknown system $1" >&2; return 1; }
+      rm -f "$IMG"
+      "$NODUP" mkfs "$IMG" --size "$IMG_SIZE" --policy "$1" >/dev/null
+      nodup_mount "$2"
+      ;;
+  esac
+}
+down() {
+  case $1 in
+    null | pass) stop_fuseref ;;
+    zfs | zfs-off | zfs-4k) zfs_destroy && rm -f "$W/zvdev" ;;
+    ext4 | btrfs) umount "$MNT" && rm -f "$W/loopimg" ;;
+    bindfs) fusermount3 -u "$MNT" 2>/dev/null || fusermount -u "$MNT"; rm -rf "$SRC" ;;
+    tmpfs) rm -rf "$W/tmpfs" ;;
+    *) "$NODUP" umount "$MNT" >/dev/null ;;
+  esac
+}
+# zfs_destroy: destroy the pool; zfs-fuse calls it busy for a moment after a run, so retry.
+zfs_destroy() {
+  local i
+  for ((i = 0; i < 40; i++)); do
+    zpool destroy -f "$ZPOOL" 2>/dev/null && return 0
+    sleep 0.5
+  done
+  zpool destroy -f "$ZPOOL"
+}
+# remount SYSTEM: the same contents on a fresh mount (cold kernel caches); tmpfs stays as it is.
+remount() {
+  case $1 in
+    pass) stop_fuseref && fuseref passthrough 0 "$SRC" ;;
+    light | none) "$NODUP" umount "$MNT" >/dev/null && nodup_mount 0 ;;
+  esac
+}
+dir() { if [[ $1 == tmpfs ]]; then echo "$W/tmpfs"; else echo "$MNT"; fi; }
+
+# systems_cleanup: take down whatever is still up (for the caller's EXIT trap).
+systems_cleanup() {
+  if [[ -n ${FPID:-} ]]; then kill -TERM "$FPID" 2>/dev/null || true; wait "$FPID" 2>/dev/null || true; fi
+  if [[ ${ZFS_OK:-0} == 1 ]] && zpool list "$ZPOOL" >/dev/null 2>&1; then zfs_destroy || true; fi
+  [[ -f $ZPID ]] && zfs_fuse_stop "$ZPID"
+  if mountpoint -q "$MNT"; then
+    "$NODUP" umount "$MNT" 2>/dev/null || umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" || true
+  fi
+}
+
+# rotate R ITEMS...: the items rotated left by R-1 (round R's order).
+rotate() {
+  local r=$1
+  shift
+  local a=("$@") n=$# i
+  for ((i = 0; i < n; i++)); do echo "${a[$(((i + r - 1) % n))]}"; done
+}
+
+# fio_mibs DIR BS PER_JOB_MIB JOBS DUP LAYOUT: aggregate MiB/s of one fio run; LAYOUT distinct
+# (a file per job) or shared (one file, job i writing from i x PER_JOB_MIB).
+fio_mibs() {
+  local where=(--directory="$1")
+  [[ $6 == shared ]] && where=(--filename="$1/shared" --offset_increment="${3}M")
+  $EXCL fio --name=w "${where[@]}" --ioengine=sync --rw=write --bs="$2" --size="${3}M" --numjobs="$4" \
+    --end_fsync=1 --fallocate=none --dedupe_percentage="$5" --group_reporting --output-format=json 2>/dev/null |
+    python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["jobs"][0]["write"]["bw"] / 1024))'
+}
+FIO_CMD='fio --name=w --directory=MNT --ioengine=sync --rw=write --bs=BS --size=PER_JOB --numjobs=JOBS --end_fsync=1 --fallocate=none --dedupe_percentage=DUP --group_reporting'
+
+# dedup_saved SYSTEM: the share of written data the system reports as deduplicated (nodup's
+# dedup_ratio; zfs: 1 - 1/dedupratio), "-" for systems that do not deduplicate.
+dedup_saved() {
+  if is_nodup "$1"; then
+    "$NODUP" stats "$MNT" --json | python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["dedup_ratio"])'
+  elif is_zfs "$1"; then
+    # zfs-fuse's zpool has no -H/-o for `get`: the value is the third column of the second line.
+    zpool get dedupratio "$ZPOOL" | awk 'NR == 2 { sub(/x$/, "", $3); printf "%.3f\n", 1 - 1 / $3 }'
+  else
+    echo -
+  fi
+}
+
+start_zfs() {
+  ZFS_OK=0
+  if zfs_fuse_install && zfs_fuse_start "$ZPID"; then
+    ZFS_OK=1
+  else
+    say "zfs-fuse not available: its columns stay empty"
+  fi
+}
+stop_zfs() {
+  [[ -f $ZPID ]] && zfs_fuse_stop "$ZPID"
+  ZFS_OK=0
+}
