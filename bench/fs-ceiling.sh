@@ -65,12 +65,6 @@ trap cleanup EXIT
 
 say() { echo "fs-ceiling: $*" >&2; }
 
-# timed CMD...: wall seconds of CMD (run exclusively; its output discarded).
-timed() {
-  $EXCL /usr/bin/time -f %e -o "$W/time" "$@" >/dev/null
-  tail -1 "$W/time"
-}
-
 dedup_ratio() { dedup_saved light; }
 # The kernel's dirty-page limit of the FUSE mount at $MNT (writeback cache), in MiB.
 bdi_max_mib() { echo $(($(cat "/sys/class/bdi/$(mountpoint -d "$MNT")/max_bytes" 2>/dev/null || echo 0) >> 20)); }

@@ -125,6 +125,38 @@ fio_mibs() {
 }
 FIO_CMD='fio --name=w --directory=MNT --ioengine=sync --rw=write --bs=BS --size=PER_JOB --numjobs=JOBS --end_fsync=1 --fallocate=none --dedupe_percentage=DUP --group_reporting'
 
+# timed CMD...: wall seconds of CMD (run exclusively; its output discarded).
+timed() {
+  $EXCL /usr/bin/time -f %e -o "$W/time" "$@" >/dev/null
+  tail -1 "$W/time"
+}
+
+# space_used SYSTEM: bytes the system's medium holds for what was written (zfs: the pool's
+# allocation, which dedup shrinks; the others: the file system's used bytes).
+space_used() {
+  if is_zfs "$1"; then
+    # The pool's allocation follows a transaction-group commit (every 5 s).
+    sleep 6
+    # zfs-fuse's zpool list has no -H/-o: ALLOC is the third column of the second line.
+    zpool list "$ZPOOL" | awk 'NR == 2 { print $3 }' | numfmt --from=iec
+  else
+    df --output=used -B1 "$(dir "$1")" | tail -1 | tr -d ' '
+  fi
+}
+
+# daemon_pid SYSTEM: the process serving the system (empty for kernel file systems).
+daemon_pid() {
+  if is_nodup "$1"; then
+    "$NODUP" list --json | python3 -c "import json,sys; print([m['pid'] for m in json.load(sys.stdin) if m['mountpoint'] == '$MNT'][0])"
+  elif is_zfs "$1"; then
+    cat "$ZPID"
+  elif [[ $1 == null || $1 == pass ]]; then
+    echo "$FPID"
+  elif [[ $1 == bindfs ]]; then
+    pgrep -n -x bindfs || true
+  fi
+}
+
 # dedup_saved SYSTEM: the share of written data the system reports as deduplicated (nodup's
 # dedup_ratio; zfs: 1 - 1/dedupratio), "-" for systems that do not deduplicate.
 dedup_saved() {
