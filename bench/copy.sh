@@ -20,41 +20,14 @@ source bench/systems.sh
 QUICK=${QUICK:-0}
 RUNS=${RUNS:-1}
 SYSTEMS=${SYSTEMS:-"null pass none light smart selective zfs-off zfs zfs-4k ext4 btrfs bindfs"}
-EXCL=/work/tools/cpu-exclusive
-[[ -x $EXCL ]] || EXCL=""
-SHARED=/work/tools/cpu-shared
-[[ -x $SHARED ]] || SHARED=""
 IMG_SIZE=8G
 OUT=docs/results
 NAME=${NAME:-copy}
 
 say() { echo "copy: $*" >&2; }
 
-bash scripts/deps.sh >&2
-for pkg in btrfs-progs:mkfs.btrfs bindfs:bindfs duperemove:duperemove restic:restic borgbackup:borg; do
-  command -v "${pkg#*:}" >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkg%%:*}" >/dev/null 2>&1 || true
-done
-if [[ -z ${NODUP:-} || -z ${FUSEREF:-} ]]; then
-  $SHARED cargo build --release -q -p nodup-cli -p nodup-fuseref
-  T=${CARGO_TARGET_DIR:-$PWD/target}/release
-  NODUP=${NODUP:-$T/nodup}
-  FUSEREF=${FUSEREF:-$T/nodup-fuseref}
-fi
-
-W=$(mktemp -d /dev/shm/nodup-copy.XXXXXX)
-MNT=$W/mnt
-SRC=$W/src
-IMG=$W/img
-ZPOOL=nodupcopy$$
-ZPID=$W/zfs-fuse.pid
-ZFS_OK=0
-FPID=
-mkdir -p "$MNT" "$OUT/copy"
-cleanup() {
-  systems_cleanup
-  rm -rf "$W"
-}
-trap cleanup EXIT
+systems_setup copy btrfs-progs:mkfs.btrfs bindfs:bindfs duperemove:duperemove restic:restic borgbackup:borg
+mkdir -p "$OUT/copy"
 
 say "unpacking the source tree"
 kernel_tree "$W/tree"
@@ -65,18 +38,8 @@ tree_bytes=$(du -sb --apparent-size "$tree" | cut -f1)
 what="$WHAT, $((tree_bytes >> 20)) MiB, $(find "$tree" -type f | wc -l) files"
 say "tree: $what"
 
-avail=()
-for s in $SYSTEMS; do
-  case $s in
-    zfs | zfs-off | zfs-4k)
-      [[ $ZFS_OK == 1 ]] || start_zfs
-      [[ $ZFS_OK == 1 ]] && avail+=("$s")
-      ;;
-    btrfs) command -v mkfs.btrfs >/dev/null && avail+=("$s") || say "no mkfs.btrfs: btrfs left out" ;;
-    bindfs) command -v bindfs >/dev/null && avail+=("$s") || say "no bindfs: bindfs left out" ;;
-    *) avail+=("$s") ;;
-  esac
-done
+[[ " $SYSTEMS " == *" zfs"* ]] && start_zfs
+mapfile -t avail < <(systems_available $SYSTEMS)
 
 # mem_mib PID FIELD: a /proc/PID/status memory field in MiB ("-" without a daemon). RssAnon is
 # the daemon's own memory; VmRSS adds the file pages it maps (nodup maps its image).

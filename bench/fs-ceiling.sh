@@ -32,36 +32,12 @@ SIZE=${SIZE:-512M}
 FILES=${FILES:-200000}
 [[ $QUICK == 1 ]] && { RUNS=1; SIZE=64M; FILES=20000; }
 SIZE_MIB=$(($(numfmt --from=iec "$SIZE") >> 20))
-EXCL=/work/tools/cpu-exclusive
-[[ -x $EXCL ]] || EXCL=""
-SHARED=/work/tools/cpu-shared
-[[ -x $SHARED ]] || SHARED=""
 OUTDIR=docs/results/fs-ceiling
 IMG_SIZE=4G
 
-bash scripts/deps.sh >&2
-if [[ -z ${NODUP:-} || -z ${FUSEREF:-} ]]; then
-  $SHARED cargo build --release -q -p nodup-cli -p nodup-fuseref
-  T=${CARGO_TARGET_DIR:-$PWD/target}/release
-  NODUP=${NODUP:-$T/nodup}
-  FUSEREF=${FUSEREF:-$T/nodup-fuseref}
-fi
-
-W=$(mktemp -d /dev/shm/nodup-ceiling.XXXXXX)
-MNT=$W/mnt
+systems_setup ceiling
 SRC=$W/passthrough-src
-IMG=$W/img
-ZPOOL=nodupceil$$
-ZPID=$W/zfs-fuse.pid
-ZFS_OK=0
-FPID=
-mkdir -p "$MNT" "$OUTDIR"
-
-cleanup() {
-  systems_cleanup
-  rm -rf "$W"
-}
-trap cleanup EXIT
+mkdir -p "$OUTDIR"
 
 say() { echo "fs-ceiling: $*" >&2; }
 

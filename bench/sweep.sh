@@ -25,56 +25,15 @@ SYSTEMS=${SYSTEMS:-"null pass none light strong weak-verify smart selective zfs-
 DUPS=${DUPS:-"0 25 50 75 100"}
 BSS=${BSS:-"1m 4k"}
 JOBS=${JOBS:-"1 2"}
-EXCL=/work/tools/cpu-exclusive
-[[ -x $EXCL ]] || EXCL=""
-SHARED=/work/tools/cpu-shared
-[[ -x $SHARED ]] || SHARED=""
 IMG_SIZE=4G
 OUT=docs/results
 
 say() { echo "sweep: $*" >&2; }
 
-bash scripts/deps.sh >&2
-# The peers this experiment runs (Debian packages; installed when missing).
-for pkg in fio:fio btrfs-progs:mkfs.btrfs bindfs:bindfs e2fsprogs:mkfs.ext4; do
-  command -v "${pkg#*:}" >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkg%%:*}" >/dev/null 2>&1 || true
-done
-if [[ -z ${NODUP:-} || -z ${FUSEREF:-} ]]; then
-  $SHARED cargo build --release -q -p nodup-cli -p nodup-fuseref
-  T=${CARGO_TARGET_DIR:-$PWD/target}/release
-  NODUP=${NODUP:-$T/nodup}
-  FUSEREF=${FUSEREF:-$T/nodup-fuseref}
-fi
-
-W=$(mktemp -d /dev/shm/nodup-sweep.XXXXXX)
-MNT=$W/mnt
-SRC=$W/src
-IMG=$W/img
-ZPOOL=nodupsweep$$
-ZPID=$W/zfs-fuse.pid
-ZFS_OK=0
-FPID=
-mkdir -p "$MNT"
-cleanup() {
-  systems_cleanup
-  rm -rf "$W"
-}
-trap cleanup EXIT
-
-# Which of the asked systems can run here (a peer whose tool is missing is left out, and said).
-avail=()
-for s in $SYSTEMS; do
-  case $s in
-    zfs | zfs-off | zfs-4k)
-      [[ $ZFS_OK == 1 ]] || start_zfs
-      [[ $ZFS_OK == 1 ]] && avail+=("$s")
-      ;;
-    ext4) command -v mkfs.ext4 >/dev/null && avail+=("$s") || say "no mkfs.ext4: ext4 left out" ;;
-    btrfs) command -v mkfs.btrfs >/dev/null && avail+=("$s") || say "no mkfs.btrfs: btrfs left out" ;;
-    bindfs) command -v bindfs >/dev/null && avail+=("$s") || say "no bindfs: bindfs left out" ;;
-    *) avail+=("$s") ;;
-  esac
-done
+systems_setup sweep fio:fio btrfs-progs:mkfs.btrfs bindfs:bindfs e2fsprogs:mkfs.ext4
+# systems_available may start zfs-fuse, which must happen in this shell (not a subshell).
+[[ " $SYSTEMS " == *" zfs"* ]] && start_zfs
+mapfile -t avail < <(systems_available $SYSTEMS)
 
 mkdir -p "$OUT/sweep"
 tsv=$OUT/sweep/sweep.tsv

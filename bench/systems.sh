@@ -1,14 +1,63 @@
 # The file systems the bench scripts compare, each brought up empty at $MNT and taken down again
-# (sourced, not run; bench/lib.sh first). The caller sets:
-#   W (a work directory in /dev/shm), MNT, IMG (nodup image path), SRC (a directory for the
-#   passthrough systems), NODUP, FUSEREF (binaries), IMG_SIZE, ZPOOL, ZPID, EXCL (the exclusive
-#   CPU wrapper or empty), FPID= (set here), ZFS_OK=0, and a `say` function for progress.
+# (sourced, not run; bench/lib.sh first). The caller defines a `say` function for progress,
+# sets IMG_SIZE, and calls `systems_setup NAME [PACKAGE:COMMAND...]`, which installs what is
+# missing, builds the binaries unless NODUP and FUSEREF name them, and sets W (a work directory
+# in /dev/shm, removed at exit), MNT, IMG (nodup image path), SRC (a directory for the
+# passthrough systems), ZPOOL, ZPID, EXCL and SHARED (the CPU wrappers, or empty).
 # Systems: null, pass (nodup-fuseref null / passthrough), the nodup policies (none, light,
 # strong, weak-verify, smart, selective), zfs (dedup=on, 128 KiB records), zfs-off (dedup=off),
 # zfs-4k (dedup=on, 4 KiB records), ext4 and btrfs (on a loop image), bindfs (over a /dev/shm
 # directory), tmpfs (a plain /dev/shm directory, reference only).
 
 NODUP_POLICIES="none light strong weak-verify smart selective"
+
+systems_setup() {
+  local name=$1 pkg
+  shift
+  EXCL=/work/tools/cpu-exclusive
+  [[ -x $EXCL ]] || EXCL=""
+  SHARED=/work/tools/cpu-shared
+  [[ -x $SHARED ]] || SHARED=""
+  bash scripts/deps.sh >&2
+  # The peers the experiment runs (Debian packages; installed when missing).
+  for pkg in "$@"; do
+    command -v "${pkg#*:}" >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkg%%:*}" >/dev/null 2>&1 || true
+  done
+  if [[ -z ${NODUP:-} || -z ${FUSEREF:-} ]]; then
+    $SHARED cargo build --release -q -p nodup-cli -p nodup-fuseref
+    local t=${CARGO_TARGET_DIR:-$PWD/target}/release
+    NODUP=${NODUP:-$t/nodup}
+    FUSEREF=${FUSEREF:-$t/nodup-fuseref}
+  fi
+  W=$(mktemp -d "/dev/shm/nodup-$name.XXXXXX")
+  MNT=$W/mnt
+  SRC=$W/src
+  IMG=$W/img
+  ZPOOL=nodup$name$$
+  ZPID=$W/zfs-fuse.pid
+  ZFS_OK=0
+  FPID=
+  mkdir -p "$MNT"
+  trap 'systems_cleanup; rm -rf "$W"' EXIT
+}
+
+# systems_available SYSTEM...: those of the systems that can run here, one per line (zfs-fuse
+# is started for the zfs ones; a peer whose tool is missing is left out, and said).
+systems_available() {
+  local s
+  for s in "$@"; do
+    case $s in
+      zfs | zfs-off | zfs-4k)
+        [[ $ZFS_OK == 1 ]] || start_zfs >&2
+        if [[ $ZFS_OK == 1 ]]; then echo "$s"; fi
+        ;;
+      ext4) if command -v mkfs.ext4 >/dev/null; then echo "$s"; else say "no mkfs.ext4: ext4 left out"; fi ;;
+      btrfs) if command -v mkfs.btrfs >/dev/null; then echo "$s"; else say "no mkfs.btrfs: btrfs left out"; fi ;;
+      bindfs) if command -v bindfs >/dev/null; then echo "$s"; else say "no bindfs: bindfs left out"; fi ;;
+      *) echo "$s" ;;
+    esac
+  done
+}
 
 is_nodup() { [[ " $NODUP_POLICIES " == *" $1 "* ]]; }
 is_zfs() { [[ $1 == zfs || $1 == zfs-off || $1 == zfs-4k ]]; }

@@ -54,7 +54,17 @@ pub fn run(args: Vec<OsString>) -> Result<()> {
         Ok(x) => x,
         Err(_) => bail!("usage: mount.fuse.nodup IMAGE MOUNTPOINT [-o OPTIONS]"),
     };
-    let mut m = MountArgs {
+    let mut m = defaults(image, mountpoint);
+    parse_options(&mut m, &opts, sloppy)?;
+    if fake {
+        return Ok(());
+    }
+    mount(m)
+}
+
+/// A mount of `image` at `mountpoint` with `nodup mount`'s defaults, before `-o`.
+fn defaults(image: PathBuf, mountpoint: PathBuf) -> MountArgs {
+    MountArgs {
         image,
         mountpoint,
         foreground: false,
@@ -70,12 +80,7 @@ pub fn run(args: Vec<OsString>) -> Result<()> {
         nonempty: false,
         log_file: None,
         ready_fd: None,
-    };
-    parse_options(&mut m, &opts, sloppy)?;
-    if fake {
-        return Ok(());
     }
-    mount(m)
 }
 
 /// What `-o` accepts (the error for an unknown option lists it).
@@ -154,28 +159,8 @@ fn boolean(k: &str, v: &str) -> Result<bool> {
 mod tests {
     use super::*;
 
-    fn args() -> MountArgs {
-        MountArgs {
-            image: "img".into(),
-            mountpoint: "mnt".into(),
-            foreground: false,
-            prefetch: "cbp".into(),
-            writeback_cache: None,
-            mem_budget: None,
-            smart: Default::default(),
-            selective: Default::default(),
-            encrypt_key_file: None,
-            threads: 4,
-            split_writes: 0,
-            atime: "relatime".into(),
-            nonempty: false,
-            log_file: None,
-            ready_fd: None,
-        }
-    }
-
     fn parse(opts: &str, sloppy: bool) -> Result<MountArgs> {
-        let mut m = args();
+        let mut m = defaults("img".into(), "mnt".into());
         let o: Vec<String> = opts.split(',').map(String::from).collect();
         parse_options(&mut m, &o, sloppy)?;
         Ok(m)
