@@ -75,12 +75,13 @@ for ((r = 1; r <= RUNS; r++)); do
   if command -v restic >/dev/null; then
     rm -rf "$W/restic"
     export RESTIC_PASSWORD=nodup-bench
+    export RESTIC_CACHE_DIR=$W/restic-cache
     restic init -q --repo "$W/restic" >/dev/null
     t1=$(timed restic backup -q --repo "$W/restic" "$tree")
     u1=$(($(du -sb "$W/restic" | cut -f1) >> 20))
     t2=$(timed restic backup -q --repo "$W/restic" "$W/tree2")
     u2=$(($(du -sb "$W/restic" | cut -f1) >> 20))
-    rm -rf "$W/restic"
+    rm -rf "$W/restic" "$W/restic-cache"
     printf '%s\trestic\t%s\t%s\t%s\t%s\t-\t-\t-\n' "$r" "$t1" "$u1" "$t2" "$u2" >>"$tsv"
     say "round $r/$RUNS restic: ${t1}s ($u1 MiB), ${t2}s ($u2 MiB)"
   fi

@@ -48,7 +48,7 @@ for ((r = 1; r <= RUNS; r++)); do
       for dup in $DUPS; do
         for sys in $(rotate "$r" "${avail[@]}"); do
           up "$sys" 0
-          v=$(fio_mibs "$MNT" "$bs" $((total / jobs)) "$jobs" "$dup" distinct)
+          v=$(fio_mibs "$(dir "$sys")" "$bs" $((total / jobs)) "$jobs" "$dup" distinct)
           d=$(dedup_saved "$sys")
           down "$sys"
           printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$bs" "$jobs" "$dup" "$total" "$sys" "$v" "$d" >>"$tsv"

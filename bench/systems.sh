@@ -41,15 +41,15 @@ systems_setup() {
   trap 'systems_cleanup; rm -rf "$W"' EXIT
 }
 
-# systems_available SYSTEM...: those of the systems that can run here, one per line (zfs-fuse
-# is started for the zfs ones; a peer whose tool is missing is left out, and said).
+# systems_available SYSTEM...: those of the systems that can run here, one per line (a peer
+# whose tool is missing is left out, and said). The zfs ones need zfs-fuse started first, by
+# the caller (`start_zfs` in the script's own shell, so ZFS_OK and the cleanup see it).
 systems_available() {
   local s
   for s in "$@"; do
     case $s in
       zfs | zfs-off | zfs-4k)
-        [[ $ZFS_OK == 1 ]] || start_zfs >&2
-        if [[ $ZFS_OK == 1 ]]; then echo "$s"; fi
+        if [[ $ZFS_OK == 1 ]]; then echo "$s"; else say "zfs-fuse is not running: $s left out"; fi
         ;;
       ext4) if command -v mkfs.ext4 >/dev/null; then echo "$s"; else say "no mkfs.ext4: ext4 left out"; fi ;;
       btrfs) if command -v mkfs.btrfs >/dev/null; then echo "$s"; else say "no mkfs.btrfs: btrfs left out"; fi ;;
@@ -174,20 +174,29 @@ fio_mibs() {
 }
 FIO_CMD='fio --name=w --directory=MNT --ioengine=sync --rw=write --bs=BS --size=PER_JOB --numjobs=JOBS --end_fsync=1 --fallocate=none --dedupe_percentage=DUP --group_reporting'
 
-# timed CMD...: wall seconds of CMD (run exclusively; its output discarded).
+# timed CMD...: wall seconds of CMD (run exclusively; its output discarded); fails when CMD
+# fails (GNU time still writes the seconds then), so a broken run never passes for a fast one.
 timed() {
-  $EXCL /usr/bin/time -f %e -o "$W/time" "$@" >/dev/null
+  $EXCL /usr/bin/time -f %e -o "$W/time" "$@" >/dev/null || true
+  if grep -q "exited with non-zero status\|terminated by signal" "$W/time"; then
+    echo "failed: $* ($(head -1 "$W/time"))" >&2
+    return 1
+  fi
   tail -1 "$W/time"
 }
 
 # space_used SYSTEM: bytes the system's medium holds for what was written (zfs: the pool's
-# allocation, which dedup shrinks; the others: the file system's used bytes).
+# allocation, which dedup shrinks; the passthrough systems: their directory's; the others: the
+# file system's used bytes).
 space_used() {
   if is_zfs "$1"; then
-    # The pool's allocation follows a transaction-group commit (every 5 s).
+    # The pool's allocation follows a transaction-group commit (every 5 s). It is printed
+    # with 3 significant digits (about ±5 MiB at 1.5 GiB).
     sleep 6
-    # zfs-fuse's zpool list has no -H/-o: ALLOC is the third column of the second line.
-    zpool list "$ZPOOL" | awk 'NR == 2 { print $3 }' | numfmt --from=iec
+    zpool list -H -o allocated "$ZPOOL" | numfmt --from=iec
+  elif [[ $1 == pass || $1 == bindfs ]]; then
+    # Their backing directory, not the whole /dev/shm (which others may be using).
+    du -sb "$SRC" | cut -f1
   else
     df --output=used -B1 "$(dir "$1")" | tail -1 | tr -d ' '
   fi

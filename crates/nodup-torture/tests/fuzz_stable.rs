@@ -98,4 +98,21 @@ fn crypt_base_opens_only_with_the_key() {
         let fs = nodup_fs::FileSystem::open(m, &opts).expect("open with the key");
         let _ = fs.shutdown();
     }
+    // A patch to the cipher id with the checksum re-sealed (what bit 2 of a crypt_image script
+    // does) reaches the cipher check, not the checksum.
+    let mut img = base.clean.clone();
+    img[160..164].copy_from_slice(&7u32.to_le_bytes());
+    let at = nodup_core::engine::superblock::SB_SIZE - 8;
+    let sum = xxhash_rust::xxh3::xxh3_64(&img[..at]);
+    img[at..at + 8].copy_from_slice(&sum.to_le_bytes());
+    let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img));
+    let mut opts = nodup_fs::FsOptions::default();
+    opts.open.key = Some(nodup_core::KeyFile(
+        nodup_torture::verify::TEST_KEY.to_vec(),
+    ));
+    let e = nodup_fs::FileSystem::open(m, &opts)
+        .err()
+        .expect("cipher 7 refused")
+        .to_string();
+    assert!(e.contains("cipher") && !e.contains("checksum"), "{e}");
 }

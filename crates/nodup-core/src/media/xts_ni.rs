@@ -1,5 +1,6 @@
 //! XTS-AES-256 of one data block fused on AES-NI: the tweak doubling, both whitening XORs and
-//! the 14 AES rounds run in registers, 8 units interleaved.
+//! the 14 AES rounds of 8 interleaved units run in registers (the round keys are read from L1),
+//! with no pass through memory in between.
 //!
 //! Why by hand: the `aes` crate encrypts batches of blocks, so XTS around it is three passes
 //! through memory (whiten, encrypt, whiten), and on this project's hosts the two whitening
@@ -16,10 +17,6 @@ pub(super) struct NiXts {
     /// Decryption round keys (equivalent inverse cipher: reversed, InvMixColumns on 1..=13).
     dec: [__m128i; 15],
 }
-
-// SAFETY (Send, Sync): the round keys are plain 128-bit values, never mutated after `new`.
-unsafe impl Send for NiXts {}
-unsafe impl Sync for NiXts {}
 
 /// Units per interleaved group: enough independent AES chains to fill AES-NI's pipeline.
 const LANES: usize = 8;
