@@ -31,4 +31,6 @@ for e in "${exps[@]}"; do
   esac
   summary+=("$e: $(($(date +%s) - t0)) s")
 done
-echo "bench ($([[ $quick == 1 ]] && echo quick || echo full)): ${summary[*]}"
+# The side-by-side summary, from whatever the experiments have written so far.
+python3 bench/summary.py docs/results
+echo "bench ($([[ $quick == 1 ]] && echo quick || echo full)): ${summary[*]}; summary in docs/results/README.md"
