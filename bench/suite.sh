@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench` / `make bench-full` (issue 21): the side-by-side benchmark suite. Runs each
-# experiment in turn (quick sizes unless FULL=1), each writing its docs/results files, and
-# reports how long each took.
+# experiment in turn (quick sizes unless FULL=1), each writing its docs/results files, reports
+# how long each took, and writes the summary docs/results/README.md (bench/summary.py).
 #
 # Experiments so far:
 #   sweep   fio write sweep, every system at 0-100 % duplicates (Light-Dedup Fig. 7):
