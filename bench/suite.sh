@@ -20,14 +20,15 @@ FULL=${FULL:-0}
 quick=1
 [[ $FULL == 1 ]] && quick=0
 exps=("$@")
-[[ ${#exps[@]} -eq 0 ]] && exps=(sweep copy)
+[[ ${#exps[@]} -eq 0 ]] && exps=(sweep copy recovery)
 summary=()
 for e in "${exps[@]}"; do
   t0=$(date +%s)
   case $e in
     sweep) QUICK=$quick bash bench/sweep.sh ;;
     copy) QUICK=$quick bash bench/copy.sh ;;
-    *) echo "bench: unknown experiment $e (sweep, copy)" >&2; exit 2 ;;
+    recovery) QUICK=$quick bash bench/recovery.sh ;;
+    *) echo "bench: unknown experiment $e (sweep, copy, recovery)" >&2; exit 2 ;;
   esac
   summary+=("$e: $(($(date +%s) - t0)) s")
 done
