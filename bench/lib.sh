@@ -46,6 +46,15 @@ zfs_fuse_start() {
   zfs-fuse --pidfile "$1" && sleep 2
 }
 zfs_fuse_stop() {
-  if [[ -f $1 ]]; then kill "$(cat "$1")" 2>/dev/null || true; sleep 1; fi
+  if [[ -f $1 ]]; then
+    local pid i
+    pid=$(cat "$1")
+    kill "$pid" 2>/dev/null || true
+    # Wait until it is gone: a new daemon cannot start while the old one holds its socket.
+    for ((i = 0; i < 100; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.2
+    done
+  fi
   rm -f "$1" /etc/zfs/zpool.cache /var/lib/zfs/zpool.cache
 }
