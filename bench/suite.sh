@@ -20,7 +20,7 @@ FULL=${FULL:-0}
 quick=1
 [[ $FULL == 1 ]] && quick=0
 exps=("$@")
-[[ ${#exps[@]} -eq 0 ]] && exps=(sweep copy recovery)
+[[ ${#exps[@]} -eq 0 ]] && exps=(sweep copy recovery memory)
 summary=()
 for e in "${exps[@]}"; do
   t0=$(date +%s)
@@ -28,7 +28,8 @@ for e in "${exps[@]}"; do
     sweep) QUICK=$quick bash bench/sweep.sh ;;
     copy) QUICK=$quick bash bench/copy.sh ;;
     recovery) QUICK=$quick bash bench/recovery.sh ;;
-    *) echo "bench: unknown experiment $e (sweep, copy, recovery)" >&2; exit 2 ;;
+    memory) QUICK=$quick bash bench/memory.sh ;;
+    *) echo "bench: unknown experiment $e (sweep, copy, recovery, memory)" >&2; exit 2 ;;
   esac
   summary+=("$e: $(($(date +%s) - t0)) s")
 done

@@ -102,6 +102,18 @@ if rec:
             f"SIGKILL) {float(last['failure_recovery_s']):.3f} s (the table there has the growth with size; "
             "Light-Dedup's Table 5 beside it).", ""]
 
+mem = load(f"{out_dir}/memory/memory.tsv")
+if mem:
+    top = max(int(r["data_mib"]) for r in mem)
+    rows = [r for r in mem if int(r["data_mib"]) == top]
+    out += [f"## Dedup memory after {top / 1024:g} GiB written ([memory.md](memory.md))", "",
+            "| policy | dups | dedup memory MiB | bytes per unique block |", "|---|---:|---:|---:|"]
+    for r in rows:
+        name = r["policy"] + ("" if r["budget"] == "-" else f" (budget {r['budget']})")
+        m, u = int(r["dedup_memory_bytes"]), int(r["unique_blocks"])
+        out.append(f"| {name} | {r['dup']} % | {m / 2**20:.2f} | {m / u if u else 0:.1f} |")
+    out.append("")
+
 out += ["## Where nodup loses", "",
         "- Against ext4 (and, at 4 KiB, btrfs) on a loop device: the kernel file systems take "
         "writes into the page cache with no user-space round trip; every nodup write without "
@@ -115,6 +127,6 @@ out += ["## Where nodup loses", "",
         "(its design trades those for bounded memory); `smart` defers most dedup to its "
         "background worker.", "",
         "Not in the suite yet (issue 21): trace replay, prefetch breakdown, metadata "
-        "amplification, memory vs data written, the read path, and the other "
+        "amplification, the read path, and the other "
         "papers' experiments at `make bench` sizes.", ""]
 open(f"{out_dir}/README.md", "w").write("\n".join(out))
