@@ -20,7 +20,7 @@ FULL=${FULL:-0}
 quick=1
 [[ $FULL == 1 ]] && quick=0
 exps=("$@")
-[[ ${#exps[@]} -eq 0 ]] && exps=(sweep copy recovery memory)
+[[ ${#exps[@]} -eq 0 ]] && exps=(sweep copy recovery memory readpath)
 summary=()
 for e in "${exps[@]}"; do
   t0=$(date +%s)
@@ -29,7 +29,8 @@ for e in "${exps[@]}"; do
     copy) QUICK=$quick bash bench/copy.sh ;;
     recovery) QUICK=$quick bash bench/recovery.sh ;;
     memory) QUICK=$quick bash bench/memory.sh ;;
-    *) echo "bench: unknown experiment $e (sweep, copy, recovery, memory)" >&2; exit 2 ;;
+    readpath) QUICK=$quick bash bench/readpath.sh ;;
+    *) echo "bench: unknown experiment $e (sweep, copy, recovery, memory, readpath)" >&2; exit 2 ;;
   esac
   summary+=("$e: $(($(date +%s) - t0)) s")
 done

@@ -114,6 +114,19 @@ if mem:
         out.append(f"| {name} | {r['dup']} % | {m / 2**20:.2f} | {m / u if u else 0:.1f} |")
     out.append("")
 
+rp = load(f"{out_dir}/readpath/readpath.tsv")
+if rp:
+    v = defaultdict(list)
+    for r in rp:
+        v[(r["case"], r["policy"])].append(float(r["read_mibs"]))
+    out += ["## Cold reads ([readpath.md](readpath.md))", ""]
+    for case in dict.fromkeys(r["case"] for r in rp):
+        base = med(v[(case, "none")])
+        parts = [f"{p} {med(v[(case, p)]) / base:.2f}" for p in ("light", "smart")
+                 if v[(case, p)] and base]
+        out.append(f"- {case}: read throughput against none: " + ", ".join(parts) + ".")
+    out.append("")
+
 out += ["## Where nodup loses", "",
         "- Against ext4 (and, at 4 KiB, btrfs) on a loop device: the kernel file systems take "
         "writes into the page cache with no user-space round trip; every nodup write without "
@@ -127,6 +140,6 @@ out += ["## Where nodup loses", "",
         "(its design trades those for bounded memory); `smart` defers most dedup to its "
         "background worker.", "",
         "Not in the suite yet (issue 21): trace replay, prefetch breakdown, metadata "
-        "amplification, the read path, and the other "
+        "amplification, and the other "
         "papers' experiments at `make bench` sizes.", ""]
 open(f"{out_dir}/README.md", "w").write("\n".join(out))
