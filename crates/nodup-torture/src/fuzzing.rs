@@ -392,10 +392,7 @@ pub fn smart_image(script: &[u8]) {
 pub fn crypt_image(script: &[u8]) {
     let (mut img, _) = patch(crypt_base(), script);
     if script.first().is_some_and(|b| b & 4 == 4) {
-        // The current format's checksum: xxh3 of everything before it, in its last 8 bytes.
-        let at = nodup_core::engine::superblock::SB_SIZE - 8;
-        let sum = xxhash_rust::xxh3::xxh3_64(&img[..at]);
-        img[at..at + 8].copy_from_slice(&sum.to_le_bytes());
+        reseal_engine_superblock(&mut img);
         // A sealed argon2id request is honoured up to 4 GiB and 64 passes (the bound a mount
         // accepts): seconds and gigabytes per input, which the harness cannot afford. Such
         // inputs are skipped; the bound itself is checked by the superblock's unit tests.
@@ -414,6 +411,14 @@ pub fn crypt_image(script: &[u8]) {
         let _ = fsck::check(&fs, true);
     }
     let _ = fs.shutdown();
+}
+
+/// Recompute the checksum of the (current-format) engine superblock at the start of `img`
+/// after a patch: xxh3 of everything before it, in its last 8 bytes.
+pub fn reseal_engine_superblock(img: &mut [u8]) {
+    let at = nodup_core::engine::superblock::SB_SIZE - 8;
+    let sum = xxhash_rust::xxh3::xxh3_64(&img[..at]);
+    img[at..at + 8].copy_from_slice(&sum.to_le_bytes());
 }
 
 /// The fuzz targets by name.

@@ -102,15 +102,9 @@ fn crypt_base_opens_only_with_the_key() {
     // does) reaches the cipher check, not the checksum.
     let mut img = base.clean.clone();
     img[160..164].copy_from_slice(&7u32.to_le_bytes());
-    let at = nodup_core::engine::superblock::SB_SIZE - 8;
-    let sum = xxhash_rust::xxh3::xxh3_64(&img[..at]);
-    img[at..at + 8].copy_from_slice(&sum.to_le_bytes());
+    nodup_torture::fuzzing::reseal_engine_superblock(&mut img);
     let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img));
-    let mut opts = nodup_fs::FsOptions::default();
-    opts.open.key = Some(nodup_core::KeyFile(
-        nodup_torture::verify::TEST_KEY.to_vec(),
-    ));
-    let e = nodup_fs::FileSystem::open(m, &opts)
+    let e = nodup_fs::FileSystem::open(m, &nodup_torture::verify::open_opts_for(true))
         .err()
         .expect("cipher 7 refused")
         .to_string();

@@ -5,6 +5,7 @@
 
 use super::mount::{mount, MountArgs};
 use anyhow::{bail, Result};
+use nodup_core::policy::smart::Eviction;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -126,9 +127,12 @@ fn parse_options(m: &mut MountArgs, opts: &[String], sloppy: bool) -> Result<()>
             ("prefetch_cache", Some(v)) => m.selective.prefetch_cache = Some(v.into()),
             ("refresh_ms", Some(v)) => m.selective.refresh_ms = Some(number(k, v)?),
             ("refresh_ops", Some(v)) => m.selective.refresh_ops = Some(number(k, v)?),
-            ("eviction", Some(v)) => match v {
-                "group-lru" | "lru" | "refcount" => m.smart.eviction = Some(v.into()),
-                _ => bail!("eviction={v}: group-lru, lru or refcount"),
+            ("eviction", Some(v)) => match Eviction::from_name(v) {
+                Some(_) => m.smart.eviction = Some(v.into()),
+                None => {
+                    let names: Vec<&str> = Eviction::ALL.iter().map(|e| e.name()).collect();
+                    bail!("eviction={v}: one of {}", names.join(", "))
+                }
             },
             // Checked with the other smart options when the mount builds them.
             ("selectivity", Some(v)) => m.smart.selectivity = Some(v.into()),

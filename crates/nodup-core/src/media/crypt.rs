@@ -93,12 +93,17 @@ impl ImageKeys {
     fn xts_to(&self, src: &[u8], dst: &mut [u8], block: u64, encrypt: bool) {
         #[cfg(target_arch = "x86_64")]
         if let Some(ni) = &self.ni {
-            let mut t = aes::Block::from((block as u128).to_le_bytes());
-            self.tweak.encrypt_block(&mut t);
-            ni.xts(t.into(), src, dst, encrypt);
+            ni.xts(self.first_tweak(block).into(), src, dst, encrypt);
             return;
         }
         self.xts_to_portable(src, dst, block, encrypt)
+    }
+
+    /// The tweak of a block's first unit: its block number encrypted under the tweak key.
+    fn first_tweak(&self, block: u64) -> aes::Block {
+        let mut t = aes::Block::from((block as u128).to_le_bytes());
+        self.tweak.encrypt_block(&mut t);
+        t
     }
 
     /// [`ImageKeys::xts_to`] through the `aes` crate's batches: the units go through AES
@@ -110,9 +115,7 @@ impl ImageKeys {
         /// and L1 between the three steps.
         const CHUNK: usize = 32;
         debug_assert!(src.len() == BLOCK_SIZE && dst.len() == BLOCK_SIZE);
-        let mut t = aes::Block::from((block as u128).to_le_bytes());
-        self.tweak.encrypt_block(&mut t);
-        let mut tw = u128::from_le_bytes(t.into());
+        let mut tw = u128::from_le_bytes(self.first_tweak(block).into());
         let mut tweaks = [0u128; CHUNK];
         let mut units = [aes::Block::default(); CHUNK];
         for (sp, dp) in src
