@@ -100,6 +100,6 @@ for ((r = 1; r <= RUNS; r++)); do
 done
 stop_zfs
 versions="zfs-fuse $(dpkg-query -W -f '${Version}' zfs-fuse 2>/dev/null || echo -), btrfs-progs $(dpkg-query -W -f '${Version}' btrfs-progs 2>/dev/null || echo -), duperemove $(dpkg-query -W -f '${Version}' duperemove 2>/dev/null || echo -), restic $(dpkg-query -W -f '${Version}' restic 2>/dev/null || echo -), borgbackup $(dpkg-query -W -f '${Version}' borgbackup 2>/dev/null || echo -), bindfs $(dpkg-query -W -f '${Version}' bindfs 2>/dev/null || echo -)"
-machine="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/^Mem/ {print $2}') GiB RAM, kernel $(uname -r)"
+machine=$(machine_line)
 python3 bench/copy_report.py "$tsv" "$what" "$tree_bytes" "$versions" "$machine" "$(git rev-parse --short HEAD)" "$OUT" "$NAME"
 say "wrote $OUT/$NAME.md"

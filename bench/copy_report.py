@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from reading import reading  # noqa: E402
 
 tsv, what, tree_bytes, versions, machine, tree, outdir, name = sys.argv[1:9]
 tree_mib = int(tree_bytes) / 2**20
@@ -89,10 +90,7 @@ if "light" in rows and "zfs" in rows:
         out.append(f"| {target} | {fmt(a, '%.3f')} | {fmt(b, '%.3f')} | {'met' if ok else '**missed**'} |")
 out += ["", f"Every run: `copy/{name}.tsv`.", "", f"![copy](copy/{name}.png)", ""]
 if name == "copy":
-    try:
-        out += ["", open(f"{outdir}/copy/reading.md").read()]
-    except FileNotFoundError:
-        pass
+    out += reading(f"{outdir}/copy")
 open(f"{outdir}/{name}.md", "w").write("\n".join(out))
 
 fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5.5))

@@ -58,3 +58,24 @@ zfs_fuse_stop() {
   fi
   rm -f "$1" /etc/zfs/zpool.cache /var/lib/zfs/zpool.cache
 }
+
+# machine_line: "N cores (CPU), M GiB RAM, kernel K", for the reports' headers.
+machine_line() {
+  echo "$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/^Mem/ {print $2}') GiB RAM, kernel $(uname -r)"
+}
+
+# nodup_stat EXPR: a Python expression over the stats JSON `s` of the nodup mount at $MNT
+# (the caller sets NODUP and MNT).
+nodup_stat() { "$NODUP" stats "$MNT" --json | python3 -c "import json,sys; s=json.load(sys.stdin); print($1)"; }
+
+# smart_settle: let the `smart` mount's out-of-line worker run at full speed until nothing is
+# queued (fails after 10 minutes).
+smart_settle() {
+  "$NODUP" ctl "$MNT" --worker-rate 1000000 >/dev/null
+  for _ in $(seq 1 3000); do
+    [[ $(nodup_stat "s['smart']['fs']['idle']") == True ]] && return 0
+    sleep 0.2
+  done
+  echo "the worker did not settle" >&2
+  return 1
+}

@@ -53,6 +53,6 @@ for mib in $SIZES; do
   for dup in $DUPS; do one light - "$dup" "$mib"; done
   for b in $BUDGETS; do one smart "$b" 50 "$mib"; done
 done
-machine="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/^Mem/ {print $2}') GiB RAM, kernel $(uname -r)"
+machine=$(machine_line)
 python3 bench/memory_report.py "$tsv" "$machine" "$(git rev-parse --short HEAD)" "$OUT"
 say "wrote $OUT/memory.md"

@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from reading import reading  # noqa: E402
 
 tsv, machine, tree, out = sys.argv[1:5]
 rows = list(csv.DictReader(open(tsv), delimiter="\t"))
@@ -28,10 +29,7 @@ for r in rows:
               f"{mem / uniq if uniq else 0:.1f} | {mem / MiB / (data / 1024):.2f} | "
               f"{int(r['daemon_anon_bytes']) / MiB:.1f} | {int(r['block_map_bytes']) / MiB:.2f} |")
 md += ["", "Every run: `memory/memory.tsv`.", "", "![memory](memory/memory.png)", ""]
-try:
-    md += ["", open(f"{out}/memory/reading.md").read()]
-except FileNotFoundError:
-    pass
+md += reading(f"{out}/memory")
 open(f"{out}/memory.md", "w").write("\n".join(md))
 
 fig, ax = plt.subplots(figsize=(9, 5.5))

@@ -29,7 +29,7 @@ printf 'data_mib\tunmount_s\tnormal_recovery_s\tnormal_mount_s\tfailure_recovery
 # wall SECONDS of a command (not under the exclusive wrapper's queue: mount and unmount are
 # the measured operations themselves).
 wall() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null; t1=$(date +%s.%N); python3 -c "print('%.3f' % ($t1 - $t0))"; }
-recovery_field() { "$NODUP" stats "$MNT" --json | python3 -c "import json,sys; r=json.load(sys.stdin)['recovery']; print($1)"; }
+recovery_field() { nodup_stat "(lambda r: $1)(s['recovery'])"; }
 
 for mib in $SIZES; do
   rm -f "$IMG"
@@ -61,42 +61,6 @@ for mib in $SIZES; do
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$mib" "$tu" "$tn" "$tm" "$tr" "$tf" "$rep" >>"$tsv"
   say "$mib MiB: umount ${tu}s, normal recovery ${tn}s (mount ${tm}s), failure recovery ${tr}s (mount ${tf}s, $rep records replayed, kind $kind)"
 done
-machine="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/^Mem/ {print $2}') GiB RAM, kernel $(uname -r)"
-python3 - "$tsv" "$machine" "$(git rev-parse --short HEAD)" "$OUT" <<'PY'
-import csv, sys
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-tsv, machine, tree, out = sys.argv[1:5]
-rows = list(csv.DictReader(open(tsv), delimiter="\t"))
-md = ["# Recovery time against data on the image (issue 21, Light-Dedup Table 5)", "",
-      f"Produced by `bench/recovery.sh` on {machine}; tree {tree}. Policy light, a pmem image "
-      "in /dev/shm filled through the mount by fio (1 MiB writes, 50 % duplicates); recovery "
-      "times as the daemon reports them (`nodup stats` recovery.seconds), mount and unmount as "
-      "wall time of the command (a mount also starts the daemon and the FUSE session).", "",
-      "| data MiB | unmount s | normal recovery s | normal mount s | failure recovery s | failure mount s | log records replayed |",
-      "|---:|---:|---:|---:|---:|---:|---:|"]
-for r in rows:
-    md.append(f"| {r['data_mib']} | {r['unmount_s']} | {r['normal_recovery_s']} | {r['normal_mount_s']} | "
-              f"{r['failure_recovery_s']} | {r['failure_mount_s']} | {r['replayed_records']} |")
-md += ["", "Every run: `recovery/recovery.tsv`.", "", "![recovery](recovery/recovery.png)", ""]
-try:
-    md += ["", open(f"{out}/recovery/reading.md").read()]
-except FileNotFoundError:
-    pass
-open(f"{out}/recovery.md", "w").write("\n".join(md))
-x = [int(r["data_mib"]) / 1024 for r in rows]
-fig, ax = plt.subplots(figsize=(8, 5))
-for key, label, style in (("unmount_s", "unmount", "s-"), ("normal_recovery_s", "normal recovery", "o-"),
-                          ("failure_recovery_s", "failure recovery (after SIGKILL)", "^-")):
-    ax.plot(x, [float(r[key]) for r in rows], style, label=label)
-ax.set_xlabel("data written to the image (GiB)")
-ax.set_ylabel("seconds")
-ax.set_title("nodup light: unmount and recovery time vs data on the image")
-ax.set_ylim(bottom=0)
-ax.grid(alpha=0.3)
-ax.legend()
-fig.tight_layout()
-fig.savefig(f"{out}/recovery/recovery.png", dpi=110)
-PY
+machine=$(machine_line)
+python3 bench/recovery_report.py "$tsv" "$machine" "$(git rev-parse --short HEAD)" "$OUT"
 say "wrote $OUT/recovery.md"

@@ -13,6 +13,7 @@
 # Writes docs/results/selective/SECTION.md and docs/results/selective.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 if [[ -z ${NODUP:-} ]]; then
   bash scripts/deps.sh
   cargo build --release -q -p nodup-cli
@@ -38,8 +39,6 @@ cleanup() {
 trap cleanup EXIT
 FIU=(../shared/data/fiu/homes-sample.1.blkparse ../shared/data/fiu/mail-01-sample.blkparse)
 
-# j EXPR: a Python expression over the mount's stats JSON `s`.
-j() { "$NODUP" stats "$MNT" --json | python3 -c "import json,sys; s=json.load(sys.stdin); print($1)"; }
 # up POLICY [mount args...]: fresh 4 GiB image in /dev/shm and mount it.
 up() {
   local policy=$1
@@ -75,7 +74,7 @@ print(f"| {name} | {pol} | {s['dedup_ratio']:.4f} | {saved / 1048576:.1f} | {vs}
       f"{fpc.get('refreshes', '-')} | {pf.get('hits', '-')} | {s['media_bytes_read'] / 1048576:.1f} |")
 PY
 }
-saved() { j "s['logical_bytes'] - s['physical_bytes']"; }
+saved() { nodup_stat "s['logical_bytes'] - s['physical_bytes']"; }
 TABLE_HEAD="| trace | policy | dedup ratio | saved MiB | of light's savings | fp cache KiB | entries/capacity | refreshes | prefetch hits | media read MiB |
 |---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 
@@ -156,7 +155,7 @@ prefetch() {
     up selective --prefetch-cache "$p"
     replay "$W/skew.trace"
     row "zipf:1.2, prefetch $p" selective - >>"$OUTDIR/prefetch.md"
-    local rd; rd=$(j "s['media_bytes_read']")
+    local rd; rd=$(nodup_stat "s['media_bytes_read']")
     [[ $p == 0 ]] && off=$rd
     down
   done
@@ -196,7 +195,7 @@ encrypt() {
             bw=$($EXCL fio --name=w --directory="$MNT" --ioengine=sync --rw=write --bs="$bs" --size="$fsize" \
               --numjobs=1 --end_fsync=1 --dedupe_percentage="$dup" --output-format=json 2>/dev/null |
               python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["write"]["bw"]/1024)')
-            local ratio; ratio=$(j "'%.4f' % s['dedup_ratio']")
+            local ratio; ratio=$(nodup_stat "'%.4f' % s['dedup_ratio']")
             down
             if [[ $mode == enc ]]; then e+=("$bw"); re=$ratio; else p+=("$bw"); rp=$ratio; fi
           done

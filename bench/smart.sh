@@ -41,8 +41,6 @@ trap cleanup EXIT
 
 # ---- helpers ---------------------------------------------------------------------------------
 
-# j EXPR: evaluate a Python expression over the mount's stats JSON `s`.
-j() { "$NODUP" stats "$MNT" --json | python3 -c "import json,sys; s=json.load(sys.stdin); print($1)"; }
 # up POLICY SIZE [mount args...]: fresh image and mount.
 up() {
   local policy=$1 size=$2; shift 2
@@ -60,17 +58,7 @@ cpu_secs() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1
 # peak_start PID: sample RssAnon every 0.1 s into $W/peak until peak_stop.
 peak_start() { ( p=0; while kill -0 "$1" 2>/dev/null; do a=$(anon_kib "$1" 2>/dev/null || echo 0); ((a > p)) && p=$a && echo "$p" >"$W/peak"; sleep 0.1; done ) & SAMPLER=$!; }
 peak_stop() { kill "$SAMPLER" 2>/dev/null || true; wait "$SAMPLER" 2>/dev/null || true; SAMPLER=; cat "$W/peak"; }
-# settle: let the worker run at full speed until nothing is queued.
-settle() {
-  "$NODUP" ctl "$MNT" --worker-rate 1000000
-  for _ in $(seq 1 3000); do
-    [[ $(j "s['smart']['fs']['idle']") == True ]] && return 0
-    sleep 0.2
-  done
-  echo "the worker did not settle" >&2
-  return 1
-}
-ratio() { j "'%.4f' % s['dedup_ratio']"; }
+ratio() { nodup_stat "'%.4f' % s['dedup_ratio']"; }
 header() {
   echo "Binary $("$NODUP" --version 2>/dev/null || true), tree $(git rev-parse --short HEAD), $(date -u +%F), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); images in /dev/shm (pmem)."
 }
@@ -101,14 +89,14 @@ budget() {
       "$NODUP" bench fill "$MNT/a" --blocks "$n" --per-write 64 >/dev/null
       "$NODUP" bench fill "$MNT/b" --blocks "$n" --order shuffle >/dev/null
       local inline; inline=$(ratio)
-      [[ $policy == smart ]] && settle
+      [[ $policy == smart ]] && smart_settle
       local final; final=$(ratio)
       local peak; peak=$(peak_stop)
-      local maps; maps=$(j "s['block_map_bytes']")
+      local maps; maps=$(nodup_stat "s['block_map_bytes']")
       local dm="-" io="-"
       if [[ $policy == smart ]]; then
-        dm=$(j "'%.2f' % (s['smart']['memory']['total_bytes'] / 1048576)")
-        io=$(j "'%.1f / %.1f' % (s['smart']['store_io_read_bytes'] / 1048576, s['smart']['store_io_written_bytes'] / 1048576)")
+        dm=$(nodup_stat "'%.2f' % (s['smart']['memory']['total_bytes'] / 1048576)")
+        io=$(nodup_stat "'%.1f / %.1f' % (s['smart']['store_io_read_bytes'] / 1048576, s['smart']['store_io_written_bytes'] / 1048576)")
       else
         light_ratio=$final
       fi
@@ -151,8 +139,8 @@ eviction() {
     MKFS_BUDGET=512K up smart 4G --eviction "$ev" --worker-rate 0
     "$NODUP" replay "$W/evict.trace" --dir "$MNT" --mode batch --no-reads >/dev/null
     local inline; inline=$(ratio)
-    settle
-    j "'| trace, uniform duplicates | $ev | $inline | %.4f | %.1f | %.1f | %d | %d |' % (s['dedup_ratio'], s['smart']['store_io_read_bytes']/1048576, s['smart']['store_io_written_bytes']/1048576, s['smart']['engine']['store']['counters']['group_evictions'], s['smart']['engine']['store']['counters']['fp_evictions'])" >>"$OUTDIR/eviction.md"
+    smart_settle
+    nodup_stat "'| trace, uniform duplicates | $ev | $inline | %.4f | %.1f | %.1f | %d | %d |' % (s['dedup_ratio'], s['smart']['store_io_read_bytes']/1048576, s['smart']['store_io_written_bytes']/1048576, s['smart']['engine']['store']['counters']['group_evictions'], s['smart']['engine']['store']['counters']['fp_evictions'])" >>"$OUTDIR/eviction.md"
     down
   done
   # Temporal locality: a duplicate repeats one of the last 2048 new contents.
@@ -160,8 +148,8 @@ eviction() {
     MKFS_BUDGET=512K up smart 4G --eviction "$ev" --worker-rate 0
     "$NODUP" bench fill "$MNT/f" --blocks "$blocks" --phase-dups 50 --dup-window 2048 --seed 3 >/dev/null
     local inline; inline=$(ratio)
-    settle
-    j "'| fill, 50 %% duplicates of the last 2048 | $ev | $inline | %.4f | %.1f | %.1f | %d | %d |' % (s['dedup_ratio'], s['smart']['store_io_read_bytes']/1048576, s['smart']['store_io_written_bytes']/1048576, s['smart']['engine']['store']['counters']['group_evictions'], s['smart']['engine']['store']['counters']['fp_evictions'])" >>"$OUTDIR/eviction.md"
+    smart_settle
+    nodup_stat "'| fill, 50 %% duplicates of the last 2048 | $ev | $inline | %.4f | %.1f | %.1f | %d | %d |' % (s['dedup_ratio'], s['smart']['store_io_read_bytes']/1048576, s['smart']['store_io_written_bytes']/1048576, s['smart']['engine']['store']['counters']['group_evictions'], s['smart']['engine']['store']['counters']['fp_evictions'])" >>"$OUTDIR/eviction.md"
     down
   done
   echo >>"$OUTDIR/eviction.md"
@@ -191,8 +179,8 @@ adaptive() {
         "$NODUP" bench fill "$MNT/f" --blocks "$blocks" --phase-dups 0,75 --phase-blocks 16384 --seed 5 >/dev/null
         local c1; c1=$(cpu_secs "$pid")
         local inline; inline=$(ratio)
-        local fpd; fpd=$(j "s['smart']['engine']['policy']['selectivity']['blocks_fingerprinted_inline']")
-        settle
+        local fpd; fpd=$(nodup_stat "s['smart']['engine']['policy']['selectivity']['blocks_fingerprinted_inline']")
+        smart_settle
         local c2; c2=$(cpu_secs "$pid")
         echo "$fp $sel $(python3 -c "print(round(($c1 - $c0) / ($blocks / 262144), 3))") $inline $(ratio) $fpd $(python3 -c "print(round(($c2 - $c1) / ($blocks / 262144), 3))")" >>"$W/adaptive.raw"
         down
@@ -234,18 +222,18 @@ readcache() {
     up "$policy" 4G
     "$NODUP" bench fill "$MNT/a" --blocks "$blocks" --per-write 64 >/dev/null
     "$NODUP" bench fill "$MNT/b" --blocks "$blocks" --per-write 64 >/dev/null
-    [[ $policy == smart ]] && settle
+    [[ $policy == smart ]] && smart_settle
     for reader in cmp cat; do
       down
       "$NODUP" mount "$W/img" "$MNT" >/dev/null
-      local r0; r0=$(j "s['media_bytes_read']")
+      local r0; r0=$(nodup_stat "s['media_bytes_read']")
       if [[ $reader == cmp ]]; then
         cmp "$MNT/a" "$MNT/b"
       else
         cat "$MNT/a" >/dev/null & cat "$MNT/b" >/dev/null; wait
       fi
-      local r1; r1=$(j "s['media_bytes_read']")
-      local hits; hits=$(j "s['read_cache_hits']")
+      local r1; r1=$(nodup_stat "s['media_bytes_read']")
+      local hits; hits=$(nodup_stat "s['read_cache_hits']")
       local mib; mib=$(python3 -c "print('%.1f' % (($r1 - $r0) / 1048576))")
       local of="-"
       if [[ $policy == none ]]; then
@@ -282,14 +270,14 @@ filter() {
     [[ $t == "$W/filter.trace" ]] && name="generated $size, 50 pct dup, runs geom:3"
     up none 4G
     "$NODUP" replay "$t" --dir "$MNT" --mode batch --no-reads >/dev/null
-    local base; base=$(j "s['file_extents']")
+    local base; base=$(nodup_stat "s['file_extents']")
     echo "| $name | none | $(ratio) | $base | 1.00 |" >>"$OUTDIR/filter.md"
     down
     for T in 1 2 3 4; do
       up smart 4G --min-run "$T"
       "$NODUP" replay "$t" --dir "$MNT" --mode batch --no-reads >/dev/null
-      settle
-      j "'| $name | $T | %.4f | %d | %.3f |' % (s['dedup_ratio'], s['file_extents'], s['file_extents'] / $base)" >>"$OUTDIR/filter.md"
+      smart_settle
+      nodup_stat "'| $name | $T | %.4f | %d | %.3f |' % (s['dedup_ratio'], s['file_extents'], s['file_extents'] / $base)" >>"$OUTDIR/filter.md"
       down
     done
   done
@@ -317,12 +305,12 @@ replay() {
     for policy in none light smart; do
       up "$policy" 8G
       "$NODUP" replay "$t" --dir "$MNT" --mode batch --no-reads >/dev/null
-      [[ $policy == smart ]] && settle
+      [[ $policy == smart ]] && smart_settle
       local r; r=$(ratio)
-      local dw; dw=$(j "s['media_bytes_written']")
+      local dw; dw=$(nodup_stat "s['media_bytes_written']")
       local sw=0
-      [[ $policy == smart ]] && sw=$(j "s['smart']['store_io_written_bytes']")
-      local mw; mw=$(j "s['meta_bytes_written']")
+      [[ $policy == smart ]] && sw=$(nodup_stat "s['smart']['store_io_written_bytes']")
+      local mw; mw=$(nodup_stat "s['meta_bytes_written']")
       [[ $policy == none ]] && none_w=$dw
       [[ $policy == light ]] && light_r=$r
       python3 - "$name" "$policy" "$r" "$light_r" "$dw" "$sw" "$none_w" "$mw" >>"$OUTDIR/replay.md" <<'PY'

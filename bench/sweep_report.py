@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from reading import reading  # noqa: E402
 
 tsv, cmd, versions, machine, tree, secs, outdir = sys.argv[1:8]
 ORDER = ["null", "pass", "none", "light", "strong", "weak-verify", "smart", "selective",
@@ -100,10 +101,7 @@ for bs, jobs, d in cells:
 out += ["", "Every run: `sweep/sweep.tsv`.", "",
         "![bs 1m](sweep/sweep-1m.png)", "", "![bs 4k](sweep/sweep-4k.png)", ""]
 # The hand-written reading of the numbers (update it when they change).
-try:
-    out += ["", open(f"{outdir}/sweep/reading.md").read()]
-except FileNotFoundError:
-    pass
+out += reading(f"{outdir}/sweep")
 open(f"{outdir}/sweep.md", "w").write("\n".join(out))
 
 # Fig. 7 form: throughput vs duplication, a line per system, one job.

@@ -219,7 +219,7 @@ daemon_pid() {
 # dedup_ratio; zfs: 1 - 1/dedupratio), "-" for systems that do not deduplicate.
 dedup_saved() {
   if is_nodup "$1"; then
-    "$NODUP" stats "$MNT" --json | python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["dedup_ratio"])'
+    nodup_stat "'%.3f' % s['dedup_ratio']"
   elif is_zfs "$1"; then
     # zfs-fuse's zpool has no -H/-o for `get`: the value is the third column of the second line.
     zpool get dedupratio "$ZPOOL" | awk 'NR == 2 { sub(/x$/, "", $3); printf "%.3f\n", 1 - 1 / $3 }'
