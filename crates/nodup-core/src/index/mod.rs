@@ -79,13 +79,15 @@ impl FpIndex {
     /// write path); on a miss insert `spare`, when given. Returns the value and whether
     /// `spare` was inserted.
     ///
-    /// The candidates are copied out under the shard lock and `f` (which reads the medium)
+    /// Each candidate is copied out under the shard lock and `f` (which reads the medium)
     /// runs after it is released: a store lock is a leaf, and a lock released between the
     /// entry read and the byte comparison that follows it would hold back the comparison's
     /// loads (its release is a full barrier). Copying is safe because the caller holds `fp`'s
     /// entry lock: no entry of `fp` appears or goes meanwhile, and a candidate of another
-    /// fingerprint is told apart by `f` on the entry itself. With no candidate at all (new
-    /// content, the common miss) `spare` is inserted under the same lock hold.
+    /// fingerprint is told apart by `f` on the entry itself. The probe stops at the first
+    /// candidate (nearly always the only one); only when `f` refuses it are the others copied
+    /// out, in a second probe. With no candidate at all (new content, the common miss) `spare`
+    /// is inserted under the same lock hold.
     #[inline]
     pub fn find_map<T>(
         &self,
@@ -95,31 +97,47 @@ impl FpIndex {
     ) -> (Option<T>, bool) {
         let h = mix(fp);
         let shard = &self.shards[Self::shard(h)];
-        let mut few = [0u64; 4];
-        let mut n = 0;
-        let mut more: Vec<u64> = Vec::new();
-        {
+        let first = {
             let mut t = shard.lock();
-            t.find(h, |ent| {
-                if n < few.len() {
-                    few[n] = ent;
-                } else {
-                    more.push(ent);
+            match t.find(h, Some) {
+                Some(ent) => ent,
+                None => {
+                    return match spare {
+                        Some(loc) => {
+                            t.insert(h, ent_of(loc));
+                            (None, true)
+                        }
+                        None => (None, false),
+                    };
                 }
-                n += 1;
-                None::<()>
-            });
-            if n == 0 {
-                return match spare {
-                    Some(loc) => {
-                        t.insert(h, ent_of(loc));
-                        (None, true)
-                    }
-                    None => (None, false),
-                };
             }
+        };
+        if let Some(r) = f(loc_of(first)) {
+            return (Some(r), false);
         }
-        for &ent in few.iter().take(n.min(few.len())).chain(more.iter()) {
+        self.find_rest(h, first, spare, f)
+    }
+
+    /// The rest of [`FpIndex::find_map`] after its first candidate was refused (another
+    /// fingerprint's entry under the same tag, or a stale one): every other candidate, then
+    /// the spare.
+    #[cold]
+    fn find_rest<T>(
+        &self,
+        h: u64,
+        refused: u64,
+        spare: Option<u64>,
+        mut f: impl FnMut(u64) -> Option<T>,
+    ) -> (Option<T>, bool) {
+        let shard = &self.shards[Self::shard(h)];
+        let mut rest: Vec<u64> = Vec::new();
+        shard.lock().find(h, |ent| {
+            if ent != refused {
+                rest.push(ent);
+            }
+            None::<()>
+        });
+        for ent in rest {
             if let Some(r) = f(loc_of(ent)) {
                 return (Some(r), false);
             }
@@ -359,7 +377,7 @@ mod tests {
         let idx = FpIndex::new(64 << 20);
         let fp = 0xABCD_u64;
         // Six entries under one fingerprint (a damaged index or colliding test fingerprints):
-        // more candidates than the four kept on the stack.
+        // the first offered is refused, so the others come from the second probe.
         for k in 1..=6 {
             idx.insert_loc(fp, loc_of(k));
         }

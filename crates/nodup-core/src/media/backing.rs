@@ -36,6 +36,8 @@ struct Shared {
     /// [`Backing`]'s drop).
     base: usize,
     len: u64,
+    /// Chunks in the mapping.
+    chunks: u64,
     /// Map pages in one call after allocating them.
     populate: bool,
     /// One bit per [`BACK_CHUNK`]: allocated in the file system holding the image.
@@ -51,10 +53,6 @@ fn test_bit(bits: &[AtomicU64], c: u64) -> bool {
 impl Shared {
     fn is_backed(&self, c: u64) -> bool {
         test_bit(&self.backed, c)
-    }
-
-    fn chunks(&self) -> u64 {
-        self.len.div_ceil(BACK_CHUNK)
     }
 
     /// Allocate (and populate) chunk `c`.
@@ -110,6 +108,7 @@ impl Backing {
             file: file.try_clone()?,
             base: base as usize,
             len,
+            chunks,
             populate,
             backed: (0..chunks.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
@@ -142,7 +141,29 @@ impl Backing {
     /// Make sure stores into `[off, off+len)` cannot fault for lack of backing store, and
     /// have the chunks after it backed in the background. ENOSPC (or another error of the
     /// file system holding the image) when that fails.
+    ///
+    /// Every store of the write path comes here (several per block), so the usual case — one
+    /// chunk, backed, and the farthest chunk wanted ahead backed or asked for — is three loads
+    /// inlined into the caller; the rest is out of line.
+    #[inline]
     pub(super) fn ensure(&self, off: u64, len: u64) -> Result<()> {
+        let s = &*self.shared;
+        if len != 0 {
+            let c = off / BACK_CHUNK;
+            let far = c + AHEAD;
+            if c == (off + len - 1) / BACK_CHUNK
+                && s.is_backed(c)
+                && (far >= s.chunks || s.is_backed(far) || test_bit(&s.asked, far))
+            {
+                return Ok(());
+            }
+        }
+        self.ensure_slow(off, len)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn ensure_slow(&self, off: u64, len: u64) -> Result<()> {
         if len == 0 {
             return Ok(());
         }
@@ -154,9 +175,8 @@ impl Backing {
                 s.back(c)?;
             }
         }
-        // Two loads on the usual path: the farthest chunk wanted ahead is backed or asked for.
         let far = last + AHEAD;
-        if far < s.chunks() && !s.is_backed(far) && !test_bit(&s.asked, far) {
+        if far < s.chunks && !s.is_backed(far) && !test_bit(&s.asked, far) {
             if let Some(tx) = &*self.ahead.lock() {
                 for c in last + 1..=far {
                     let (w, bit) = ((c / 64) as usize, 1u64 << (c % 64));

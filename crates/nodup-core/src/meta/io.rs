@@ -61,15 +61,19 @@ impl MetaIo {
     /// Read one little-endian u64.
     #[inline]
     pub fn read_u64(&self, t: &mut IoTally, off: u64) -> Result<u64> {
-        let mut b = [0u8; 8];
-        self.read(t, off, &mut b)?;
-        Ok(u64::from_le_bytes(b))
+        if !self.metered {
+            t.meta_read += 8;
+        }
+        self.medium.read_u64(off)
     }
 
     /// Write one little-endian u64 (not flushed).
     #[inline]
     pub fn write_u64(&self, t: &mut IoTally, off: u64, v: u64) -> Result<()> {
-        self.write(t, off, &v.to_le_bytes())
+        if !self.metered {
+            t.meta_written += 8;
+        }
+        self.medium.write_u64(off, v)
     }
 
     /// Write back the lines of `[off, off+len)`.
@@ -87,9 +91,12 @@ impl MetaIo {
     /// Read one 32-byte entry.
     #[inline]
     pub fn read_entry(&self, t: &mut IoTally, loc: u64) -> Result<super::record::DedupEntry> {
-        let mut b = [0u8; 32];
-        self.read(t, loc, &mut b)?;
-        Ok(super::record::DedupEntry::from_bytes(&b))
+        if !self.metered {
+            t.meta_read += 32;
+        }
+        Ok(super::record::DedupEntry::from_bytes(
+            &self.medium.read_32(loc)?,
+        ))
     }
 
     /// Write everything of a new entry but its block number (not flushed). The slot keeps the
