@@ -10,7 +10,8 @@
 #   encrypt    fio through the mount, plain vs encrypted images, light and selective, 1 MiB and
 #              4 KiB writes at 0 % and 75 % duplicates: throughput ratio and dedup ratios.
 # Usage: bench/selective.sh [SECTION...]   (SIZE=1G; QUICK=1 for a 128M smoke run)
-# Writes docs/results/selective/SECTION.md and docs/results/selective.md.
+# Writes docs/results/selective/SECTION.md and docs/results/selective.md (RESULTS=DIR: under DIR
+# instead; `make bench` puts its quick runs in docs/results/quick).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -27,7 +28,8 @@ SIZE=${SIZE:-1G}
 # The refresh section's fingerprint cache: small against the hot set, where keeping the first
 # half's hot entries costs the second half its duplicates.
 REFRESH_CACHE=${REFRESH_CACHE:-32K}
-OUTDIR=docs/results/selective
+RESULTS=${RESULTS:-docs/results}
+OUTDIR=$RESULTS/selective
 mkdir -p "$OUTDIR"
 W=$(mktemp -d /dev/shm/nodup-selective.XXXXXX)
 MNT=$W/mnt
@@ -231,5 +233,5 @@ done
   for s in skew refresh prefetch encrypt reading; do
     [[ -f $OUTDIR/$s.md ]] && cat "$OUTDIR/$s.md"
   done
-} >docs/results/selective.md
-echo "wrote docs/results/selective.md"
+} >"$RESULTS/selective.md"
+echo "wrote $RESULTS/selective.md"

@@ -16,7 +16,8 @@
 #              bytes written vs none, ratio vs light.
 #
 # Usage: bench/smart.sh [SECTION...]   (default: all; QUICK=1 shrinks the sizes; NODUP=binary)
-# Each section writes docs/results/smart/SECTION.md; docs/results/smart.md joins them.
+# Each section writes docs/results/smart/SECTION.md; docs/results/smart.md joins them (RESULTS=DIR
+# writes under DIR instead of docs/results: `make bench` puts its quick runs in docs/results/quick).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ -z ${NODUP:-} ]]; then
@@ -26,7 +27,8 @@ if [[ -z ${NODUP:-} ]]; then
 fi
 source bench/lib.sh
 QUICK=${QUICK:-0}
-OUTDIR=docs/results/smart
+RESULTS=${RESULTS:-docs/results}
+OUTDIR=$RESULTS/smart
 mkdir -p "$OUTDIR"
 W=$(mktemp -d /dev/shm/nodup-smart.XXXXXX)
 MNT=$W/mnt
@@ -346,5 +348,5 @@ done
   for s in budget eviction adaptive readcache filter replay ab reading; do
     [[ -f $OUTDIR/$s.md ]] && cat "$OUTDIR/$s.md"
   done
-} >docs/results/smart.md
-echo "wrote docs/results/smart.md"
+} >"$RESULTS/smart.md"
+echo "wrote $RESULTS/smart.md"

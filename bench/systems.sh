@@ -197,6 +197,8 @@ space_used() {
   elif [[ $1 == pass || $1 == bindfs ]]; then
     # Their backing directory, not the whole /dev/shm (which others may be using).
     du -sb "$SRC" | cut -f1
+  elif [[ $1 == tmpfs ]]; then
+    du -sb "$W/tmpfs" | cut -f1
   else
     df --output=used -B1 "$(dir "$1")" | tail -1 | tr -d ' '
   fi
