@@ -7,11 +7,14 @@ Usage: summary.py RESULTS_DIR
 """
 import csv
 import os
+import subprocess
 import statistics
 import sys
 from collections import defaultdict
 
 out_dir = sys.argv[1]
+tree = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                      text=True).stdout.strip() or "unknown"
 NODUP = ["none", "light", "strong", "weak-verify", "smart", "selective"]
 PEERS = ["zfs-off", "zfs", "zfs-4k", "ext4", "btrfs", "bindfs", "pass"]
 DEDUP_PEERS = ["zfs", "zfs-4k"]
@@ -34,7 +37,9 @@ out = ["# Results: nodup side by side", "",
        "experiments' tables in this directory; each figure links to its experiment. A ratio "
        "is nodup's figure over the best peer's in the same run (higher is better for speed, "
        "lower for space and memory). The acceptance tables of each issue are in the other "
-       "files here (`fs-ceiling.md`, `smart.md`, `selective.md`, `freewrite.md`, ...).", ""]
+       "files here (`fs-ceiling.md`, `smart.md`, `selective.md`, `freewrite.md`, ...). Each "
+       "experiment's page names the tree it ran at; this page was written at tree "
+       f"{tree}.", ""]
 
 sweep = load(f"{out_dir}/sweep/sweep.tsv")
 if sweep:

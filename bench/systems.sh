@@ -195,10 +195,12 @@ space_used() {
     sleep 6
     zpool list -H -o allocated "$ZPOOL" | numfmt --from=iec
   elif [[ $1 == pass || $1 == bindfs ]]; then
-    # Their backing directory, not the whole /dev/shm (which others may be using).
-    du -sb "$SRC" | cut -f1
+    # Their backing directory, not the whole /dev/shm (which others may be using): the bytes
+    # allocated (as df counts for the others), not the apparent size, which a sparse file
+    # (a replayed trace's device image) inflates.
+    du -s -B1 "$SRC" | cut -f1
   elif [[ $1 == tmpfs ]]; then
-    du -sb "$W/tmpfs" | cut -f1
+    du -s -B1 "$W/tmpfs" | cut -f1
   else
     df --output=used -B1 "$(dir "$1")" | tail -1 | tr -d ' '
   fi
