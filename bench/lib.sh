@@ -59,6 +59,10 @@ zfs_fuse_stop() {
   rm -f "$1" /etc/zfs/zpool.cache /var/lib/zfs/zpool.cache
 }
 
+# fio_mibs_of RW: the aggregate MiB/s of direction RW (read or write) in fio's JSON output on
+# stdin (group reporting: the first job is the group).
+fio_mibs_of() { python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["jobs"][0][sys.argv[1]]["bw"] / 1024))' "$1"; }
+
 # machine_line: "N cores (CPU), M GiB RAM, kernel K", for the reports' headers.
 machine_line() {
   echo "$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/^Mem/ {print $2}') GiB RAM, kernel $(uname -r)"

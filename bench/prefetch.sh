@@ -43,7 +43,7 @@ fio_pass() {
   $EXCL fio --name=w --directory="$1" --ioengine=sync --rw=write --bs=1m --size="${SIZE_MIB}M" \
     --numjobs="$2" --randseed=7 --refill_buffers --scramble_buffers=0 --end_fsync=1 --fallocate=none --group_reporting \
     --output-format=json 2>/dev/null |
-    python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["jobs"][0]["write"]["bw"] / 1024))'
+    fio_mibs_of write
 }
 
 IMG_SIZE=$((SIZE_MIB * 4 * 2 + 1024))M

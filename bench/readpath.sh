@@ -52,7 +52,7 @@ one() {
   r0=$(nodup_stat "s['media_bytes_read']")
   bw=$($EXCL fio --name=w --directory="$MNT" --ioengine=sync --rw=read --bs=1m --size="${FILE_MIB}M" \
     --numjobs="$files" --group_reporting --output-format=json 2>/dev/null |
-    python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["jobs"][0]["read"]["bw"] / 1024))')
+    fio_mibs_of read)
   r1=$(nodup_stat "s['media_bytes_read']")
   "$NODUP" umount "$MNT" >/dev/null
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$case" "$policy" "$dup" "$files" "$bw" "$(((r1 - r0) >> 20))" "$ratio" >>"$tsv"

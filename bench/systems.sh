@@ -59,7 +59,9 @@ systems_available() {
   done
 }
 
-is_nodup() { [[ " $NODUP_POLICIES " == *" $1 "* ]]; }
+# light-populated: a light image mounted with --populate (pre-faulted at mount, as real pmem
+# needs no allocation at first write).
+is_nodup() { [[ " $NODUP_POLICIES light-populated " == *" $1 "* ]]; }
 is_zfs() { [[ $1 == zfs || $1 == zfs-off || $1 == zfs-4k ]]; }
 
 wait_mounted() {
@@ -87,7 +89,8 @@ stop_fuseref() {
   wait "$FPID"
   FPID=
 }
-nodup_mount() { "$NODUP" mount "$IMG" "$MNT" --writeback-cache="$([[ $1 == 1 ]] && echo true || echo false)" >/dev/null; }
+# nodup_mount WB [ARGS...]: mount $IMG at $MNT, writeback cache on when WB is 1.
+nodup_mount() { "$NODUP" mount "$IMG" "$MNT" --writeback-cache="$([[ $1 == 1 ]] && echo true || echo false)" "${@:2}" >/dev/null; }
 
 # up SYSTEM WB: a fresh, empty SYSTEM, writeback cache on when WB is 1 (FUSE systems that have
 # the switch); `dir SYSTEM` is where it is.
@@ -109,6 +112,11 @@ up() {
       ;;
     bindfs) rm -rf "$SRC" && mkdir -p "$SRC" && bindfs "$SRC" "$MNT" ;;
     tmpfs) rm -rf "$W/tmpfs" && mkdir -p "$W/tmpfs" ;;
+    light-populated)
+      rm -f "$IMG"
+      "$NODUP" mkfs "$IMG" --size "$IMG_SIZE" --policy light >/dev/null
+      nodup_mount "$2" --populate
+      ;;
     *)
       is_nodup "$1" || { echo "unknown system $1" >&2; return 1; }
       rm -f "$IMG"
@@ -170,7 +178,7 @@ fio_mibs() {
   [[ $6 == shared ]] && where=(--filename="$1/shared" --offset_increment="${3}M")
   $EXCL fio --name=w "${where[@]}" --ioengine=sync --rw=write --bs="$2" --size="${3}M" --numjobs="$4" \
     --end_fsync=1 --fallocate=none --dedupe_percentage="$5" --group_reporting --output-format=json 2>/dev/null |
-    python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["jobs"][0]["write"]["bw"] / 1024))'
+    fio_mibs_of write
 }
 FIO_CMD='fio --name=w --directory=MNT --ioengine=sync --rw=write --bs=BS --size=PER_JOB --numjobs=JOBS --end_fsync=1 --fallocate=none --dedupe_percentage=DUP --group_reporting'
 

@@ -635,3 +635,44 @@ fn list_shows_the_mount_and_the_daemon_logs() {
     f.write_all(b"").unwrap();
     fs::remove_file(fx.mnt.join(".keep")).unwrap();
 }
+
+/// `--populate` pre-faults the whole pmem image at mount (every page allocated before the
+/// first write), keeps what is written across a remount without it, and is refused with one
+/// line for a blockfile image.
+#[test]
+fn populate_makes_the_whole_image_resident_at_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let allocated = |p: &Path| fs::metadata(p).unwrap().blocks() * 512;
+    let fx = Fixture::new("populate", "64M", &[]);
+    let size = fs::metadata(&fx.img).unwrap().len();
+    fx.mount(&[]);
+    let plain = allocated(&fx.img);
+    fx.umount();
+    assert!(
+        plain < size / 2,
+        "a fresh image is sparse: {plain} of {size}"
+    );
+    fx.mount(&["--populate"]);
+    let populated = allocated(&fx.img);
+    assert!(populated >= size, "populated: {populated} of {size}");
+    let data: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    fs::write(fx.path("a"), &data).unwrap();
+    fs::write(fx.path("b"), &data).unwrap();
+    fx.umount_clean("after a populated mount");
+    fx.mount(&[]);
+    assert_eq!(fs::read(fx.path("a")).unwrap(), data);
+    assert_eq!(fs::read(fx.path("b")).unwrap(), data);
+    fx.umount();
+    let bf = Fixture::new("populate-bf", "32M", &["--medium", "blockfile"]);
+    let e = fail(&nodup(&[
+        "mount",
+        bf.img.to_str().unwrap(),
+        bf.mnt.to_str().unwrap(),
+        "--populate",
+    ]));
+    one_line(&e, "pmem images");
+}
