@@ -19,8 +19,7 @@
 #   RUNS=5 SIZE=512M (bytes per fio cell; 4 KiB writes without the writeback cache write a
 #   quarter of it); QUICK=1: a smoke run (64M, one round, 20 000 files, /usr/share/doc as tree).
 #   NODUP=<binary> FUSEREF=<binary> skip the build. A focused fio run: FIO_BS="1m" FIO_WB="0"
-#   FIO_JOBS="1" (defaults "1m 4k", "0 1", "1 2"), written under FIO_NAME (default fio);
-#   FIO_POPULATED=1 adds light on an image pre-faulted at mount (`nodup mount --populate`).
+#   FIO_JOBS="1" (defaults "1m 4k", "0 1", "1 2"), written under FIO_NAME (default fio).
 # Writes docs/results/fs-ceiling/SECTION.md and SECTION.tsv (every run) and assembles
 # docs/results/fs-ceiling.md; progress goes to stderr.
 set -euo pipefail
@@ -61,7 +60,6 @@ fio_section() {
         for jobs in ${FIO_JOBS:-1 2}; do
           for dup in 0 75; do
             local systems=(null pass light none)
-            [[ ${FIO_POPULATED:-0} == 1 ]] && systems+=(light-populated)
             [[ $ZFS_OK == 1 && $jobs == 1 && $wb == 0 ]] && systems+=(zfs)
             for sys in $(rotate "$r" "${systems[@]}"); do
               up "$sys" "$wb"

@@ -90,21 +90,6 @@ def fio(tsv, cmd, bdi):
                    f"{f(m['zfs'])} | **{r3(runs.ratio(c, 'light', c, 'null'))}** | "
                    f"{r3(runs.ratio(c, 'none', c, 'null'))} | {r3(runs.ratio(c, 'pass', c, 'null'))} | "
                    f"{r3(runs.ratio(c, 'light', c, 'zfs'))} | {r3(dd)} |")
-    if any(runs.med(c, "light-populated") for c in cells):
-        out += ["", "light on an image pre-faulted at mount (`nodup mount --populate`: the page "
-                "allocation and zeroing that tmpfs does at the first write of each page happen "
-                "at mount, as on real pmem, which needs none), in the same rounds:", "",
-                "| bs | dups | writeback cache | jobs | light populated | / null | / light | / zfs-fuse |",
-                "|---|---:|---|---:|---:|---:|---:|---:|"]
-        for c in cells:
-            lp = runs.med(c, "light-populated")
-            if lp is None:
-                continue
-            bs, dup, wb, jobs = c
-            out.append(f"| {bs} | {dup} % | {'on' if wb else 'off'} | {jobs} | {f(lp)} | "
-                       f"**{r3(runs.ratio(c, 'light-populated', c, 'null'))}** | "
-                       f"{r3(runs.ratio(c, 'light-populated', c, 'light'))} | "
-                       f"{r3(runs.ratio(c, 'light-populated', c, 'zfs'))} |")
     one, two = ("1m", 75, 0, 1), ("1m", 75, 0, 2)
     checks = [
         ("light, 1 MiB, 75 %, one job ≥ 0.9 × null", runs.ratio(one, "light", one, "null"), 0.9),

@@ -59,9 +59,7 @@ systems_available() {
   done
 }
 
-# light-populated: a light image mounted with --populate (pre-faulted at mount, as real pmem
-# needs no allocation at first write).
-is_nodup() { [[ " $NODUP_POLICIES light-populated " == *" $1 "* ]]; }
+is_nodup() { [[ " $NODUP_POLICIES " == *" $1 "* ]]; }
 is_zfs() { [[ $1 == zfs || $1 == zfs-off || $1 == zfs-4k ]]; }
 
 wait_mounted() {
@@ -89,8 +87,7 @@ stop_fuseref() {
   wait "$FPID"
   FPID=
 }
-# nodup_mount WB [ARGS...]: mount $IMG at $MNT, writeback cache on when WB is 1.
-nodup_mount() { "$NODUP" mount "$IMG" "$MNT" --writeback-cache="$([[ $1 == 1 ]] && echo true || echo false)" "${@:2}" >/dev/null; }
+nodup_mount() { "$NODUP" mount "$IMG" "$MNT" --writeback-cache="$([[ $1 == 1 ]] && echo true || echo false)" >/dev/null; }
 
 # up SYSTEM WB: a fresh, empty SYSTEM, writeback cache on when WB is 1 (FUSE systems that have
 # the switch); `dir SYSTEM` is where it is.
@@ -112,11 +109,6 @@ up() {
       ;;
     bindfs) rm -rf "$SRC" && mkdir -p "$SRC" && bindfs "$SRC" "$MNT" ;;
     tmpfs) rm -rf "$W/tmpfs" && mkdir -p "$W/tmpfs" ;;
-    light-populated)
-      rm -f "$IMG"
-      "$NODUP" mkfs "$IMG" --size "$IMG_SIZE" --policy light >/dev/null
-      nodup_mount "$2" --populate
-      ;;
     *)
       is_nodup "$1" || { echo "unknown system $1" >&2; return 1; }
       rm -f "$IMG"

@@ -3,7 +3,7 @@
 
 use crate::error::{FsError, Result};
 use crate::superblock::{self, MediumKind};
-use nodup_core::media::{BlockFile, BlockFileOptions, Medium, Pmem, PmemOptions};
+use nodup_core::media::{BlockFile, BlockFileOptions, Medium, Pmem};
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
@@ -74,32 +74,9 @@ pub fn open(path: &Path) -> Result<(Arc<dyn Medium>, MediumKind)> {
 /// [`open`], read-only when `read_only` (the file is opened without write access and every
 /// store is refused), for checks that must leave the image byte-identical.
 pub fn open_with(path: &Path, read_only: bool) -> Result<(Arc<dyn Medium>, MediumKind)> {
-    open_opts(path, read_only, false)
-}
-
-/// [`open_with`], and with `populate` the whole mapping of a pmem image is pre-faulted at open
-/// (thick provisioning, see [`PmemOptions::populate`]); refused for other media, which are not
-/// mapped.
-pub fn open_opts(
-    path: &Path,
-    read_only: bool,
-    populate: bool,
-) -> Result<(Arc<dyn Medium>, MediumKind)> {
     let (sb, _, _) = superblock::probe_file(path)?;
     let kind = sb.medium_kind();
-    if populate && (kind != MediumKind::Pmem || read_only) {
-        return Err(FsError::Engine(nodup_core::Error::Invalid(
-            "--populate applies to pmem images opened for writing only".into(),
-        )));
-    }
     let m: Arc<dyn Medium> = match (kind, read_only) {
-        (MediumKind::Pmem, false) if populate => Arc::new(Pmem::open_with(
-            path,
-            PmemOptions {
-                populate: true,
-                ..PmemOptions::default()
-            },
-        )?),
         (MediumKind::Pmem, false) => Arc::new(Pmem::open(path)?),
         (MediumKind::Pmem, true) => Arc::new(Pmem::open_read_only(path)?),
         (MediumKind::BlockFile, ro) => Arc::new(BlockFile::open(

@@ -79,15 +79,13 @@ fn defaults(image: PathBuf, mountpoint: PathBuf) -> MountArgs {
         split_writes: 0,
         atime: "relatime".into(),
         nonempty: false,
-        populate: false,
         log_file: None,
         ready_fd: None,
     }
 }
 
 /// What `-o` accepts (the error for an unknown option lists it).
-const KNOWN: &str =
-    "prefetch=, threads=, split_writes=, writeback_cache, nonempty, populate, log_file=, \
+const KNOWN: &str = "prefetch=, threads=, split_writes=, writeback_cache, nonempty, log_file=, \
     mem_budget=, encrypt_key_file=, fp_cache=, prefetch_cache=, refresh_ms=, refresh_ops=, \
     eviction=, selectivity=, min_run=, read_cache=, worker_rate=, relatime, strictatime, noatime";
 
@@ -120,7 +118,6 @@ fn parse_options(m: &mut MountArgs, opts: &[String], sloppy: bool) -> Result<()>
             ("writeback_cache", None) => m.writeback_cache = Some(true),
             ("writeback_cache", Some(v)) => m.writeback_cache = Some(boolean(k, v)?),
             ("nonempty", None) => m.nonempty = true,
-            ("populate", None) => m.populate = true,
             ("relatime" | "atime", None) => m.atime = "relatime".into(),
             ("strictatime" | "noatime", None) => m.atime = key.clone(),
             ("log_file", Some(v)) => m.log_file = Some(v.into()),
@@ -178,7 +175,7 @@ mod tests {
         let m = parse(
             "rw,noatime,mem_budget=3M,eviction=lru,selectivity=adaptive,min-run=2,\
              read_cache=off,worker_rate=0,fp_cache=64K,prefetch-cache=0,refresh_ms=500,\
-             refresh_ops=1000,split_writes=2,writeback_cache,populate,x-systemd.automount",
+             refresh_ops=1000,split_writes=2,writeback_cache,x-systemd.automount",
             false,
         )
         .unwrap();
@@ -195,7 +192,6 @@ mod tests {
         assert_eq!(m.selective.refresh_ops, Some(1000));
         assert_eq!(m.split_writes, 2);
         assert_eq!(m.writeback_cache, Some(true));
-        assert!(m.populate);
     }
 
     #[test]

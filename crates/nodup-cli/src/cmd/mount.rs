@@ -59,12 +59,6 @@ pub struct MountArgs {
     /// per core, 1 = never split); requests under 256 KiB are never split.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=8))]
     pub split_writes: u16,
-    /// Pre-fault the whole image at mount (pmem images; thick provisioning): the page
-    /// allocation and zeroing that a fresh image in tmpfs or on a file system pays at the
-    /// first write of each page happen once here instead, as on real persistent memory. The
-    /// whole image is then resident: on tmpfs it takes the image's size in RAM at once.
-    #[arg(long)]
-    pub populate: bool,
     /// Mount even over a directory that is not empty or is already a mount point (what is
     /// there stays hidden until unmount).
     #[arg(long)]
@@ -365,9 +359,6 @@ fn spawn_daemon(a: &MountArgs) -> Result<()> {
     if let Some(w) = a.writeback_cache {
         cmd.arg(format!("--writeback-cache={w}"));
     }
-    if a.populate {
-        cmd.arg("--populate");
-    }
     if let Some(b) = &a.mem_budget {
         cmd.arg(format!("--mem-budget={b}"));
     }
@@ -463,8 +454,7 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
     let img = a.image.display();
     let _lock =
         ImageLock::try_lock(&a.image).map_err(|_| anyhow!("{img}: image is already mounted"))?;
-    let (medium, kind) =
-        image::open_opts(&a.image, false, a.populate).map_err(|e| anyhow!("{img}: {e}"))?;
+    let (medium, kind) = image::open(&a.image).map_err(|e| anyhow!("{img}: {e}"))?;
     let opts = FsOptions {
         open: open_options(a)?,
         image_path: Some(a.image.clone()),
