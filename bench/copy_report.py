@@ -3,6 +3,7 @@
 Usage: copy_report.py TSV WHAT TREE_BYTES VERSIONS MACHINE TREE OUTDIR NAME
 """
 import csv
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -67,6 +68,20 @@ for s in systems:
                f"{fmt(u2, '%.0f')} | {fmt(saved, '%.3f')} | {fmt(med(s, 'daemon_rss_mib'))} | "
                f"{fmt(med(s, 'daemon_anon_mib'))} | "
                f"{extra.get(s, '')} |")
+
+# Memory at scale: each daemon's own memory after both copies, per file it serves and per GiB
+# of unique data (one tree: the second copy adds no unique data).
+m = re.search(r"(\d+) files", what)
+files = int(m.group(1)) if m else None
+mem_rows = [s for s in systems if med(s, "daemon_anon_mib") is not None]
+if mem_rows:
+    out += ["", "Memory at scale (daemon anonymous memory after both copies):", "",
+            "| system | anonymous MiB | KiB per file held | MiB per GiB of unique data |",
+            "|---|---:|---:|---:|"]
+    for s in mem_rows:
+        a = med(s, "daemon_anon_mib")
+        out.append(f"| {s} | {a:.1f} | {fmt(a * 1024 / (2 * files) if files else None, '%.2f')} | "
+                   f"{a / (tree_mib / 1024):.1f} |")
 
 checks = []
 if "light" in rows and "zfs" in rows:
