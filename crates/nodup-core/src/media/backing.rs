@@ -143,7 +143,7 @@ impl Backing {
     /// file system holding the image) when that fails.
     ///
     /// Every store of the write path comes here (several per block), so the usual case — one
-    /// chunk, backed, and the farthest chunk wanted ahead backed or asked for — is three loads
+    /// chunk, backed, and the farthest chunk wanted ahead backed or asked for — is a few loads
     /// inlined into the caller; the rest is out of line.
     #[inline]
     pub(super) fn ensure(&self, off: u64, len: u64) -> Result<()> {
