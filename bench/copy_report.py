@@ -104,6 +104,8 @@ if "light" in rows and "zfs" in rows:
     for target, a, b, ok in checks:
         out.append(f"| {target} | {fmt(a, '%.3f')} | {fmt(b, '%.3f')} | {'met' if ok else '**missed**'} |")
 out += ["", f"Every run: `copy/{name}.tsv`.", "", f"![copy](copy/{name}.png)", ""]
+if mem_rows:
+    out += [f"![daemon memory per GiB of unique data](copy/{name}-memory.png)", ""]
 if name == "copy":
     out += reading(f"{outdir}/copy")
 open(f"{outdir}/{name}.md", "w").write("\n".join(out))
@@ -133,3 +135,17 @@ fig.suptitle(f"cp -a of {what.split(',')[0]} twice")
 fig.tight_layout()
 fig.savefig(f"{outdir}/copy/{name}.png", dpi=110)
 plt.close(fig)
+
+if mem_rows:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    per_gib = [med(s, "daemon_anon_mib") / (tree_mib / 1024) for s in mem_rows]
+    ax.bar(range(len(mem_rows)), per_gib, color=["#d62728" if s == "light" else "#7f7f7f" for s in mem_rows])
+    ax.set_xticks(range(len(mem_rows)))
+    ax.set_xticklabels([LABEL[s] for s in mem_rows], rotation=40, ha="right", fontsize=8)
+    ax.set_ylabel("MiB per GiB of unique data")
+    ax.set_title(f"daemon anonymous memory after copying {what.split(',')[0]} twice\n"
+                 "(lower is better)", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(f"{outdir}/copy/{name}-memory.png", dpi=100)
+    plt.close(fig)
