@@ -6,7 +6,9 @@
 # spread: a third binary CONTROL (a byte copy of A) is run in the same rounds, and its A'/A
 # column is that spread, measured in the same minutes.
 # Usage: bench/engine-ab.sh OLD_BINARY NEW_BINARY [CONTROL_BINARY]
-#        (ROUNDS=9 SIZE=1GiB POLICIES=light,none,weak-verify DUPS=0,75,100)
+#        (ROUNDS=9 SIZE=1GiB POLICIES=light,none,weak-verify DUPS=0,75,100; METRIC=cpu compares
+#        MiB per second of the writing thread's CPU time instead of wall-clock time, which
+#        leaves out time the thread was not running)
 set -euo pipefail
 A=${1:?old binary}
 B=${2:?new binary}
@@ -28,15 +30,16 @@ for r in $(seq 1 "$ROUNDS"); do
       --no-variants --json >"$W/$side-$r.json"
   done
 done
-python3 - "$W" "$ROUNDS" "${sides[*]}" <<'PY'
+python3 - "$W" "$ROUNDS" "${sides[*]}" "${METRIC:-wall}" <<'PY'
 import json, statistics, sys
 w, rounds, sides = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+field = "mib_per_s_cpu" if sys.argv[4] == "cpu" else "mib_per_s"
 pts = {}
 for side in sides:
     for r in range(1, rounds + 1):
         for x in json.load(open(f"{w}/{side}-{r}.json"))["runs"]:
             key = (x["policy"], x["dup_percent"], x["pass"])
-            pts.setdefault(key, {}).setdefault(side, []).append(x["mib_per_s"])
+            pts.setdefault(key, {}).setdefault(side, []).append(x[field])
 ctl = "C" in sides
 print("| policy | dup % | pass | A MiB/s | B MiB/s | B/A |" + (" A'/A (control) |" if ctl else ""))
 print("|---|---:|---:|---:|---:|---:|" + ("---:|" if ctl else ""))
