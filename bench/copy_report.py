@@ -74,6 +74,7 @@ for s in systems:
 m = re.search(r"(\d+) files", what)
 files = int(m.group(1)) if m else None
 mem_rows = [s for s in systems if med(s, "daemon_anon_mib") is not None]
+per_gib = {s: med(s, "daemon_anon_mib") / (tree_mib / 1024) for s in mem_rows}
 if mem_rows:
     out += ["", "Memory at scale (daemon anonymous memory after both copies):", "",
             "| system | anonymous MiB | KiB per file held | MiB per GiB of unique data |",
@@ -81,7 +82,7 @@ if mem_rows:
     for s in mem_rows:
         a = med(s, "daemon_anon_mib")
         out.append(f"| {s} | {a:.1f} | {fmt(a * 1024 / (2 * files) if files else None, '%.2f')} | "
-                   f"{a / (tree_mib / 1024):.1f} |")
+                   f"{per_gib[s]:.1f} |")
 
 checks = []
 if "light" in rows and "zfs" in rows:
@@ -138,8 +139,7 @@ plt.close(fig)
 
 if mem_rows:
     fig, ax = plt.subplots(figsize=(7, 4))
-    per_gib = [med(s, "daemon_anon_mib") / (tree_mib / 1024) for s in mem_rows]
-    ax.bar(range(len(mem_rows)), per_gib, color=["#d62728" if s == "light" else "#7f7f7f" for s in mem_rows])
+    ax.bar(range(len(mem_rows)), [per_gib[s] for s in mem_rows], color=["#d62728" if s == "light" else "#7f7f7f" for s in mem_rows])
     ax.set_xticks(range(len(mem_rows)))
     ax.set_xticklabels([LABEL[s] for s in mem_rows], rotation=40, ha="right", fontsize=8)
     ax.set_ylabel("MiB per GiB of unique data")

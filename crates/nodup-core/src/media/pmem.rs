@@ -273,14 +273,48 @@ impl Pmem {
         }
     }
 
-    /// The `N` bytes at `off`, copied with a constant length (loads, not a copy call).
+    /// Copy the bytes at `off` into `buf` (every read of this medium; inlined, so a constant
+    /// length becomes loads rather than a copy call).
+    #[inline]
+    fn load(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        let r = check_range(off, buf.len(), self.len)?;
+        // SAFETY: `r` is inside the mapping (checked); `buf` is a distinct Rust allocation.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.map.as_ptr().add(r.start),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// The `N` bytes at `off`, copied with a constant length.
     #[inline]
     fn read_array<const N: usize>(&self, off: u64) -> Result<[u8; N]> {
-        let r = check_range(off, N, self.len)?;
         let mut b = [0u8; N];
-        // SAFETY: as in `read`: `r` is inside the mapping (checked), `b` a distinct local.
-        unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr().add(r.start), b.as_mut_ptr(), N) };
+        self.load(off, &mut b)?;
         Ok(b)
+    }
+
+    /// Where `len` bytes at `off` may be stored: the range checked against the image and its
+    /// backing store ensured, which every store of this medium needs first.
+    #[inline]
+    fn store_dst(&self, off: u64, len: usize) -> Result<*mut u8> {
+        let r = check_range(off, len, self.len)?;
+        self.ensure_backed(off, len as u64)?;
+        Ok(self.map.as_mut_ptr().wrapping_add(r.start))
+    }
+
+    /// Copy `data` into the image at `off` (every plain store of this medium; inlined, so a
+    /// constant length becomes stores rather than a copy call).
+    #[inline]
+    fn store(&self, off: u64, data: &[u8]) -> Result<()> {
+        let dst = self.store_dst(off, data.len())?;
+        // SAFETY: see the module doc: `dst` is checked and backed for `data.len()` bytes
+        // (`store_dst`), raw-pointer copy, no `&mut` to the mapping.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        Ok(())
     }
 
     /// Streaming stores can replace store + flush at `[off, off+len)`: x86_64, a mapping whose
@@ -333,16 +367,7 @@ impl Medium for Pmem {
     }
 
     fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
-        let r = check_range(off, buf.len(), self.len)?;
-        // SAFETY: `r` is inside the mapping (checked); `buf` is a distinct Rust allocation.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.map.as_ptr().add(r.start),
-                buf.as_mut_ptr(),
-                buf.len(),
-            );
-        }
-        Ok(())
+        self.load(off, buf)
     }
 
     fn read_u64(&self, off: u64) -> Result<u64> {
@@ -350,17 +375,8 @@ impl Medium for Pmem {
     }
 
     fn write_u64(&self, off: u64, v: u64) -> Result<()> {
-        let r = check_range(off, 8, self.len)?;
-        self.ensure_backed(off, 8)?;
-        // SAFETY: as in `write`; a constant length, so one store rather than a copy call.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                v.to_le_bytes().as_ptr(),
-                self.map.as_mut_ptr().add(r.start),
-                8,
-            );
-        }
-        Ok(())
+        // `store` is inlined: the length is the constant 8, so one store, not a copy call.
+        self.store(off, &v.to_le_bytes())
     }
 
     fn read_32(&self, off: u64) -> Result<[u8; 32]> {
@@ -368,17 +384,7 @@ impl Medium for Pmem {
     }
 
     fn write(&self, off: u64, data: &[u8]) -> Result<()> {
-        let r = check_range(off, data.len(), self.len)?;
-        self.ensure_backed(off, data.len() as u64)?;
-        // SAFETY: see the module doc: bounds checked, raw-pointer copy, no `&mut` to the mapping.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.map.as_mut_ptr().add(r.start),
-                data.len(),
-            );
-        }
-        Ok(())
+        self.store(off, data)
     }
 
     fn flush(&self, off: u64, len: u64) {
@@ -442,23 +448,16 @@ impl Medium for Pmem {
     }
 
     fn write_stream(&self, off: u64, data: &[u8]) -> Result<()> {
-        let r = check_range(off, data.len(), self.len)?;
-        self.ensure_backed(off, data.len() as u64)?;
         #[cfg(target_arch = "x86_64")]
         if self.streams(off, data.len()) {
-            // SAFETY: bounds checked; 16-byte aligned destination and length (`streams`);
-            // raw-pointer stores as in `write` (module doc).
-            unsafe { super::stream_copy(data, self.map.as_mut_ptr().add(r.start)) };
+            let dst = self.store_dst(off, data.len())?;
+            // SAFETY: `dst` is checked and backed for `data.len()` bytes (`store_dst`); 16-byte
+            // aligned destination and length (`streams`); raw-pointer stores as in `write`
+            // (module doc).
+            unsafe { super::stream_copy(data, dst) };
             return Ok(());
         }
-        // SAFETY: as in `write` (bounds checked above, backing ensured).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.map.as_mut_ptr().add(r.start),
-                data.len(),
-            );
-        }
+        self.store(off, data)?;
         self.flush(off, data.len() as u64);
         Ok(())
     }

@@ -40,39 +40,47 @@ impl MetaIo {
         &self.medium
     }
 
+    /// Count `n` metadata bytes read (unless the meter counts them itself).
+    #[inline]
+    fn count_read(&self, t: &mut IoTally, n: usize) {
+        if !self.metered {
+            t.meta_read += n as u64;
+        }
+    }
+
+    /// Count `n` metadata bytes written (unless the meter counts them itself).
+    #[inline]
+    fn count_written(&self, t: &mut IoTally, n: usize) {
+        if !self.metered {
+            t.meta_written += n as u64;
+        }
+    }
+
     /// Read `buf.len()` bytes at `off`.
     #[inline]
     pub fn read(&self, t: &mut IoTally, off: u64, buf: &mut [u8]) -> Result<()> {
-        if !self.metered {
-            t.meta_read += buf.len() as u64;
-        }
+        self.count_read(t, buf.len());
         self.medium.read(off, buf)
     }
 
     /// Write `data` at `off` (not flushed).
     #[inline]
     pub fn write(&self, t: &mut IoTally, off: u64, data: &[u8]) -> Result<()> {
-        if !self.metered {
-            t.meta_written += data.len() as u64;
-        }
+        self.count_written(t, data.len());
         self.medium.write(off, data)
     }
 
     /// Read one little-endian u64.
     #[inline]
     pub fn read_u64(&self, t: &mut IoTally, off: u64) -> Result<u64> {
-        if !self.metered {
-            t.meta_read += 8;
-        }
+        self.count_read(t, 8);
         self.medium.read_u64(off)
     }
 
     /// Write one little-endian u64 (not flushed).
     #[inline]
     pub fn write_u64(&self, t: &mut IoTally, off: u64, v: u64) -> Result<()> {
-        if !self.metered {
-            t.meta_written += 8;
-        }
+        self.count_written(t, 8);
         self.medium.write_u64(off, v)
     }
 
@@ -91,9 +99,7 @@ impl MetaIo {
     /// Read one 32-byte entry.
     #[inline]
     pub fn read_entry(&self, t: &mut IoTally, loc: u64) -> Result<super::record::DedupEntry> {
-        if !self.metered {
-            t.meta_read += 32;
-        }
+        self.count_read(t, 32);
         Ok(super::record::DedupEntry::from_bytes(
             &self.medium.read_32(loc)?,
         ))
