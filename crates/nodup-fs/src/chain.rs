@@ -72,6 +72,8 @@ pub struct ChainWriter {
     pos: usize,
     /// Payload bytes appended through this writer (or since [`ChainWriter::resume`]).
     bytes: u64,
+    /// Flush every store as it is made (off: the caller flushes the blocks before its fence).
+    flush: bool,
 }
 
 impl ChainWriter {
@@ -88,7 +90,16 @@ impl ChainWriter {
             blocks: vec![first],
             pos: 0,
             bytes: 0,
+            flush: true,
         })
+    }
+
+    /// Leave the flushing of appended bytes to the caller, who flushes every block of
+    /// [`ChainWriter::blocks`] before the fence that makes the chain durable (a checkpoint's cut
+    /// writes its segments while operations wait, and flushing there would lengthen the wait).
+    pub fn defer_flush(mut self) -> Self {
+        self.flush = false;
+        self
     }
 
     /// Continue a chain read back by [`ChainReader`]: `blocks` are consecutive chain blocks
@@ -109,6 +120,7 @@ impl ChainWriter {
             blocks,
             pos: pos.min(PAYLOAD),
             bytes: 0,
+            flush: true,
         }
     }
 
@@ -186,7 +198,9 @@ impl ChainWriter {
             let last = *self.blocks.last().unwrap_or(&0);
             let at = boff(last) + (off::PAYLOAD + self.pos) as u64;
             m.write(at, &rest[..take])?;
-            m.flush(at, take as u64);
+            if self.flush {
+                m.flush(at, take as u64);
+            }
             self.pos += take;
             self.bytes += take as u64;
             rest = &rest[take..];

@@ -160,8 +160,6 @@ pub struct FileSystem {
     pub(crate) ckpt_stats: Mutex<CkptStats>,
     /// Blocks a server-side copy shared instead of writing.
     pub(crate) copy_shared: AtomicU64,
-    /// Segment buffers kept between checkpoints (see `checkpoint::build::BUF_POOL`).
-    pub(crate) seg_bufs: Mutex<Vec<Vec<u8>>>,
     /// Working vectors of the cut, kept between checkpoints.
     pub(crate) cut_scratch: Mutex<crate::checkpoint::CutScratch>,
     /// Released blocks waiting for the next sync before they go back (blockfile images).
@@ -224,7 +222,6 @@ impl FileSystem {
             ckpt_lock: Mutex::new(()),
             ckpt_stats: Mutex::new(CkptStats::default()),
             copy_shared: AtomicU64::new(0),
-            seg_bufs: Mutex::new(Vec::new()),
             cut_scratch: Mutex::new(Default::default()),
             pending: Mutex::new(Vec::new()),
             ctxs: Mutex::new(Vec::new()),

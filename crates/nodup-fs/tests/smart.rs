@@ -8,6 +8,7 @@ mod common;
 use common::{block, create};
 
 use nodup_core::media::MemMedium;
+use nodup_core::meta::MetaLayoutKind;
 use nodup_core::policy::smart::SmartOptions;
 use nodup_core::policy::{PolicyKind, PolicyOptions};
 use nodup_core::{FormatOptions, OpenOptions, BLOCK_SIZE};
@@ -37,6 +38,7 @@ fn format(m: &Arc<MemMedium>, o: &FsOptions) -> FileSystem {
     let fo = FormatOptions {
         policy: PolicyKind::Smart,
         mem_budget: 64 << 10,
+        meta_layout: MetaLayoutKind::default_for(PolicyKind::Smart),
         ..Default::default()
     };
     FileSystem::format(m.clone(), MediumKind::Pmem, &fo, o, Caller::default()).unwrap()

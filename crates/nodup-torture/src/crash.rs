@@ -187,6 +187,12 @@ fn record(seed: u64, cfg: &CrashConfig, ops: Option<&[Op]>) -> Result<Recorded, 
             PolicyKind::Light
         },
         mem_budget: if smart { 16 << 10 } else { 0 },
+        // Each policy on the layout mkfs gives it (smart: the hash table).
+        meta_layout: nodup_core::meta::MetaLayoutKind::default_for(if smart {
+            PolicyKind::Smart
+        } else {
+            PolicyKind::Light
+        }),
         // Every fifth workload on an encrypted image (all policies in turn): the encrypting
         // media must keep the persistence model byte for byte.
         encrypt: (seed % 5 == 2).then(|| nodup_core::KeyFile(crate::verify::TEST_KEY.to_vec())),

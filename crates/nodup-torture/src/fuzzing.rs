@@ -288,6 +288,7 @@ fn build_smart_base() -> BaseImage {
     let mem = Arc::new(MemMedium::new(SMART_BASE_BYTES));
     let fo = FormatOptions {
         policy: PolicyKind::Smart,
+        meta_layout: nodup_core::meta::MetaLayoutKind::default_for(PolicyKind::Smart),
         mem_budget: 16 << 10,
         ..FormatOptions::default()
     };

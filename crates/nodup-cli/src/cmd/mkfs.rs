@@ -51,9 +51,10 @@ pub struct MkfsArgs {
     /// selective, else xxh3; selective takes only ecc or crc32c).
     #[arg(long, value_parser = ["xxh3", "crc32c", "ecc", "sha256", "blake3"])]
     pub fingerprint: Option<String>,
-    /// On-media dedup metadata layout.
-    #[arg(long, default_value = "region", value_parser = ["region", "entry", "hashtable"])]
-    pub meta_layout: String,
+    /// On-media dedup metadata layout (default: hashtable for smart, whose DRAM must not grow
+    /// with unique data, as the region layout's per-region counters do; else region).
+    #[arg(long, value_parser = ["region", "entry", "hashtable"])]
+    pub meta_layout: Option<String>,
     /// Memory budget of the `smart` policy's dedup structures (fingerprint store, skipped
     /// buffer, read cache), e.g. 3M; default 3.5M. Recorded in the image; `mount` may override.
     #[arg(long, value_name = "SIZE")]
@@ -147,8 +148,10 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
     if policy == PolicyKind::Selective && !matches!(fingerprint, FpKind::Ecc | FpKind::Crc32c) {
         bail!("--fingerprint {fp_name}: selective uses a similarity fingerprint, ecc (default) or crc32c");
     }
-    let meta_layout = MetaLayoutKind::from_name(&a.meta_layout)
-        .ok_or_else(|| anyhow!("unknown layout {}", a.meta_layout))?;
+    let meta_layout = match a.meta_layout.as_deref() {
+        Some(n) => MetaLayoutKind::from_name(n).ok_or_else(|| anyhow!("unknown layout {n}"))?,
+        None => MetaLayoutKind::default_for(policy),
+    };
     let kind = match a.medium.as_deref() {
         Some("pmem") => MediumKind::Pmem,
         Some("blockfile") => MediumKind::BlockFile,

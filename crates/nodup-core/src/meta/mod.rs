@@ -2,9 +2,11 @@
 //!
 //! Every layout stores the same 32-byte [`record::DedupEntry`]; they differ only in *where* an
 //! entry goes, which is what decides the metadata I/O amplification (Light-Dedup §3.3, §4.4):
-//! - [`region`]: the Light-Meta-Table, 4 KiB regions filled almost sequentially (default);
+//! - [`region`]: the Light-Meta-Table, 4 KiB regions filled almost sequentially (default but
+//!   for `smart`, see [`MetaLayoutKind::default_for`]);
 //! - [`entry`]: fixed entries handed out by a free list (NV-Dedup / LO-Dedup);
-//! - [`hashtable`]: a static open-addressing table on the medium (DeNOVA-style).
+//! - [`hashtable`]: a static open-addressing table on the medium (DeNOVA-style; `smart`'s
+//!   default, as it keeps nothing in DRAM).
 
 pub mod entry;
 pub mod hashtable;
@@ -30,6 +32,19 @@ crate::named_enum! {
         Entry = 2 => "entry",
         /// Static open-addressing hash table on the medium (DeNOVA-style).
         Hashtable = 3 => "hashtable",
+    }
+}
+
+impl MetaLayoutKind {
+    /// The layout mkfs picks for `policy`: the static hash table for `smart`, whose dedup
+    /// memory must stay within its budget however much unique data comes (the region layout
+    /// keeps a DRAM counter per region, about 0.13-0.25 B per unique block), else the region
+    /// layout.
+    pub fn default_for(policy: crate::policy::PolicyKind) -> MetaLayoutKind {
+        match policy {
+            crate::policy::PolicyKind::Smart => MetaLayoutKind::Hashtable,
+            _ => MetaLayoutKind::Region,
+        }
     }
 }
 

@@ -4,10 +4,12 @@
 //! A checkpoint runs in three steps:
 //! 1. **Cut** (under the gate, so no operation is half applied): the inodes changed since the
 //!    last checkpoint, and the live units of the segments chosen for cleaning, are encoded into
-//!    new segment payloads; the log position is noted. The time spent here is proportional to
-//!    what changed, not to the size of the file system, and is the only pause operations see.
-//! 2. **Write** (operations run again): the segments and a new manifest go to fresh blocks,
-//!    then, after a fence, the superblock names the new manifest and the cut.
+//!    new segments, written to fresh blocks as they fill (not flushed yet), so the cut's memory
+//!    does not grow with what changed; the log position is noted. The time spent here is
+//!    proportional to what changed, not to the size of the file system, and is the only pause
+//!    operations see.
+//! 2. **Write** (operations run again): the segments are flushed and a new manifest goes to
+//!    fresh blocks, then, after a fence, the superblock names the new manifest and the cut.
 //! 3. **Free**: cleaned and emptied segments, the old manifest and the log blocks before the
 //!    cut go back to the engine.
 //!
@@ -25,7 +27,7 @@ mod space;
 mod write;
 
 pub(crate) use self::build::CutScratch;
-use self::build::{blocks_for, Builder, Change, BUF_POOL};
+use self::build::{blocks_for, Builder, Change};
 use self::clean::{copy_bytes, still_current};
 use crate::chain::PAYLOAD;
 use crate::error::Result;
@@ -149,19 +151,14 @@ impl FileSystem {
         // with everything else that changed.
         let victim_data = self.read_victims(&victims)?;
 
-        // Buffers for the segments, faulted in now: fresh memory touched under the gate made
-        // the cut wait for page faults (slow on a VM whose memory is under pressure).
+        // Working vectors sized now: fresh memory touched under the gate made the cut wait for
+        // page faults (slow on a VM whose memory is under pressure).
+        // Units: about one per 2 KiB of the estimate (heads count 256 B and more, file-map
+        // units up to 4.2 KiB).
         let seg_bytes = self.seg_bytes();
-        let mut pool = std::mem::take(&mut *self.seg_bufs.lock());
-        let want = (self.persist.estimate() as usize + copy_bytes(&victim_data)) / seg_bytes + 2;
+        let units = (self.persist.estimate() as usize + copy_bytes(&victim_data)) / 2048 + 256;
         let mut scratch = std::mem::take(&mut *self.cut_scratch.lock());
-        scratch.reserve(want * (seg_bytes / 1024 + 1));
-        while pool.len() < want.min(BUF_POOL) {
-            // Non-zero fill: a zeroed allocation would map untouched zero pages.
-            let mut v = vec![1u8; seg_bytes + (64 << 10)];
-            v.clear();
-            pool.push(v);
-        }
+        scratch.reserve(units);
 
         // ---- 1. the cut
         let gate = self.gate.write();
@@ -183,13 +180,9 @@ impl FileSystem {
         }
         let t = self.tables.read();
         let t_lock = tc.elapsed().as_secs_f64();
-        let mut b = Builder {
-            seg_bytes,
-            pool,
-            segs: Vec::new(),
-            placed: std::mem::take(&mut scratch.placed),
-            gone: std::mem::take(&mut scratch.gone),
-        };
+        // Every new segment's generation is at least this (the manifest's comes after them).
+        let gen0 = self.meta.lock().next_gen;
+        let mut b = Builder::new(self, seg_bytes, &mut scratch);
         let mut copied = 0usize;
         for (g, payload, units) in &victim_data {
             for v in units {
@@ -218,6 +211,7 @@ impl FileSystem {
                 inodes += 1;
             }
         }
+        let written = b.finish();
         let t_enc = tc.elapsed().as_secs_f64();
         let (pos, cut_counts) = {
             let mut log = self.log.lock();
@@ -226,12 +220,11 @@ impl FileSystem {
         };
         let next_ino = t.next_ino;
         let t_log = tc.elapsed().as_secs_f64();
-        // Generations: one per new segment and one for the manifest.
-        let (gen0, man_gen) = {
+        // The manifest's generation follows the segments'.
+        let man_gen = {
             let mut meta = self.meta.lock();
-            let g = meta.next_gen;
-            meta.next_gen += b.segs.len() as u64 + 1;
-            (g, g + b.segs.len() as u64)
+            meta.next_gen += 1;
+            meta.next_gen - 1
         };
         // Point every written unit at its new copy; remember the old one.
         let mut changes = std::mem::take(&mut scratch.changes);
@@ -241,7 +234,7 @@ impl FileSystem {
             let Some(node) = t.get(ino) else { continue };
             let mut n = node.write();
             let loc = Loc {
-                gen: gen0 + si as u64,
+                gen: b.segs[si].gen,
                 bytes: len,
             };
             new_live[si] += len as u64;
@@ -266,12 +259,12 @@ impl FileSystem {
         self.persist.forget(dead.iter().copied());
         let (manifest, dropped) = {
             let mut segs = self.persist.segs.lock();
-            for (i, buf) in b.segs.iter().enumerate() {
+            for (i, s) in b.segs.iter().enumerate() {
                 segs.insert(
-                    gen0 + i as u64,
+                    s.gen,
                     SegInfo {
-                        blocks: Vec::new(),
-                        bytes: buf.len() as u32,
+                        blocks: s.blocks().to_vec(),
+                        bytes: s.bytes as u32,
                         live: new_live[i],
                     },
                 );
@@ -306,7 +299,7 @@ impl FileSystem {
             inodes,
             copied,
             victims.len(),
-            b.segs.iter().map(|s| s.len()).sum::<usize>(),
+            b.bytes(),
             pause * 1e3,
             pause_cpu * 1e3,
             t_lock * 1e3,
@@ -324,13 +317,19 @@ impl FileSystem {
         };
 
         // ---- 2. write
-        let written = self.write_checkpoint(&b.segs, gen0, manifest, man_gen, &pos, clean);
+        let seg_blocks = b.blocks();
+        let written = written
+            .and_then(|()| self.write_checkpoint(&seg_blocks, manifest, man_gen, &pos, clean));
         let (man_blocks, pending) = match written {
             Ok(x) => x,
             Err(e) => {
-                self.undo_cut(&changes, &b, gen0, cut_counts);
+                // The final checkpoint still holds the gate; any other takes it to undo.
+                let _g = gate.is_none().then(|| self.gate.read());
+                self.undo_cut(&changes, &b, cut_counts);
+                drop(_g);
                 drop(gate);
-                self.keep_buffers(b, changes, dead);
+                self.give_back(seg_blocks);
+                self.keep_scratch(b, changes, dead);
                 return Err(e);
             }
         };
@@ -357,21 +356,42 @@ impl FileSystem {
             st.last_detail = detail;
             st.last_pause_seconds = pause;
             st.max_pause_seconds = st.max_pause_seconds.max(pause);
-            st.last_bytes = b.segs.iter().map(|s| s.len() as u64).sum();
+            st.last_bytes = b.bytes() as u64;
             st.last_inodes = inodes;
             st.segments_cleaned += victims.len() as u64;
         }
         if !free.is_empty() {
             self.engine.free_meta(&free)?;
         }
-        self.keep_buffers(b, changes, dead);
+        self.keep_scratch(b, changes, dead);
         // Releases waiting for durability are covered by the fence before the switch.
         self.engine.release_batch(&pending)?;
         if !released.is_empty() {
             self.engine.release_batch(&released)?;
         }
+        return_free_memory();
         let _ = t0;
         Ok(())
+    }
+}
+
+/// Give the pages malloc holds free back to the system, at most once a second (after a
+/// checkpoint: the cut's and the operations' transient buffers are gone by then). Without it
+/// the daemon's resident memory keeps the high-water mark of every thread's arena, which a
+/// fixed-memory policy's user reads as growth (about 0.7 MiB in `bench/smart.sh budget`).
+fn return_free_memory() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_SEC: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if LAST_SEC.swap(now, Ordering::Relaxed) == now {
+        return;
+    }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages of the allocator's own arenas.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

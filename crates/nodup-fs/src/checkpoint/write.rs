@@ -1,6 +1,6 @@
-//! Step 2 of a checkpoint: the new segments and manifest go to fresh blocks (the reserve
-//! first), then, after a fence, the superblock switches to them; and the undo of a cut whose
-//! write failed, which leaves the previous checkpoint in force.
+//! Step 2 of a checkpoint: the segments the cut wrote are flushed and the manifest goes to
+//! fresh blocks (the reserve first), then, after a fence, the superblock switches to them; and
+//! the undo of a cut whose writes failed, which leaves the previous checkpoint in force.
 
 use super::build::{blocks_for, Builder, Change};
 use crate::chain::{ChainKind, ChainWriter};
@@ -10,55 +10,33 @@ use crate::log::writer::LogPos;
 use crate::persist::manifest::Manifest;
 use crate::persist::Loc;
 use crate::superblock::{FLAG_CLEAN, FS_VERSION};
-use nodup_core::BlockNr;
+use nodup_core::{BlockNr, BLOCK_SIZE};
 
 impl FileSystem {
-    /// Step 2: segments, manifest, fence, superblock. Returns the manifest's blocks and the
-    /// deferred releases the fence made safe.
+    /// Step 2: the cut's segments (`seg_blocks`, written but not flushed) flushed, the
+    /// manifest written, fence, superblock. Returns the manifest's blocks and the deferred
+    /// releases the fence made safe.
     pub(super) fn write_checkpoint(
         &self,
-        segs: &[Vec<u8>],
-        gen0: u64,
-        mut manifest: Manifest,
+        seg_blocks: &[BlockNr],
+        manifest: Manifest,
         man_gen: u64,
         pos: &LogPos,
         clean: bool,
     ) -> Result<(Vec<BlockNr>, Vec<BlockNr>)> {
         let m = &*self.medium;
-        let man_bytes = manifest_len(manifest.segs.len());
-        let need: usize =
-            segs.iter().map(|s| blocks_for(s.len())).sum::<usize>() + blocks_for(man_bytes);
-        let mut blocks = self.take_meta_blocks(need)?;
-        let give_back = |fs: &FileSystem, v: Vec<BlockNr>| fs.meta.lock().reserve.extend(v);
-        let r = (|| -> Result<Vec<BlockNr>> {
-            let mut at = 0;
-            for (i, s) in segs.iter().enumerate() {
-                let n = blocks_for(s.len());
-                let bl = &blocks[at..at + n];
-                at += n;
-                let gen = gen0 + i as u64;
-                let mut w = ChainWriter::start(m, ChainKind::Segment, gen, bl[0])?;
-                w.append(m, s, &bl[1..])?;
-                if let Some(e) = manifest.segs.iter_mut().find(|x| x.gen == gen) {
-                    e.head = bl[0];
-                }
-                if let Some(si) = self.persist.segs.lock().get_mut(&gen) {
-                    si.blocks = bl.to_vec();
-                }
-            }
-            let bytes = manifest.encode();
-            let bl = &blocks[at..];
-            let mut w = ChainWriter::start(m, ChainKind::Manifest, man_gen, bl[0])?;
-            w.append(m, &bytes, &bl[1..])?;
-            Ok(bl.to_vec())
-        })();
-        let man_blocks = match r {
-            Ok(b) => b,
-            Err(e) => {
-                give_back(self, std::mem::take(&mut blocks));
-                return Err(e);
-            }
-        };
+        for &b in seg_blocks {
+            m.flush(b * BLOCK_SIZE as u64, BLOCK_SIZE as u64);
+        }
+        let bytes = manifest.encode();
+        let blocks = self.take_meta_blocks(blocks_for(bytes.len()))?;
+        let r = ChainWriter::start(m, ChainKind::Manifest, man_gen, blocks[0])
+            .and_then(|mut w| w.append(m, &bytes, &blocks[1..]));
+        if let Err(e) = r {
+            self.give_back(blocks);
+            return Err(e);
+        }
+        let man_blocks = blocks.clone();
         let mut meta = self.meta.lock();
         let pending = std::mem::take(&mut *self.pending.lock());
         // Everything before the switch (data, segments, manifest) must be durable first.
@@ -89,27 +67,9 @@ impl FileSystem {
         Ok((man_blocks, pending))
     }
 
-    /// Blocks for a checkpoint: the reserve first, then the engine.
-    fn take_meta_blocks(&self, need: usize) -> Result<Vec<BlockNr>> {
-        let mut meta = self.meta.lock();
-        let from_reserve = need.min(meta.reserve.len());
-        let mut blocks: Vec<BlockNr> = meta.reserve.drain(..from_reserve).collect();
-        if blocks.len() < need {
-            match self.engine.alloc_meta(need - blocks.len()) {
-                Ok(more) => blocks.extend(more),
-                Err(e) => {
-                    meta.reserve.append(&mut blocks);
-                    return Err(e.into());
-                }
-            }
-        }
-        Ok(blocks)
-    }
-
     /// A checkpoint failed after its cut: every unit it moved points at its old copy again and
-    /// is marked changed, so the next checkpoint writes it.
-    pub(super) fn undo_cut(&self, changes: &[Change], b: &Builder, gen0: u64, cut: (u64, u64)) {
-        let _g = self.gate.read();
+    /// is marked changed, so the next checkpoint writes it. The caller holds the gate.
+    pub(super) fn undo_cut(&self, changes: &[Change], b: &Builder, cut: (u64, u64)) {
         let t = self.tables.read();
         let mut revived: Vec<Loc> = Vec::new();
         for c in changes.iter().rev() {
@@ -135,8 +95,8 @@ impl FileSystem {
             t.persist.touch(&mut n, usize::from(u.is_some()));
         }
         let mut segs = self.persist.segs.lock();
-        for i in 0..b.segs.len() {
-            segs.remove(&(gen0 + i as u64));
+        for s in &b.segs {
+            segs.remove(&s.gen);
         }
         for l in revived {
             if let Some(s) = segs.get_mut(&l.gen) {
@@ -146,9 +106,4 @@ impl FileSystem {
         drop(segs);
         self.log.lock().unmark_cut(cut);
     }
-}
-
-/// Encoded bytes of a manifest listing `n` segments.
-fn manifest_len(n: usize) -> usize {
-    crate::persist::manifest::HEADER + crate::persist::manifest::ENTRY * n + 4
 }
