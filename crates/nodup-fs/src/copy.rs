@@ -7,6 +7,7 @@ use crate::fs::{FileSystem, MAX_FILE_SIZE};
 use crate::inode::{Body, Kind, Ts};
 use crate::log::record::Record;
 use crate::state::apply_inode;
+use nodup_core::engine::Miss;
 use nodup_core::{BlockNr, BLOCK_SIZE};
 use std::sync::atomic::Ordering;
 
@@ -134,11 +135,11 @@ impl FileSystem {
             (phys, ok, granted, unshared)
         };
         // Blocks that could not be shared are written anew (deduplicated as any write).
-        let new = if unshared.is_empty() {
-            Vec::new()
+        let (new, misses) = if unshared.is_empty() {
+            (Vec::new(), Vec::new())
         } else {
             let refs: Vec<&[u8]> = unshared.iter().map(|b| b.as_slice()).collect();
-            match self.engine_write(&refs) {
+            match self.engine_write_misses(&refs, true) {
                 Ok(v) => v,
                 Err(e) => {
                     let _ = self.engine.release_batch(&granted);
@@ -147,10 +148,17 @@ impl FileSystem {
             }
         };
         let mut newit = new.iter();
-        for (b, &shared) in phys.iter_mut().filter(|b| **b != 0).zip(&ok) {
+        // File block of each block written anew (the order of `new`).
+        let mut new_fb = Vec::with_capacity(new.len());
+        for ((fb, b), &shared) in (dfb..)
+            .zip(phys.iter_mut())
+            .filter(|(_, b)| **b != 0)
+            .zip(&ok)
+        {
             if !shared {
                 if let Some(&nb) = newit.next() {
                     *b = nb;
+                    new_fb.push(fb);
                 }
             }
         }
@@ -171,6 +179,14 @@ impl FileSystem {
             return Err(e);
         }
         let eff = apply_inode(&mut d, &rec, &self.persist)?;
+        // Blocks written anew replace the old content of their file blocks in `smart`'s
+        // skipped buffer (under the inode lock, as a write's).
+        for m in &misses {
+            if let Some(&fb) = new_fb.get(m.index) {
+                let one = Miss { index: 0, fp: m.fp };
+                self.note_rewrite(dst, fb, &[one]);
+            }
+        }
         drop(d);
         self.finish(eff)?;
         self.copy_shared

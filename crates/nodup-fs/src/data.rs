@@ -7,6 +7,7 @@ use crate::fs::{falloc, FileSystem, MAX_FILE_SIZE};
 use crate::inode::{Attr, Body, Inode, Kind, Ts};
 use crate::log::record::Record;
 use crate::state::{apply_inode, Effects};
+use nodup_core::engine::Miss;
 use nodup_core::{BlockNr, BLOCK_SIZE};
 
 const BS: u64 = BLOCK_SIZE as u64;
@@ -138,24 +139,43 @@ impl FileSystem {
             return Err(e);
         }
         let eff = apply_inode(&mut n, &rec, &self.persist)?;
-        drop(n);
+        // Under the inode lock, so the buffer's item for a file block is always that of the
+        // last write to it (a racing write's note cannot land after this one's).
         if let Some(s) = &self.smart {
             s.note(ino, fb0, &misses);
         }
+        drop(n);
         self.finish(eff)?;
         Ok(data.len())
     }
 
     /// Replace the part `[from, to)` (inside one block `fb`) of a block with zeros; returns the
-    /// new physical block, or `None` when the block is a hole (already zero).
-    fn zero_part(&self, map_phys: BlockNr, from: usize, to: usize) -> Result<Option<BlockNr>> {
+    /// new physical block and, when it was stored as new data, what `smart`'s worker must hear
+    /// of it (see [`FileSystem::note_rewrite`]); `None` when the block is a hole (already zero).
+    fn zero_part(
+        &self,
+        map_phys: BlockNr,
+        from: usize,
+        to: usize,
+    ) -> Result<Option<(BlockNr, Vec<Miss>)>> {
         if map_phys == 0 {
             return Ok(None);
         }
         let mut buf = vec![0u8; BLOCK_SIZE];
         self.engine.read(map_phys, &mut buf)?;
         buf[from..to].fill(0);
-        Ok(Some(self.engine_write(&[&buf])?[0]))
+        let (phys, misses) = self.engine_write_misses(&[&buf], true)?;
+        Ok(Some((phys[0], misses)))
+    }
+
+    /// A file block of `ino` got a block stored as new data outside a write (`misses` of a
+    /// one-block engine write, applied at `fb`): `smart`'s skipped buffer replaces its item
+    /// for the file block, whose fingerprint was that of the old content. Called under the
+    /// inode lock, after the record is applied.
+    pub(crate) fn note_rewrite(&self, ino: u64, fb: u64, misses: &[Miss]) {
+        if let Some(s) = &self.smart {
+            s.note(ino, fb, misses);
+        }
     }
 
     fn truncate_locked(&self, ino: u64, n: &mut Inode, size: u64, now: Ts) -> Result<Effects> {
@@ -163,11 +183,13 @@ impl FileSystem {
             return errno(libc::EFBIG);
         }
         let mut tail = None;
+        let mut misses = Vec::new();
         if size < n.attr.size && !size.is_multiple_of(BS) {
             let fb = size / BS;
             let phys = n.map().map_or(0, |m| m.get(fb));
-            if let Some(nb) = self.zero_part(phys, (size % BS) as usize, BLOCK_SIZE)? {
+            if let Some((nb, m)) = self.zero_part(phys, (size % BS) as usize, BLOCK_SIZE)? {
                 tail = Some((fb, nb));
+                misses = m;
             }
         }
         let rec = Record::Truncate {
@@ -182,7 +204,11 @@ impl FileSystem {
             }
             return Err(e);
         }
-        apply_inode(n, &rec, &self.persist)
+        let eff = apply_inode(n, &rec, &self.persist)?;
+        if let Some((fb, _)) = tail {
+            self.note_rewrite(ino, fb, &misses);
+        }
+        Ok(eff)
     }
 
     /// Set the size of a regular file.
@@ -265,7 +291,7 @@ impl FileSystem {
                     }
                     for (fb, from, to) in edges {
                         let phys = n.map().map_or(0, |m| m.get(fb));
-                        if let Some(nb) = self.zero_part(phys, from, to)? {
+                        if let Some((nb, misses)) = self.zero_part(phys, from, to)? {
                             let rec = Record::Write {
                                 ino,
                                 first: fb,
@@ -278,6 +304,7 @@ impl FileSystem {
                                 return Err(e);
                             }
                             let e = apply_inode(&mut n, &rec, &self.persist)?;
+                            self.note_rewrite(ino, fb, &misses);
                             eff.released.extend(e.released);
                             eff.mapped_delta += e.mapped_delta;
                         }

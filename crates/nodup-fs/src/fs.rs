@@ -414,13 +414,10 @@ impl FileSystem {
         Ok(r)
     }
 
-    /// Store `blocks` through the engine (deduplicated); one physical block each, in order.
-    pub(crate) fn engine_write(&self, blocks: &[&[u8]]) -> Result<Vec<BlockNr>> {
-        Ok(self.engine_write_misses(blocks, true)?.0)
-    }
-
-    /// [`FileSystem::engine_write`], also returning the blocks stored as new data that the
-    /// policy wants an out-of-line worker to look at again.
+    /// Store `blocks` through the engine (deduplicated); one physical block each, in order,
+    /// and the blocks stored as new data that the policy wants an out-of-line worker to look
+    /// at (every caller that maps them into a file must queue them, or the worker would keep
+    /// the fingerprint of the file block's old content).
     /// `waited`: a writer waits for this call, so it may be split across threads.
     pub(crate) fn engine_write_misses(
         &self,

@@ -12,7 +12,7 @@ use crate::log::record::Record;
 use crate::state::apply_inode;
 use nodup_core::engine::remap::RefGrant;
 use nodup_core::engine::Adopted;
-use nodup_core::BlockNr;
+use nodup_core::{BlockNr, BLOCK_SIZE};
 
 /// What [`FileSystem::remap_block`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,14 +82,39 @@ impl FileSystem {
     }
 }
 
+/// What [`FileSystem::adopt_block`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdoptOutcome {
+    /// The block now has an entry under the fingerprint given.
+    Adopted,
+    /// Nothing changed: the file no longer holds the block, or the engine had no free slot or
+    /// already an entry for it.
+    Skipped,
+    /// Nothing changed: the block's bytes do not have the fingerprint given (it was learnt
+    /// for an earlier content of the file block); this is the block's own fingerprint.
+    Stale(u64),
+}
+
 impl FileSystem {
     /// Give physical block `block`, which file block `index` of `ino` holds without a dedup
     /// entry, an entry for fingerprint `fp` (the out-of-line worker, for blocks not
     /// fingerprinted inline), so later copies find it. Under the inode lock, so the file's one
     /// reference cannot be released meanwhile; nothing is logged (the entry is the engine's
-    /// own, crash-safe metadata). Returns false when the file no longer holds the block or the
-    /// engine had no slot or already an entry.
-    pub fn adopt_block(&self, ino: u64, index: u64, block: BlockNr, fp: u64) -> Result<bool> {
+    /// own, crash-safe metadata).
+    ///
+    /// `check`: `fp` was not computed from this block's bytes (the skipped buffer keeps the
+    /// fingerprint a write computed for a file block, and the block may have been replaced
+    /// since), so the block is read and fingerprinted under the lock first. An entry whose
+    /// fingerprint is not its block's content would be found by the wrong copies and never by
+    /// the right ones, and fails the engine's audit.
+    pub fn adopt_block(
+        &self,
+        ino: u64,
+        index: u64,
+        block: BlockNr,
+        fp: u64,
+        check: bool,
+    ) -> Result<AdoptOutcome> {
         if self.read_only {
             return errno(libc::EROFS);
         }
@@ -98,8 +123,19 @@ impl FileSystem {
         let n = node.read();
         match &n.body {
             Body::File(m) if m.get(index) == block => {}
-            _ => return Ok(false),
+            _ => return Ok(AdoptOutcome::Skipped),
         }
-        Ok(self.engine.adopt(block, fp)? == Adopted::Done)
+        if check {
+            let mut buf = vec![0u8; BLOCK_SIZE];
+            self.engine.read(block, &mut buf)?;
+            let own = self.engine.fingerprint(&buf);
+            if own != fp {
+                return Ok(AdoptOutcome::Stale(own));
+            }
+        }
+        Ok(match self.engine.adopt(block, fp)? {
+            Adopted::Done => AdoptOutcome::Adopted,
+            Adopted::HasEntry | Adopted::NoSlot => AdoptOutcome::Skipped,
+        })
     }
 }

@@ -13,6 +13,7 @@ use nodup_core::policy::smart::SmartOptions;
 use nodup_core::policy::{PolicyKind, PolicyOptions};
 use nodup_core::{FormatOptions, OpenOptions, BLOCK_SIZE};
 
+use nodup_fs::remap::AdoptOutcome;
 use nodup_fs::{fsck, Caller, FileSystem, FsOptions, MediumKind};
 use std::sync::Arc;
 
@@ -299,4 +300,115 @@ fn random_duplicate_runs_settle_to_one_copy_each() {
     assert_eq!(physical(&fs), distinct.len() as u64);
     check_file(&fs, f, &contents);
     assert!(fsck::check(&fs, false).unwrap().consistent());
+}
+
+/// The file's block `lbn` has an entry (it was fingerprinted inline), or not.
+fn has_entry(fs: &FileSystem, ino: u64, lbn: u64) -> bool {
+    let b = fs.mapped_block(ino, lbn).unwrap();
+    fs.engine().block_entry(b).unwrap().is_some()
+}
+
+/// A block written through write(2) and fingerprinted inline is queued with its fingerprint;
+/// when the file block is then rewritten another way (a truncate's or a punch's partial
+/// block, a copy's unshareable block) and not fingerprinted inline, the worker must not give
+/// the new block an entry under the old block's fingerprint (crash campaign seed 17: "entry N:
+/// block B does not match its fingerprint"). With selectivity 0.5 every second block is
+/// fingerprinted inline; the scratch writes keep the rewrites on the other blocks.
+#[test]
+fn blocks_rewritten_outside_write_are_not_adopted_under_the_old_fingerprint() {
+    let m = Arc::new(MemMedium::new(32 << 20));
+    let smart = SmartOptions {
+        fixed_selectivity: Some(0.5),
+        ..Default::default()
+    };
+    let fs = format(&m, &opts(smart, 64 << 10));
+    let scratch = create(&fs, "scratch");
+    let mut k = 0;
+    let mut skip_one = |fs: &FileSystem| {
+        k += 1;
+        fs.write(scratch, k * BLOCK_SIZE as u64, &block(1000 + k))
+            .unwrap();
+    };
+    skip_one(&fs);
+    // Truncate into the block.
+    let t = create(&fs, "t");
+    fs.write(t, 0, &block(1)).unwrap();
+    assert!(has_entry(&fs, t, 0), "precondition: fingerprinted inline");
+    fs.truncate(t, 100).unwrap();
+    assert!(!has_entry(&fs, t, 0), "precondition: rewritten without");
+    // Punch part of the block.
+    let p = create(&fs, "p");
+    fs.write(p, 0, &block(2)).unwrap();
+    assert!(has_entry(&fs, p, 0), "precondition: fingerprinted inline");
+    fs.fallocate(
+        p,
+        100,
+        200,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+    )
+    .unwrap();
+    assert!(!has_entry(&fs, p, 0), "precondition: rewritten without");
+    // Copy a block without an entry (not shareable: its data is written anew) over a block
+    // that was fingerprinted inline.
+    skip_one(&fs);
+    let src = create(&fs, "src");
+    fs.write(src, 0, &block(3)).unwrap();
+    assert!(
+        !has_entry(&fs, src, 0),
+        "precondition: not fingerprinted inline"
+    );
+    let c = create(&fs, "c");
+    fs.write(c, 0, &block(4)).unwrap();
+    assert!(has_entry(&fs, c, 0), "precondition: fingerprinted inline");
+    fs.copy_range(src, 0, c, 0, BLOCK_SIZE as u64).unwrap();
+    assert!(!has_entry(&fs, c, 0), "precondition: written anew without");
+    fs.smart_settle().unwrap();
+    let rep = fs.engine().audit().unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+    // The old contents written again are stored as they are, and every file reads back.
+    let again = create(&fs, "again");
+    let old: Vec<u8> = [1, 2, 4].iter().flat_map(|&s| block(s)).collect();
+    fs.write(again, 0, &old).unwrap();
+    fs.smart_settle().unwrap();
+    assert_eq!(fs.read(again, 0, old.len()).unwrap(), old);
+    assert_eq!(fs.read(t, 0, 100).unwrap(), block(1)[..100]);
+    check_file(&fs, c, &[3]);
+    let rep = fs.engine().audit().unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+}
+
+/// The worker's check of a queued fingerprint: a block whose bytes have another fingerprint
+/// is not adopted, and its own fingerprint is returned.
+#[test]
+fn adopting_under_a_fingerprint_checks_the_bytes_when_asked() {
+    let m = Arc::new(MemMedium::new(32 << 20));
+    let smart = SmartOptions {
+        fixed_selectivity: Some(0.0),
+        ..Default::default()
+    };
+    let fs = format(&m, &opts(smart, 64 << 10));
+    let a = create(&fs, "a");
+    fs.write(a, 0, &block(8)).unwrap();
+    let b = fs.mapped_block(a, 0).unwrap();
+    assert!(
+        !has_entry(&fs, a, 0),
+        "precondition: not fingerprinted inline"
+    );
+    let (own, other) = (
+        fs.engine().fingerprint(&block(8)),
+        fs.engine().fingerprint(&block(9)),
+    );
+    assert_eq!(
+        fs.adopt_block(a, 0, b, other, true).unwrap(),
+        AdoptOutcome::Stale(own)
+    );
+    assert!(!has_entry(&fs, a, 0));
+    assert_eq!(
+        fs.adopt_block(a, 0, b, own, true).unwrap(),
+        AdoptOutcome::Adopted
+    );
+    assert_eq!(fs.engine().block_entry(b).unwrap().map(|e| e.0), Some(own));
+    let rep = fs.engine().audit().unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }

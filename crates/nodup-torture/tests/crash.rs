@@ -194,3 +194,19 @@ fn selective_and_encrypted_crash_states_are_consistent() {
         assert_eq!(st.violations, 0, "seed {seed}: {:#?}", st.examples);
     }
 }
+
+/// Finding 9 (nodup-fs `smart`): a file block rewritten outside write(2) — here the partial
+/// last block of a truncate (op 33) — kept its skipped-buffer item with the fingerprint of the
+/// block's old content, and the worker (op 38) gave the new block an entry under that
+/// fingerprint: every crash state until the block was released (fences 100-104) failed the
+/// engine audit with "entry 150176: block 148 does not match its fingerprint". The first 40
+/// operations of crash-campaign workload 17 (smart, encrypted, eager cleaning) replay it.
+#[test]
+fn finding9_smart_worker_never_adopts_under_a_stale_fingerprint() {
+    let cfg = CrashConfig::default();
+    let ops = nodup_torture::workload::generate(17, &cfg.spec);
+    let st = nodup_torture::crash::run_ops(17, &cfg, &ops[..40], None);
+    eprintln!("{} states, {} violations", st.states, st.violations);
+    assert!(st.states >= 300, "only {} states", st.states);
+    assert_eq!(st.violations, 0, "{:#?}", st.examples);
+}

@@ -31,6 +31,9 @@ pub struct WorkerStats {
     pub remapped: u64,
     /// Blocks without an entry given one (stored without inline fingerprint, no copy found).
     pub adopted: u64,
+    /// Blocks whose queued fingerprint was not their content's (the file block was replaced
+    /// since it was queued): not adopted, queued again with their own.
+    pub stale: u64,
     /// Blocks rewritten, truncated or unlinked since they were queued (skipped).
     pub moved: u64,
     /// Candidates whose bytes differed (fingerprint collision).

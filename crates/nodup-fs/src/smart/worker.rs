@@ -16,7 +16,7 @@ use nodup_core::{BlockNr, BLOCK_SIZE};
 use super::skipped::Item;
 use crate::error::Result;
 use crate::fs::FileSystem;
-use crate::remap::RemapOutcome;
+use crate::remap::{AdoptOutcome, RemapOutcome};
 
 /// How often the worker wakes.
 const TICK: Duration = Duration::from_millis(100);
@@ -36,6 +36,10 @@ struct Cand {
     lbn: u64,
     own: BlockNr,
     fp: u64,
+    /// `fp` comes from the skipped buffer, not from the block's entry or bytes: the file block
+    /// may have been rewritten since it was queued (a truncate's or a punch's partial block,
+    /// a copy), so it is only a hint until checked against the bytes.
+    fp_queued: bool,
     has_entry: bool,
     /// Another stored copy, with its references.
     to: Option<(BlockNr, u64)>,
@@ -118,16 +122,16 @@ impl FileSystem {
             Err(e) => return Err(e),
         };
         let entry = self.engine.block_entry(own)?;
-        let fp = match (fp, entry) {
-            (_, Some((efp, _))) => efp,
-            (Some(f), None) => f,
+        let (fp, fp_queued) = match (fp, entry) {
+            (_, Some((efp, _))) => (efp, false),
+            (Some(f), None) => (f, true),
             (None, None) => {
                 let mut buf = vec![0u8; BLOCK_SIZE];
                 self.engine.read(own, &mut buf)?;
                 if let Some(s) = &self.smart {
                     s.stats.lock().read_bytes += BLOCK_SIZE as u64;
                 }
-                self.engine.fingerprint(&buf)
+                (self.engine.fingerprint(&buf), false)
             }
         };
         let to = self.engine.find_duplicate(fp, own)?;
@@ -136,6 +140,7 @@ impl FileSystem {
             lbn,
             own,
             fp,
+            fp_queued,
             has_entry: entry.is_some(),
             to,
         }))
@@ -155,9 +160,22 @@ impl FileSystem {
             let c = cands[i];
             if c.to.is_none() {
                 if !c.has_entry {
-                    match self.adopt_block(c.ino, c.lbn, c.own, c.fp) {
-                        Ok(true) => s.stats.lock().adopted += 1,
-                        Ok(false) => {}
+                    let out = self.adopt_block(c.ino, c.lbn, c.own, c.fp, c.fp_queued);
+                    if c.fp_queued
+                        && matches!(out, Ok(AdoptOutcome::Adopted | AdoptOutcome::Stale(_)))
+                    {
+                        s.stats.lock().read_bytes += BLOCK_SIZE as u64;
+                    }
+                    match out {
+                        Ok(AdoptOutcome::Adopted) => s.stats.lock().adopted += 1,
+                        Ok(AdoptOutcome::Skipped) => {}
+                        Ok(AdoptOutcome::Stale(own)) => {
+                            // Looked for under another content's fingerprint: queued again
+                            // with its own, so the next step searches its real copies.
+                            s.stats.lock().stale += 1;
+                            s.buf.lock().push(c.ino, c.lbn, Some(own));
+                            s.dirty.store(true, Ordering::Relaxed);
+                        }
                         Err(e) => {
                             s.stats.lock().errors += 1;
                             crate::logging::warn(&format!("smart worker: adopt: {e}"));
