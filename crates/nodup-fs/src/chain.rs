@@ -169,7 +169,8 @@ impl ChainWriter {
     }
 
     /// Append `data`, linking the pre-allocated `fresh` blocks (exactly `blocks_needed(data.len())`
-    /// of them) as the stream crosses block ends. Every store is flushed; nothing is fenced.
+    /// of them) as the stream crosses block ends. Every store is flushed (the payload's only
+    /// unless [`ChainWriter::defer_flush`]); nothing is fenced.
     pub fn append(&mut self, m: &dyn Medium, data: &[u8], fresh: &[BlockNr]) -> Result<()> {
         if fresh.len() != self.blocks_needed(data.len()) {
             return Err(FsError::Corrupt(

@@ -130,6 +130,12 @@ impl FileSystem {
             self.engine.read(block, &mut buf)?;
             let own = self.engine.fingerprint(&buf);
             if own != fp {
+                // Queued again with its own fingerprint, under the inode lock like a write's
+                // note, so a write racing in cannot be overwritten by this older content.
+                if let Some(sm) = &self.smart {
+                    sm.buf.lock().push(ino, index, Some(own));
+                    sm.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
                 return Ok(AdoptOutcome::Stale(own));
             }
         }

@@ -3,7 +3,8 @@
 //! On-media layout: a fixed array of `slots` 32-byte entries (see `record`) starting at
 //! `start_block`, sized at format time (1.25 x the blocks of the medium). An entry lives at the
 //! first free slot at or after `mix(fp) % slots` (linear probing, checking `blocknr` of each
-//! slot on the medium). Lookups go through the DRAM index, so deletions need no tombstones.
+//! slot on the medium). Lookups never probe the table (they go through the policy's fingerprint
+//! store: the DRAM index, or `smart`'s two-level store), so deletions need no tombstones.
 
 use parking_lot::Mutex;
 

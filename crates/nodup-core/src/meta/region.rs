@@ -74,7 +74,8 @@ impl State {
         self.search(b).ok().map(|at| self.by_block[at])
     }
 
-    /// Add a region at the end of the chain; false if its block is one already.
+    /// Add a region at the end of the chain, keeping `by_block` sorted (a new region of a
+    /// running engine); false if its block is one already.
     fn push(&mut self, info: RegionInfo) -> bool {
         let Err(at) = self.search(info.block) else {
             return false;
@@ -82,6 +83,21 @@ impl State {
         self.by_block.insert(at, self.regions.len() as u32);
         self.regions.push(info);
         true
+    }
+
+    /// Sort `by_block` once after regions were added in chain order with `push_unsorted`
+    /// (attach: inserting each in place would move O(n^2) bytes over a long chain).
+    fn sort_index(&mut self) {
+        let State {
+            regions, by_block, ..
+        } = self;
+        by_block.sort_unstable_by_key(|&i| regions[i as usize].block);
+    }
+
+    /// Add a region at the end of the chain; `by_block` needs [`State::sort_index`] after.
+    fn push_unsorted(&mut self, info: RegionInfo) {
+        self.by_block.push(self.regions.len() as u32);
+        self.regions.push(info);
     }
 }
 
@@ -159,6 +175,10 @@ impl RegionLayout {
         apool: &mut usize,
     ) -> Result<Cur> {
         let b = alloc.alloc(apool)?;
+        if self.block_is_region(b) {
+            // Checked before the chain links it: a second link would make a cycle on media.
+            return Err(Error::Corrupt(format!("block {b} is a region already")));
+        }
         Self::init_region(io, t, b)?;
         let mut st = self.state.lock();
         let tail = st
@@ -319,9 +339,10 @@ impl MetaLayout for RegionLayout {
                 queued: false,
                 cur: false,
             };
-            if st.regions.len() as u64 >= max || !st.push(info) {
+            if st.regions.len() as u64 >= max || self.block_is_region(b) {
                 return Err(Error::Corrupt("region chain has a cycle".into()));
             }
+            st.push_unsorted(info);
             self.mark_region(b);
             let next = io.read_u64(t, base + OFF_NEXT)?;
             if next == 0 {
@@ -337,6 +358,7 @@ impl MetaLayout for RegionLayout {
         if (st.regions.len() as u64) < HEADER_REGIONS {
             return Err(Error::Corrupt("region header area is short".into()));
         }
+        st.sort_index();
         *self.state.lock() = st;
         for c in &self.curs {
             *c.lock() = None;

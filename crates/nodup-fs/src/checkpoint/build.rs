@@ -47,6 +47,7 @@ impl CutScratch {
 
 /// A segment a cut wrote (or, after a failure, would have written).
 pub(super) struct SegOut {
+    /// Its chain's generation.
     pub(super) gen: u64,
     /// Its chain (None once writing failed).
     writer: Option<ChainWriter>,
@@ -78,6 +79,7 @@ pub(super) struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
+    /// A builder for one cut, reusing the stage and vectors kept in `scratch`.
     pub(super) fn new(fs: &'a FileSystem, seg_bytes: usize, scratch: &mut CutScratch) -> Self {
         Builder {
             fs,
@@ -109,6 +111,8 @@ impl<'a> Builder<'a> {
         (self.segs.len() - 1, &mut self.stage)
     }
 
+    /// The chain of a new segment in a fresh block (None once a write failed, or if this one
+    /// does: the failure is kept in `err`).
     fn start_chain(&mut self, gen: u64) -> Option<ChainWriter> {
         if self.err.is_some() {
             return None;
@@ -182,18 +186,26 @@ impl<'a> Builder<'a> {
             self.placed(n.ino, None, si, len);
         }
         for u in units.into_iter().filter(|&u| u != 0) {
+            // Whether the unit still has a frame is decided before `cur`, which may start a
+            // segment: one started for a unit that turned out gone would stay empty, and a
+            // manifest naming an empty segment cannot be loaded.
+            let present = match &n.body {
+                Body::File(m) => m.unit_mapped(u),
+                Body::Dir(d) => d.unit_entries(u).next().is_some(),
+                _ => false,
+            };
+            if !present {
+                self.gone.push((n.ino, u));
+                continue;
+            }
             let (si, buf) = self.cur();
             let len = match &n.body {
-                Body::File(m) if m.unit_mapped(u) => Some(unit::encode_map_unit(buf, n.ino, u, m)),
-                Body::Dir(d) if d.unit_entries(u).next().is_some() => {
-                    Some(unit::encode_dir_unit(buf, n.ino, u, d))
-                }
-                _ => None,
+                Body::Dir(d) => unit::encode_dir_unit(buf, n.ino, u, d),
+                Body::File(m) => unit::encode_map_unit(buf, n.ino, u, m),
+                // `present` is false for every other body.
+                _ => continue,
             };
-            match len {
-                Some(len) => self.placed(n.ino, Some(u), si, len),
-                None => self.gone.push((n.ino, u)),
-            }
+            self.placed(n.ino, Some(u), si, len);
         }
     }
 

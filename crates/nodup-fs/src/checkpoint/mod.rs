@@ -13,10 +13,11 @@
 //! 3. **Free**: cleaned and emptied segments, the old manifest and the log blocks before the
 //!    cut go back to the engine.
 //!
-//! A failure in step 2 leaves the old checkpoint in force (the log still holds everything since
-//! its cut): the unit locations are put back and everything encoded is marked changed again.
+//! A failed write in step 1 or 2 leaves the old checkpoint in force (the log still holds
+//! everything since its cut): the unit locations are put back and everything encoded is marked
+//! changed again.
 //!
-//! By concern: `build` (the new segments a cut assembles), `clean` (segment cleaning), `write`
+//! By concern: `build` (the new segments a cut writes), `clean` (segment cleaning), `write`
 //! (step 2 and the undo of a failed one), `space` (the reserve and the space check before
 //! operations), `schedule` (when to take one).
 

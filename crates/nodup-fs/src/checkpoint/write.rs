@@ -36,7 +36,6 @@ impl FileSystem {
             self.give_back(blocks);
             return Err(e);
         }
-        let man_blocks = blocks.clone();
         let mut meta = self.meta.lock();
         let pending = std::mem::take(&mut *self.pending.lock());
         // Everything before the switch (data, segments, manifest) must be durable first.
@@ -44,7 +43,7 @@ impl FileSystem {
             let mut sb = meta.sb.clone();
             sb.version = FS_VERSION;
             sb.seq += 1;
-            sb.ckpt_head = man_blocks[0];
+            sb.ckpt_head = blocks[0];
             sb.ckpt_gen = man_gen;
             sb.log_head = pos.block;
             sb.log_gen = self.log.lock().gen();
@@ -64,7 +63,7 @@ impl FileSystem {
             meta.reserve.extend(blocks);
             return Err(e);
         }
-        Ok((man_blocks, pending))
+        Ok((blocks, pending))
     }
 
     /// A checkpoint failed after its cut: every unit it moved points at its old copy again and

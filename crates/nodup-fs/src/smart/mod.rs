@@ -143,9 +143,12 @@ impl SmartFs {
         self.dirty.store(true, Ordering::Relaxed);
     }
 
-    /// True when nothing waits for the worker.
+    /// True when nothing waits for the worker. The two locks are taken one after the other,
+    /// never nested: a writer takes `buf` under an inode lock, and the worker takes an inode
+    /// lock under `scan`.
     pub fn idle(&self) -> bool {
-        self.buf.lock().is_empty() && self.scan.lock().is_none()
+        let empty = self.buf.lock().is_empty();
+        empty && self.scan.lock().is_none()
     }
 
     /// Run a control command (`key=value`); errors are EINVAL with nothing changed.
@@ -196,9 +199,10 @@ impl SmartFs {
 
     /// The worker's and the buffer's figures for `nodup stats`.
     pub fn report(&self) -> serde_json::Value {
+        // `buf` and `scan` one after the other, never nested (see `idle`).
+        let scanning = self.scan.lock().is_some();
         let b = self.buf.lock();
         let (blocks, files) = b.pending();
-        let scanning = self.scan.lock().is_some();
         serde_json::json!({
             "idle": blocks == 0 && files == 0 && !scanning,
             "worker": *self.stats.lock(),

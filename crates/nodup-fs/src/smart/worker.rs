@@ -56,21 +56,25 @@ impl FileSystem {
         let mut items: Vec<(u64, u64, Option<u64>)> = Vec::new();
         while items.len() < max {
             // A file being scanned whole goes first.
-            let scanning = {
-                let mut scan = s.scan.lock();
-                match *scan {
-                    Some((ino, next)) => {
-                        let blocks = self
-                            .node(ino)
-                            .map(|n| n.read().attr.size.div_ceil(BLOCK_SIZE as u64))
-                            .unwrap_or(0);
-                        let end = blocks.min(next + SCAN_CHUNK.min((max - items.len()) as u64));
+            // The file's size is read without `scan` held: a writer takes `buf` under its
+            // inode lock and `stats` reads `scan` and `buf`, so no inode lock may be taken under
+            // `scan` (only this worker moves `scan`; the re-check is for safety).
+            let cur = *s.scan.lock();
+            let scanning = match cur {
+                Some((ino, next)) => {
+                    let blocks = self
+                        .node(ino)
+                        .map(|n| n.read().attr.size.div_ceil(BLOCK_SIZE as u64))
+                        .unwrap_or(0);
+                    let end = blocks.min(next + SCAN_CHUNK.min((max - items.len()) as u64));
+                    let mut scan = s.scan.lock();
+                    if *scan == cur {
                         items.extend((next..end).map(|l| (ino, l, None)));
                         *scan = (end < blocks).then_some((ino, end));
-                        true
                     }
-                    None => false,
+                    true
                 }
+                None => false,
             };
             if scanning {
                 continue;
@@ -169,12 +173,11 @@ impl FileSystem {
                     match out {
                         Ok(AdoptOutcome::Adopted) => s.stats.lock().adopted += 1,
                         Ok(AdoptOutcome::Skipped) => {}
-                        Ok(AdoptOutcome::Stale(own)) => {
-                            // Looked for under another content's fingerprint: queued again
-                            // with its own, so the next step searches its real copies.
+                        Ok(AdoptOutcome::Stale(_)) => {
+                            // Looked for under another content's fingerprint: `adopt_block`
+                            // queued it again with its own, so a later step searches its real
+                            // copies.
                             s.stats.lock().stale += 1;
-                            s.buf.lock().push(c.ino, c.lbn, Some(own));
-                            s.dirty.store(true, Ordering::Relaxed);
                         }
                         Err(e) => {
                             s.stats.lock().errors += 1;
