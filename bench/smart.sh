@@ -61,6 +61,7 @@ cpu_secs() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1
 peak_start() { ( p=0; while kill -0 "$1" 2>/dev/null; do a=$(anon_kib "$1" 2>/dev/null || echo 0); ((a > p)) && p=$a && echo "$p" >"$W/peak"; sleep 0.1; done ) & SAMPLER=$!; }
 peak_stop() { kill "$SAMPLER" 2>/dev/null || true; wait "$SAMPLER" 2>/dev/null || true; SAMPLER=; cat "$W/peak"; }
 ratio() { nodup_stat "'%.4f' % s['dedup_ratio']"; }
+store_io() { nodup_stat "'%.1f / %.1f' % (s['smart']['store_io_read_bytes'] / 1048576, s['smart']['store_io_written_bytes'] / 1048576)"; }
 header() {
   echo "Binary $("$NODUP" --version 2>/dev/null || true), tree $(git rev-parse --short HEAD), $(date -u +%F), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); images in /dev/shm (pmem)."
 }
@@ -135,17 +136,18 @@ eviction() {
   {
     echo "## Eviction: group LRU vs per-fingerprint LRU vs reference count"
     echo
-    echo "Generated trace (\`nodup trace gen --size $size --dup-ratio 0.5 --seed 7\`) replayed in batch mode with \`--mem-budget 512K\`; the worker paused while replaying (inline-only ratio), then settled. Store I/O: bytes of on-media groups read and written (evictions, merges, the worker's lookups)."
+    echo "Generated trace (\`nodup trace gen --size $size --dup-ratio 0.5 --seed 7\`) replayed in batch mode with \`--mem-budget 512K\`; the worker paused while replaying (inline-only ratio), then settled. Store I/O: bytes of on-media groups read and written (evictions, merges, promotions, and the worker's lookups while settling, which are the same for every eviction policy); *while writing*: the same before the worker runs, i.e. what eviction itself costs."
     echo
-    echo "| workload | eviction | ratio inline-only | ratio settled | store I/O read MiB | store I/O written MiB | groups evicted | fingerprints evicted |"
-    echo "|---|---|---:|---:|---:|---:|---:|---:|"
+    echo "| workload | eviction | ratio inline-only | ratio settled | store I/O read MiB | store I/O written MiB | while writing: read / written MiB | groups evicted | fingerprints evicted |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
   } >"$OUTDIR/eviction.md"
   for ev in group-lru lru refcount; do
     MKFS_BUDGET=512K up smart 4G --eviction "$ev" --worker-rate 0
     "$NODUP" replay "$W/evict.trace" --dir "$MNT" --mode batch --no-reads >/dev/null
     local inline; inline=$(ratio)
+    local wio; wio=$(store_io)
     smart_settle
-    nodup_stat "'| trace, uniform duplicates | $ev | $inline | %.4f | %.1f | %.1f | %d | %d |' % (s['dedup_ratio'], s['smart']['store_io_read_bytes']/1048576, s['smart']['store_io_written_bytes']/1048576, s['smart']['engine']['store']['counters']['group_evictions'], s['smart']['engine']['store']['counters']['fp_evictions'])" >>"$OUTDIR/eviction.md"
+    nodup_stat "'| trace, uniform duplicates | $ev | $inline | %.4f | %.1f | %.1f | $wio | %d | %d |' % (s['dedup_ratio'], s['smart']['store_io_read_bytes']/1048576, s['smart']['store_io_written_bytes']/1048576, s['smart']['engine']['store']['counters']['group_evictions'], s['smart']['engine']['store']['counters']['fp_evictions'])" >>"$OUTDIR/eviction.md"
     down
   done
   # Temporal locality: a duplicate repeats one of the last 2048 new contents.
@@ -153,8 +155,9 @@ eviction() {
     MKFS_BUDGET=512K up smart 4G --eviction "$ev" --worker-rate 0
     "$NODUP" bench fill "$MNT/f" --blocks "$blocks" --phase-dups 50 --dup-window 2048 --seed 3 >/dev/null
     local inline; inline=$(ratio)
+    local wio; wio=$(store_io)
     smart_settle
-    nodup_stat "'| fill, 50 %% duplicates of the last 2048 | $ev | $inline | %.4f | %.1f | %.1f | %d | %d |' % (s['dedup_ratio'], s['smart']['store_io_read_bytes']/1048576, s['smart']['store_io_written_bytes']/1048576, s['smart']['engine']['store']['counters']['group_evictions'], s['smart']['engine']['store']['counters']['fp_evictions'])" >>"$OUTDIR/eviction.md"
+    nodup_stat "'| fill, 50 %% duplicates of the last 2048 | $ev | $inline | %.4f | %.1f | %.1f | $wio | %d | %d |' % (s['dedup_ratio'], s['smart']['store_io_read_bytes']/1048576, s['smart']['store_io_written_bytes']/1048576, s['smart']['engine']['store']['counters']['group_evictions'], s['smart']['engine']['store']['counters']['fp_evictions'])" >>"$OUTDIR/eviction.md"
     down
   done
   echo >>"$OUTDIR/eviction.md"
