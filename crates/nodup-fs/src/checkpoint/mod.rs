@@ -370,17 +370,17 @@ impl FileSystem {
         if !released.is_empty() {
             self.engine.release_batch(&released)?;
         }
-        return_free_memory();
         let _ = t0;
         Ok(())
     }
 }
 
-/// Give the pages malloc holds free back to the system, at most once a second (after a
-/// checkpoint: the cut's and the operations' transient buffers are gone by then). Without it
-/// the daemon's resident memory keeps the high-water mark of every thread's arena, which a
-/// fixed-memory policy's user reads as growth (about 0.7 MiB in `bench/smart.sh budget`).
-fn return_free_memory() {
+/// Give the pages malloc holds free back to the system, at most once a second (the tick calls
+/// it after a checkpoint: the cut's and the operations' transient buffers are gone by then; an
+/// operation that takes a checkpoint itself does not pay for it). Without it the daemon's
+/// resident memory keeps the high-water mark of every thread's arena, which a fixed-memory
+/// policy's user reads as growth (about 0.7 MiB in `bench/smart.sh budget`).
+pub(super) fn return_free_memory() {
     use std::sync::atomic::{AtomicU64, Ordering};
     static LAST_SEC: AtomicU64 = AtomicU64::new(0);
     let now = std::time::SystemTime::now()

@@ -38,6 +38,7 @@ impl FileSystem {
         let dirty = self.persist.estimate() > limit.min(DIRTY_LIMIT);
         if log_bytes > limit || dirty || (idle && changed) {
             self.checkpoint(false)?;
+            super::return_free_memory();
         }
         self.top_up_reserve();
         Ok(())
