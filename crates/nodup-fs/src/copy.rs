@@ -184,7 +184,7 @@ impl FileSystem {
         for m in &misses {
             if let Some(&fb) = new_fb.get(m.index) {
                 let one = Miss { index: 0, fp: m.fp };
-                self.note_rewrite(dst, fb, &[one]);
+                self.note_misses(dst, fb, &[one]);
             }
         }
         drop(d);

@@ -139,11 +139,7 @@ impl FileSystem {
             return Err(e);
         }
         let eff = apply_inode(&mut n, &rec, &self.persist)?;
-        // Under the inode lock, so the buffer's item for a file block is always that of the
-        // last write to it (a racing write's note cannot land after this one's).
-        if let Some(s) = &self.smart {
-            s.note(ino, fb0, &misses);
-        }
+        self.note_misses(ino, fb0, &misses);
         drop(n);
         self.finish(eff)?;
         Ok(data.len())
@@ -151,7 +147,7 @@ impl FileSystem {
 
     /// Replace the part `[from, to)` (inside one block `fb`) of a block with zeros; returns the
     /// new physical block and, when it was stored as new data, what `smart`'s worker must hear
-    /// of it (see [`FileSystem::note_rewrite`]); `None` when the block is a hole (already zero).
+    /// of it (see [`FileSystem::note_misses`]); `None` when the block is a hole (already zero).
     fn zero_part(
         &self,
         map_phys: BlockNr,
@@ -168,13 +164,15 @@ impl FileSystem {
         Ok(Some((phys[0], misses)))
     }
 
-    /// A file block of `ino` got a block stored as new data outside a write (`misses` of a
-    /// one-block engine write, applied at `fb`): `smart`'s skipped buffer replaces its item
-    /// for the file block, whose fingerprint was that of the old content. Called under the
-    /// inode lock, after the record is applied.
-    pub(crate) fn note_rewrite(&self, ino: u64, fb: u64, misses: &[Miss]) {
+    /// File blocks of `ino` from `first` on got blocks stored as new data (`misses` of the
+    /// engine write, indices relative to `first`): `smart`'s skipped buffer replaces its items
+    /// for them, whose fingerprints were those of the old contents. Every path that maps new
+    /// data into a file calls it (write, a truncate's or punch's partial block, a copy's
+    /// unshared blocks), under the inode lock after the record is applied, so a file block's
+    /// item is always that of its last rewrite (a racing writer's cannot land after it).
+    pub(crate) fn note_misses(&self, ino: u64, first: u64, misses: &[Miss]) {
         if let Some(s) = &self.smart {
-            s.note(ino, fb, misses);
+            s.note(ino, first, misses);
         }
     }
 
@@ -206,7 +204,7 @@ impl FileSystem {
         }
         let eff = apply_inode(n, &rec, &self.persist)?;
         if let Some((fb, _)) = tail {
-            self.note_rewrite(ino, fb, &misses);
+            self.note_misses(ino, fb, &misses);
         }
         Ok(eff)
     }
@@ -304,7 +302,7 @@ impl FileSystem {
                                 return Err(e);
                             }
                             let e = apply_inode(&mut n, &rec, &self.persist)?;
-                            self.note_rewrite(ino, fb, &misses);
+                            self.note_misses(ino, fb, &misses);
                             eff.released.extend(e.released);
                             eff.mapped_delta += e.mapped_delta;
                         }

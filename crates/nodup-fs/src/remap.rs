@@ -11,7 +11,7 @@ use crate::inode::Body;
 use crate::log::record::Record;
 use crate::state::apply_inode;
 use nodup_core::engine::remap::RefGrant;
-use nodup_core::engine::Adopted;
+use nodup_core::engine::{Adopted, Miss};
 use nodup_core::{BlockNr, BLOCK_SIZE};
 
 /// What [`FileSystem::remap_block`] did.
@@ -131,11 +131,12 @@ impl FileSystem {
             let own = self.engine.fingerprint(&buf);
             if own != fp {
                 // Queued again with its own fingerprint, under the inode lock like a write's
-                // note, so a write racing in cannot be overwritten by this older content.
-                if let Some(sm) = &self.smart {
-                    sm.buf.lock().push(ino, index, Some(own));
-                    sm.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
-                }
+                // misses, so a write racing in cannot be overwritten by this older content.
+                let again = Miss {
+                    index: 0,
+                    fp: Some(own),
+                };
+                self.note_misses(ino, index, &[again]);
                 return Ok(AdoptOutcome::Stale(own));
             }
         }

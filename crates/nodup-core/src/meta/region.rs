@@ -38,7 +38,7 @@ pub const REGION_MAGIC: u64 = u64::from_le_bytes(*b"NDREGION");
 /// Regions in the fixed header area.
 pub const HEADER_REGIONS: u64 = 1;
 /// A region is allocatable while at most this many entries are in use (half of 128 slots).
-pub const ALLOCATABLE_MAX: i64 = 64;
+pub const ALLOCATABLE_MAX: i32 = 64;
 /// Writer pools with their own current region.
 const CUR_SLOTS: usize = 16;
 
@@ -75,14 +75,11 @@ impl State {
     }
 
     /// Add a region at the end of the chain, keeping `by_block` sorted (a new region of a
-    /// running engine); false if its block is one already.
-    fn push(&mut self, info: RegionInfo) -> bool {
-        let Err(at) = self.search(info.block) else {
-            return false;
-        };
+    /// running engine; the caller made sure its block is not a region yet).
+    fn push(&mut self, info: RegionInfo) {
+        let at = self.search(info.block).unwrap_or_else(|at| at);
         self.by_block.insert(at, self.regions.len() as u32);
         self.regions.push(info);
-        true
     }
 
     /// Sort `by_block` once after regions were added in chain order with `push_unsorted`
@@ -107,7 +104,7 @@ struct Cur {
     block: u64,
     next: u64,
     /// Entries claimed since the region became current (published at eviction).
-    local: i64,
+    local: i32,
     /// The region was created by this writer and every slot past `next` is known free, so
     /// slots need not be read back (a fresh region's lines were just flushed out of the cache).
     fresh: bool,
@@ -157,9 +154,9 @@ impl RegionLayout {
     /// Publish a current region's claims and hand it back (queued when allocatable).
     fn evict(&self, st: &mut State, c: Cur) {
         if let Some(r) = st.regions.get_mut(c.ridx as usize) {
-            r.valid += c.local as i32;
+            r.valid += c.local;
             r.cur = false;
-            if i64::from(r.valid) <= ALLOCATABLE_MAX && !r.queued {
+            if r.valid <= ALLOCATABLE_MAX && !r.queued {
                 r.queued = true;
                 st.queue.push_back(c.ridx);
             }
@@ -191,15 +188,12 @@ impl RegionLayout {
         io.flush(off, 8);
         io.fence()?;
         let ridx = st.regions.len() as u32;
-        let fresh = st.push(RegionInfo {
+        st.push(RegionInfo {
             block: b,
             valid: 0,
             queued: false,
             cur: true,
         });
-        if !fresh {
-            return Err(Error::Corrupt(format!("block {b} is a region already")));
-        }
         self.mark_region(b);
         Ok(Cur {
             ridx,
@@ -227,7 +221,7 @@ impl RegionLayout {
         for c in &self.curs {
             if let Some(c) = *c.lock() {
                 if let Some(x) = v.get_mut(c.ridx as usize) {
-                    *x += c.local;
+                    *x += i64::from(c.local);
                 }
             }
         }
@@ -415,7 +409,7 @@ impl MetaLayout for RegionLayout {
         let r = &mut st.regions[ridx as usize];
         r.valid -= 1;
         // Exactly half free again: the region becomes allocatable (unless a writer holds it).
-        if !r.cur && !r.queued && i64::from(r.valid) <= ALLOCATABLE_MAX {
+        if !r.cur && !r.queued && r.valid <= ALLOCATABLE_MAX {
             r.queued = true;
             st.queue.push_back(ridx);
         }
@@ -468,7 +462,7 @@ impl MetaLayout for RegionLayout {
         }
         st.queue.clear();
         for i in 0..st.regions.len() {
-            if i64::from(st.regions[i].valid) <= ALLOCATABLE_MAX {
+            if st.regions[i].valid <= ALLOCATABLE_MAX {
                 st.regions[i].queued = true;
                 st.queue.push_back(i as u32);
             }
@@ -507,7 +501,7 @@ impl MetaLayout for RegionLayout {
             let r = &mut st.regions[i];
             r.valid = v as i32;
             r.cur = false;
-            r.queued = i64::from(r.valid) <= ALLOCATABLE_MAX;
+            r.queued = r.valid <= ALLOCATABLE_MAX;
             if r.queued {
                 st.queue.push_back(i as u32);
             }
@@ -537,7 +531,7 @@ impl MetaLayout for RegionLayout {
                 out.push(format!("region {i} counter {c}, {r} valid entries"));
             }
             let ri = &st.regions[i];
-            if !ri.cur && !ri.queued && c <= ALLOCATABLE_MAX {
+            if !ri.cur && !ri.queued && c <= i64::from(ALLOCATABLE_MAX) {
                 out.push(format!(
                     "region {i} has {c} entries in use but is not allocatable"
                 ));

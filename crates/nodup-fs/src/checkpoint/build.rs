@@ -96,11 +96,7 @@ impl<'a> Builder<'a> {
     fn cur(&mut self) -> (usize, &mut Vec<u8>) {
         if self.segs.last().is_none_or(|s| s.bytes >= self.seg_bytes) {
             self.write_stage();
-            let gen = {
-                let mut meta = self.fs.meta.lock();
-                meta.next_gen += 1;
-                meta.next_gen - 1
-            };
+            let gen = self.fs.take_gen();
             let writer = self.start_chain(gen);
             self.segs.push(SegOut {
                 gen,
@@ -278,6 +274,13 @@ impl FileSystem {
             }
         }
         Ok(blocks)
+    }
+
+    /// A new chain generation (a segment's or a manifest's).
+    pub(super) fn take_gen(&self) -> u64 {
+        let mut meta = self.meta.lock();
+        meta.next_gen += 1;
+        meta.next_gen - 1
     }
 
     /// Blocks a failed checkpoint took go back to the reserve.

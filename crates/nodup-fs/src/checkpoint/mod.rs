@@ -222,11 +222,7 @@ impl FileSystem {
         let next_ino = t.next_ino;
         let t_log = tc.elapsed().as_secs_f64();
         // The manifest's generation follows the segments'.
-        let man_gen = {
-            let mut meta = self.meta.lock();
-            meta.next_gen += 1;
-            meta.next_gen - 1
-        };
+        let man_gen = self.take_gen();
         // Point every written unit at its new copy; remember the old one.
         let mut changes = std::mem::take(&mut scratch.changes);
         let mut dead = std::mem::take(&mut scratch.dead);
