@@ -210,19 +210,6 @@ fn stats_and_fsck_leave_the_image_byte_identical() {
     one_line(&fail(&nodup(&["stats", "/nonexistent"])), "no such image");
 }
 
-/// The pid of the daemon holding `img` (the lock in /proc/locks).
-fn daemon_pid(img: &Path) -> i32 {
-    let out = ok(nodup(&["list", "--json"]));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let want = img.canonicalize().unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .find(|m| Path::new(m["image"].as_str().unwrap()) == want)
-        .and_then(|m| m["pid"].as_i64())
-        .expect("the mount is listed with its pid") as i32
-}
-
 fn wait_unlocked(img: &Path) {
     for _ in 0..200 {
         if nodup_fs::image::ImageLock::try_lock(img).is_ok() {

@@ -35,6 +35,15 @@ fn smart_through_a_mount() {
         &["--policy", "smart", "--mem-budget", "128K"],
     );
     f.mount(&["--worker-rate", "0"]);
+    // The daemon runs with glibc's thread caches limited (their hoard made budgets look
+    // overspent); a caller's own GLIBC_TUNABLES would be kept beside it.
+    let env = fs::read(format!("/proc/{}/environ", daemon_pid(&f.img))).unwrap();
+    assert!(
+        env.split(|&b| b == 0)
+            .any(|v| v == b"GLIBC_TUNABLES=glibc.malloc.tcache_max=64"),
+        "{}",
+        String::from_utf8_lossy(&env)
+    );
     // 4000 unique blocks: far more fingerprints than 128 KiB holds in memory.
     let data = blocks(0, 4000);
     fs::write(f.path("a"), &data).unwrap();

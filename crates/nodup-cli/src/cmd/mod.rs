@@ -9,6 +9,7 @@ pub mod estimate_model;
 pub mod freewrite;
 pub mod helper;
 pub mod list;
+pub mod malloc_tune;
 pub mod mkfs;
 pub mod mount;
 pub mod sim;

@@ -328,6 +328,9 @@ pub fn mount(a: MountArgs) -> Result<()> {
         ImageLock::try_lock(&a.image)
             .map_err(|_| anyhow!("{}: image is already mounted", a.image.display()))?,
     );
+    if a.foreground {
+        super::malloc_tune::reexec_with_tunables();
+    }
     if a.foreground || a.ready_fd.is_some() {
         return run_daemon(a);
     }
@@ -373,6 +376,11 @@ fn spawn_daemon(a: &MountArgs) -> Result<()> {
         // The daemon runs in `/` after setsid: hand it an absolute path.
         let abs = std::path::absolute(f).unwrap_or_else(|_| f.clone());
         cmd.arg("--log-file").arg(abs);
+    }
+    if let Some(v) =
+        super::malloc_tune::daemon_tunables(std::env::var_os(super::malloc_tune::VAR).as_deref())
+    {
+        cmd.env(super::malloc_tune::VAR, v);
     }
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null());

@@ -159,3 +159,16 @@ impl Drop for Fixture {
         let _ = fs::remove_dir(&self.mnt);
     }
 }
+
+/// The pid of the daemon holding `img` (the lock in /proc/locks).
+pub fn daemon_pid(img: &Path) -> i32 {
+    let out = ok(nodup(&["list", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let want = img.canonicalize().unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .find(|m| Path::new(m["image"].as_str().unwrap()) == want)
+        .and_then(|m| m["pid"].as_i64())
+        .expect("the mount is listed with its pid") as i32
+}

@@ -39,52 +39,36 @@ mod off {
     pub const HEADER_SUM: usize = 32;
 }
 
-/// Encode `items` into the area: pairs when they fit, else the distinct inodes (a file item
-/// stands for all its blocks), else as many inodes as fit. Returns the bytes and the items
-/// that did not fit.
-pub fn encode(items: &[Item]) -> (Vec<u8>, u64) {
+/// Pairs the area holds at most.
+pub const ROOM_PAIRS: usize = (BYTES - HDR) / 16;
+/// Inode numbers the area holds at most.
+pub const ROOM_INOS: usize = (BYTES - HDR) / 8;
+
+/// Encode a checkpoint: `words` are flattened (inode, block) pairs when `pairs`, else inode
+/// numbers (as [`SkippedBuffer::checkpoint_words`] gives them; at most the area's room).
+///
+/// [`SkippedBuffer::checkpoint_words`]: super::skipped::SkippedBuffer::checkpoint_words
+pub fn encode(pairs: bool, words: &[u64]) -> Vec<u8> {
     let mut b = vec![0u8; BYTES];
-    let room = |w: usize| (BYTES - HDR) / w;
-    let all_pairs = items.iter().all(|i| matches!(i, Item::Block { .. }));
-    let (kind, words, lost): (u32, Vec<u64>, u64) = if all_pairs && items.len() <= room(16) {
-        let mut w = Vec::with_capacity(items.len() * 2);
-        for it in items {
-            if let Item::Block { ino, lbn, .. } = *it {
-                w.push(ino);
-                w.push(lbn);
-            }
-        }
-        (0, w, 0)
+    let words = &words[..words.len().min((BYTES - HDR) / 8)];
+    let (kind, n) = if pairs {
+        (0, words.len() / 2)
     } else {
-        let mut inos: Vec<u64> = items
-            .iter()
-            .map(|i| match *i {
-                Item::Block { ino, .. } | Item::File { ino } => ino,
-            })
-            .collect();
-        inos.sort_unstable();
-        inos.dedup();
-        let lost = inos.len().saturating_sub(room(8)) as u64;
-        inos.truncate(room(8));
-        (1, inos, lost)
+        (1, words.len())
     };
     b[off::MAGIC..off::MAGIC + 8].copy_from_slice(&MAGIC);
     put_u32(&mut b, off::VERSION, VERSION);
     put_u32(&mut b, off::KIND, kind);
-    let n = if kind == 0 {
-        words.len() / 2
-    } else {
-        words.len()
-    };
     put_u64(&mut b, off::COUNT, n as u64);
-    for (i, w) in words.iter().enumerate() {
+    let used = if pairs { 2 * n } else { n };
+    for (i, w) in words[..used].iter().enumerate() {
         put_u64(&mut b, HDR + 8 * i, *w);
     }
-    let psum = xxhash_rust::xxh3::xxh3_64(&b[HDR..HDR + 8 * words.len()]);
+    let psum = xxhash_rust::xxh3::xxh3_64(&b[HDR..HDR + 8 * used]);
     put_u64(&mut b, off::PAYLOAD_SUM, psum);
     let hsum = xxhash_rust::xxh3::xxh3_64(&b[..off::HEADER_SUM]);
     put_u64(&mut b, off::HEADER_SUM, hsum);
-    (b, lost)
+    b
 }
 
 /// Decode the area; `None` when it holds no valid checkpoint.
@@ -126,14 +110,15 @@ pub fn decode(b: &[u8]) -> Option<Vec<Item>> {
     )
 }
 
-/// Write the checkpoint of `items` into client-area block `first` onward (durable on return).
-pub fn store(m: &dyn Medium, first: u64, items: &[Item]) -> nodup_core::Result<u64> {
-    let (b, lost) = encode(items);
+/// Write a checkpoint (see [`encode`]) into client-area block `first` onward (durable on
+/// return).
+pub fn store(m: &dyn Medium, first: u64, pairs: bool, words: &[u64]) -> nodup_core::Result<()> {
+    let b = encode(pairs, words);
     let off = first * BLOCK_SIZE as u64;
     m.write(off, &b)?;
     m.flush(off, b.len() as u64);
     m.fence()?;
-    Ok(lost)
+    Ok(())
 }
 
 /// Read the checkpoint at client-area block `first` (nothing when none is valid).
@@ -149,39 +134,69 @@ pub fn load(m: &dyn Medium, first: u64) -> Vec<Item> {
 mod tests {
     use super::*;
 
+    use super::super::skipped::SkippedBuffer;
+
+    /// The checkpoint of `b` (and a file being scanned), decoded.
+    fn round_trip(b: &SkippedBuffer, extra: Option<u64>) -> (Vec<u8>, Vec<Item>) {
+        let mut w = Vec::new();
+        let pairs = b.checkpoint_words(extra, ROOM_PAIRS, ROOM_INOS, &mut w);
+        assert!(w.len() <= ROOM_INOS + ROOM_INOS / 4 + 1);
+        let bytes = encode(pairs, &w);
+        let back = decode(&bytes).unwrap();
+        (bytes, back)
+    }
+
     #[test]
     fn pairs_then_inodes_round_trip_and_damage_is_ignored() {
-        let items: Vec<Item> = (0..100)
-            .map(|i| Item::Block {
-                ino: 2 + i % 7,
-                lbn: i,
-                fp: Some(9),
-            })
-            .collect();
-        let (mut b, lost) = encode(&items);
-        assert_eq!(lost, 0);
-        let back = decode(&b).unwrap();
+        let mut b = SkippedBuffer::new(1 << 20);
+        for i in 0..100 {
+            b.push(2 + i % 7, i, Some(9));
+        }
+        let (mut bytes, back) = round_trip(&b, None);
         assert_eq!(back.len(), 100);
-        assert_eq!(
-            back[3],
-            Item::Block {
-                ino: 5,
-                lbn: 3,
-                fp: None
-            }
-        );
-        // Too many pairs: the distinct inodes.
-        let many: Vec<Item> = (0..5000)
-            .map(|i| Item::Block {
-                ino: 2 + i % 3,
-                lbn: i,
-                fp: None,
+        let mut got: Vec<(u64, u64)> = back
+            .iter()
+            .map(|it| match *it {
+                Item::Block { ino, lbn, fp } => {
+                    assert_eq!(fp, None);
+                    (ino, lbn)
+                }
+                Item::File { .. } => panic!("a file item among pairs"),
             })
             .collect();
-        let (b2, _) = encode(&many);
-        assert_eq!(decode(&b2).unwrap().len(), 3);
-        b[HDR + 5] ^= 1;
-        assert!(decode(&b).is_none());
+        got.sort_unstable();
+        let mut want: Vec<(u64, u64)> = (0..100).map(|i| (2 + i % 7, i)).collect();
+        want.sort_unstable();
+        assert_eq!(got, want);
+        // A file being scanned: the distinct inodes, that file among them.
+        let (_, back) = round_trip(&b, Some(50));
+        let want: Vec<Item> = (2..9).chain([50]).map(|ino| Item::File { ino }).collect();
+        assert_eq!(back, want);
+        // Too many pairs: the distinct inodes.
+        let mut many = SkippedBuffer::new(1 << 20);
+        for i in 0..5000 {
+            many.push(2 + i % 3, i, None);
+        }
+        let (_, back) = round_trip(&many, None);
+        assert_eq!(back.len(), 3);
+        bytes[HDR + 5] ^= 1;
+        assert!(decode(&bytes).is_none());
         assert!(decode(&vec![0u8; BYTES]).is_none());
+    }
+
+    #[test]
+    fn more_distinct_inodes_than_fit_keep_the_smallest() {
+        // 3 * ROOM_INOS distinct files, pushed in scrambled order: the smallest ROOM_INOS kept,
+        // ascending, whatever the order the buffer holds them in.
+        let n = 3 * ROOM_INOS as u64;
+        let mut b = SkippedBuffer::new(8 << 20);
+        for k in 0..n {
+            b.push(1 + (k * 7919) % n, k, None);
+        }
+        let (_, back) = round_trip(&b, None);
+        let want: Vec<Item> = (1..=ROOM_INOS as u64)
+            .map(|ino| Item::File { ino })
+            .collect();
+        assert_eq!(back, want);
     }
 }

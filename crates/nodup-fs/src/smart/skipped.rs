@@ -158,18 +158,16 @@ impl SkippedBuffer {
         self.push_ino(ino);
     }
 
-    /// Move every block entry's inode into the inode set and empty the table.
+    /// Move every block entry's inode into the inode set and empty the table (in place: an
+    /// overflow allocates nothing).
     fn spill(&mut self) {
-        let inos: Vec<u64> = self
-            .slots
-            .iter()
-            .filter(|s| s.ino != EMPTY && s.ino != TOMB)
-            .map(|s| s.ino)
-            .collect();
-        self.reset_table();
-        for ino in inos {
-            self.push_ino(ino);
+        for k in 0..self.slots.len() {
+            let ino = self.slots[k].ino;
+            if ino != EMPTY && ino != TOMB {
+                self.push_ino(ino);
+            }
         }
+        self.reset_table();
     }
 
     fn reset_table(&mut self) {
@@ -250,25 +248,57 @@ impl SkippedBuffer {
         out
     }
 
-    /// Everything pending, without taking it (the checkpoint).
-    pub fn snapshot(&self) -> Vec<Item> {
-        let mut v: Vec<Item> = self
+    /// What a checkpoint records, into `out`, without copying the buffer (a checkpoint runs
+    /// every 30 s while blocks wait; a copy of a full buffer was 1.7 times its size): the
+    /// pending (inode, block) pairs, flattened, when every item is a block and at most
+    /// `room_pairs` are pending; else the smallest `room_inos` distinct inode numbers, `extra`
+    /// (a file being scanned) among them, ascending. `out` never holds more than
+    /// `room_inos + room_inos / 4 + 1` words. Returns true for pairs.
+    pub fn checkpoint_words(
+        &self,
+        extra: Option<u64>,
+        room_pairs: usize,
+        room_inos: usize,
+        out: &mut Vec<u64>,
+    ) -> bool {
+        out.clear();
+        let live = |x: &u64| *x != EMPTY && *x != TOMB;
+        if extra.is_none() && self.inos_live == 0 && self.live <= room_pairs {
+            for s in self.slots.iter().filter(|s| live(&s.ino)) {
+                out.push(s.ino);
+                out.push(s.lbn & !HAS_FP);
+            }
+            return true;
+        }
+        let room = room_inos.max(1);
+        let compact_at = room + room / 4 + 1;
+        // Once the kept set was cut to `room`, only a smaller inode can still make the cut.
+        let mut limit = u64::MAX;
+        let all = self
             .slots
             .iter()
-            .filter(|s| s.ino != EMPTY && s.ino != TOMB)
-            .map(|s| Item::Block {
-                ino: s.ino,
-                lbn: s.lbn & !HAS_FP,
-                fp: None,
-            })
-            .collect();
-        v.extend(
-            self.inos
-                .iter()
-                .filter(|&&x| x != EMPTY && x != TOMB)
-                .map(|&ino| Item::File { ino }),
-        );
-        v
+            .map(|s| s.ino)
+            .chain(self.inos.iter().copied())
+            .filter(live)
+            .chain(extra);
+        for ino in all {
+            if ino >= limit {
+                continue;
+            }
+            out.push(ino);
+            if out.len() >= compact_at {
+                out.sort_unstable();
+                out.dedup();
+                if out.len() > room {
+                    out.truncate(room);
+                    limit = out[room - 1];
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out.truncate(room);
+        false
     }
 }
 

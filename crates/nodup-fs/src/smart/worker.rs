@@ -27,7 +27,7 @@ const CHECKPOINT: Duration = Duration::from_secs(30);
 /// Blocks of a whole-file scan taken per step.
 const SCAN_CHUNK: u64 = 256;
 /// Most blocks one step works on (bounds the worker's scratch memory whatever its rate).
-pub const STEP_MAX: usize = 1024;
+pub const STEP_MAX: usize = 256;
 
 /// A block under consideration.
 #[derive(Debug, Clone, Copy)]
@@ -288,11 +288,15 @@ impl FileSystem {
     pub fn smart_checkpoint(&self) -> Result<()> {
         let Some(s) = &self.smart else { return Ok(()) };
         let Some(at) = s.ckpt_at else { return Ok(()) };
-        let mut items = s.buf.lock().snapshot();
-        if let Some((ino, _)) = *s.scan.lock() {
-            items.push(Item::File { ino });
-        }
-        super::persist::store(&*self.medium, at, &items)?;
+        use super::persist::{ROOM_INOS, ROOM_PAIRS};
+        // `scan` and `buf` one after the other, never nested (see `SmartFs::idle`).
+        let scanning = s.scan.lock().map(|(ino, _)| ino);
+        let mut words = Vec::new();
+        let pairs = s
+            .buf
+            .lock()
+            .checkpoint_words(scanning, ROOM_PAIRS, ROOM_INOS, &mut words);
+        super::persist::store(&*self.medium, at, pairs, &words)?;
         s.dirty.store(false, Ordering::Relaxed);
         *s.last_ckpt.lock() = Instant::now();
         Ok(())
