@@ -135,6 +135,7 @@ impl FileSystem {
         let store = mem(&eng, "/store/memory/total_bytes");
         let rc = mem(&eng, "/read_cache/memory_bytes");
         let skipped = mem(&fsr, "/skipped_buffer/memory_bytes");
+        let worker = mem(&fsr, "/scratch_bytes");
         let budget = mem(&eng, "/policy/budget/total");
         Some(serde_json::json!({
             "engine": eng,
@@ -144,7 +145,8 @@ impl FileSystem {
                 "fingerprint_store_bytes": store,
                 "skipped_buffer_bytes": skipped,
                 "read_cache_bytes": rc,
-                "total_bytes": store + skipped + rc,
+                "worker_scratch_bytes": worker,
+                "total_bytes": store + skipped + rc + worker,
             },
             "inline_hits": mem(&eng, "/store/counters/mem_hits"),
             "out_of_line_hits": mem(&fsr, "/worker/remapped"),

@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use crate::error::{errno, Result};
 use resources::{Overrides, Sampler};
 use skipped::SkippedBuffer;
+use worker::StepScratch;
 
 /// Blocks per second the worker processes by default (before resource scaling).
 pub const DEFAULT_RATE: u64 = 50_000;
@@ -45,6 +46,8 @@ pub struct WorkerStats {
     /// Duplicates left in place because the other copy has fewer references (its references
     /// move here when the worker reaches them).
     pub kept: u64,
+    /// Of those, queued once more, to move on their second visit.
+    pub second_visits: u64,
     /// Bytes read to fingerprint blocks that had no fingerprint.
     pub read_bytes: u64,
     /// Whole files scanned after the buffer overflowed.
@@ -56,6 +59,10 @@ pub struct WorkerStats {
 /// `smart`'s state in an open file system.
 pub struct SmartFs {
     pub(crate) buf: Mutex<SkippedBuffer>,
+    /// The worker's step scratch (its budget share) and its fixed size.
+    pub(crate) scratch: Mutex<StepScratch>,
+    pub(crate) scratch_bytes: u64,
+    pub(crate) step_blocks: usize,
     /// Blocks per second (0: paused).
     pub(crate) rate: Mutex<u64>,
     pub(crate) overrides: Mutex<Overrides>,
@@ -90,6 +97,7 @@ pub(crate) fn for_engine(
         .then_some(area + persist::AREA_OFFSET);
     let s = SmartFs::new(
         split.skipped,
+        split.worker,
         engine.policy().min_dup_run(),
         ckpt_at,
         opts.image_path.as_deref(),
@@ -108,15 +116,21 @@ pub(crate) fn for_engine(
 }
 
 impl SmartFs {
-    /// State for a buffer of `skipped_bytes`, remapping runs of at least `min_run` blocks.
+    /// State for a buffer of `skipped_bytes` and worker scratch of `worker_bytes`, remapping
+    /// runs of at least `min_run` blocks.
     pub fn new(
         skipped_bytes: u64,
+        worker_bytes: u64,
         min_run: usize,
         ckpt_at: Option<u64>,
         image: Option<&std::path::Path>,
     ) -> SmartFs {
+        let scratch = StepScratch::new(worker_bytes);
         SmartFs {
             buf: Mutex::new(SkippedBuffer::new(skipped_bytes)),
+            scratch_bytes: scratch.memory_bytes(),
+            step_blocks: scratch.step(),
+            scratch: Mutex::new(scratch),
             rate: Mutex::new(DEFAULT_RATE),
             overrides: Mutex::new(Overrides::default()),
             sampler: Mutex::new(Sampler::new(image)),
@@ -207,6 +221,8 @@ impl SmartFs {
             "idle": blocks == 0 && files == 0 && !scanning,
             "worker": *self.stats.lock(),
             "worker_rate": *self.rate.lock(),
+            "step_blocks": self.step_blocks,
+            "scratch_bytes": self.scratch_bytes,
             "min_run": self.min_run,
             "overrides": *self.overrides.lock(),
             "skipped_buffer": {

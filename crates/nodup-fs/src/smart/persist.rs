@@ -101,6 +101,7 @@ pub fn decode(b: &[u8]) -> Option<Vec<Item>> {
                     ino: le_u64(payload, 16 * i),
                     lbn: le_u64(payload, 16 * i + 8),
                     fp: None,
+                    again: false,
                 },
                 _ => Item::File {
                     ino: le_u64(payload, 8 * i),
@@ -157,7 +158,7 @@ mod tests {
         let mut got: Vec<(u64, u64)> = back
             .iter()
             .map(|it| match *it {
-                Item::Block { ino, lbn, fp } => {
+                Item::Block { ino, lbn, fp, .. } => {
                     assert_eq!(fp, None);
                     (ino, lbn)
                 }

@@ -17,12 +17,22 @@ struct Slot {
 const EMPTY: u64 = 0;
 const TOMB: u64 = u64::MAX;
 const HAS_FP: u64 = 1 << 63;
+/// In `lbn`: queued for a second visit.
+const AGAIN: u64 = 1 << 62;
+const FLAGS: u64 = HAS_FP | AGAIN;
 
 /// What the worker takes from the buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Item {
-    /// One block of a file, with its fingerprint when inline dedup computed it.
-    Block { ino: u64, lbn: u64, fp: Option<u64> },
+    /// One block of a file, with its fingerprint when inline dedup computed it; `again`: the
+    /// worker left it in place once because its copy held more references than the other
+    /// copy and not all of them were in that step, and moves it on this second visit.
+    Block {
+        ino: u64,
+        lbn: u64,
+        fp: Option<u64>,
+        again: bool,
+    },
     /// Every block of a file (the buffer overflowed).
     File { ino: u64 },
 }
@@ -112,6 +122,23 @@ impl SkippedBuffer {
             self.push_ino(ino);
             return;
         }
+        self.put(ino, lbn, fp, false);
+    }
+
+    /// Queue block `lbn` of `ino` once more for the worker's second visit (see
+    /// [`Item::Block`]'s `again`). Only into free room: never spills (a whole-file scan would
+    /// lose the mark and could come back here forever); false when there is no room. A block
+    /// queued meanwhile (written again) keeps its entry.
+    pub fn push_again(&mut self, ino: u64, lbn: u64, fp: Option<u64>) -> bool {
+        if ino == EMPTY || ino == TOMB || self.inos_live > 0 || self.used >= self.capacity() {
+            return false;
+        }
+        self.put(ino, lbn, fp, true);
+        true
+    }
+
+    fn put(&mut self, ino: u64, lbn: u64, fp: Option<u64>, again: bool) {
+        let flags = fp.map_or(0, |_| HAS_FP) | if again { AGAIN } else { 0 };
         let n = self.slots.len();
         let mut i = mix(ino, lbn) % n;
         let mut free = None;
@@ -122,13 +149,16 @@ impl SkippedBuffer {
             }
             if s.ino == TOMB {
                 free.get_or_insert(i);
-            } else if s.ino == ino && s.lbn & !HAS_FP == lbn {
-                // Written again: the newer fingerprint replaces the entry.
-                self.slots[i] = Slot {
-                    ino,
-                    lbn: lbn | fp.map_or(0, |_| HAS_FP),
-                    fp: fp.unwrap_or(0),
-                };
+            } else if s.ino == ino && s.lbn & !FLAGS == lbn {
+                // Written again: the newer fingerprint replaces the entry (a second visit
+                // does not replace a write's).
+                if !again {
+                    self.slots[i] = Slot {
+                        ino,
+                        lbn: lbn | flags,
+                        fp: fp.unwrap_or(0),
+                    };
+                }
                 return;
             }
             i = (i + 1) % n;
@@ -140,7 +170,7 @@ impl SkippedBuffer {
         }
         self.slots[at] = Slot {
             ino,
-            lbn: lbn | fp.map_or(0, |_| HAS_FP),
+            lbn: lbn | flags,
             fp: fp.unwrap_or(0),
         };
         self.live += 1;
@@ -201,8 +231,17 @@ impl SkippedBuffer {
     }
 
     /// Take up to `max` items, a sweep of the table, then at most one whole file.
+    #[cfg(test)]
     pub fn take(&mut self, max: usize) -> Vec<Item> {
         let mut out = Vec::new();
+        self.take_into(max, &mut out);
+        out
+    }
+
+    /// Take up to `max` items into `out` (emptied first): a sweep of the table, then at most
+    /// one whole file.
+    pub fn take_into(&mut self, max: usize, out: &mut Vec<Item>) {
+        out.clear();
         let n = self.slots.len();
         let mut seen = 0;
         while out.len() < max && self.live > 0 && seen < n {
@@ -215,8 +254,9 @@ impl SkippedBuffer {
             }
             out.push(Item::Block {
                 ino: s.ino,
-                lbn: s.lbn & !HAS_FP,
+                lbn: s.lbn & !FLAGS,
                 fp: (s.lbn & HAS_FP != 0).then_some(s.fp),
+                again: s.lbn & AGAIN != 0,
             });
             self.slots[i].ino = TOMB;
             self.live -= 1;
@@ -245,7 +285,6 @@ impl SkippedBuffer {
             self.inos_used = 0;
             self.ino_cursor = 0;
         }
-        out
     }
 
     /// What a checkpoint records, into `out`, without copying the buffer (a checkpoint runs
@@ -266,7 +305,7 @@ impl SkippedBuffer {
         if extra.is_none() && self.inos_live == 0 && self.live <= room_pairs {
             for s in self.slots.iter().filter(|s| live(&s.ino)) {
                 out.push(s.ino);
-                out.push(s.lbn & !HAS_FP);
+                out.push(s.lbn & !FLAGS);
             }
             return true;
         }
@@ -320,13 +359,41 @@ mod tests {
             vec![Item::Block {
                 ino: 5,
                 lbn: 1,
-                fp: Some(11)
+                fp: Some(11),
+                again: false,
             }]
+        );
+        // A second visit is marked; it does not replace a block a write queued meanwhile.
+        assert!(b.push_again(5, 2, Some(12)));
+        b.push(5, 3, None);
+        assert!(b.push_again(5, 3, Some(13)));
+        let mut got = b.take(10);
+        got.sort_by_key(|i| match i {
+            Item::Block { lbn, .. } => *lbn,
+            Item::File { .. } => 0,
+        });
+        assert_eq!(
+            got,
+            vec![
+                Item::Block {
+                    ino: 5,
+                    lbn: 2,
+                    fp: Some(12),
+                    again: true,
+                },
+                Item::Block {
+                    ino: 5,
+                    lbn: 3,
+                    fp: None,
+                    again: false,
+                }
+            ]
         );
         for lbn in 0..cap as u64 + 5 {
             b.push(7 + lbn % 3, lbn, None);
         }
-        // Full: converted to the three inode numbers.
+        // Full: converted to the three inode numbers; no room for a second visit.
+        assert!(!b.push_again(5, 4, None));
         assert_eq!(b.overflows, 1);
         assert_eq!(b.pending(), (0, 3));
         // One whole file per take.

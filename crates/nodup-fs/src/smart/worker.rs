@@ -7,6 +7,7 @@
 //! blocks, only runs of at least T consecutive file blocks whose copies are consecutive stored
 //! blocks are remapped, counting what the file already maps contiguously around them.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,8 +27,10 @@ const SAMPLE: Duration = Duration::from_secs(1);
 const CHECKPOINT: Duration = Duration::from_secs(30);
 /// Blocks of a whole-file scan taken per step.
 const SCAN_CHUNK: u64 = 256;
-/// Most blocks one step works on (bounds the worker's scratch memory whatever its rate).
+/// Most blocks one step works on (the budget's worker share sets the step below this).
 pub const STEP_MAX: usize = 256;
+/// Fewest blocks a step works on, whatever the budget.
+const STEP_MIN: usize = 16;
 
 /// A block under consideration.
 #[derive(Debug, Clone, Copy)]
@@ -43,17 +46,82 @@ struct Cand {
     has_entry: bool,
     /// Another stored copy, with its references.
     to: Option<(BlockNr, u64)>,
+    /// Second visit: moves even toward a less referenced copy (see `apply_candidates`).
+    again: bool,
+}
+
+/// A queued block: inode, file block, fingerprint when queued with one, second visit.
+type Queued = (u64, u64, Option<u64>, bool);
+
+/// The worker's per-step scratch, reserved once from the budget's worker share and reused, so
+/// that a step allocates nothing and the worker's memory is part of the budget.
+#[derive(Debug)]
+pub struct StepScratch {
+    /// Blocks a step takes at most.
+    step: usize,
+    items: Vec<Queued>,
+    taken: Vec<Item>,
+    cands: Vec<Cand>,
+    /// References to each stored block among a step's candidates.
+    here: HashMap<BlockNr, u64>,
+}
+
+/// Scratch bytes per block of a step (a hash-map slot counted twice: its table is sized up to
+/// the next power of two above 8/7 of the entries).
+const SCRATCH_PER_BLOCK: usize = std::mem::size_of::<Queued>()
+    + std::mem::size_of::<Item>()
+    + std::mem::size_of::<Cand>()
+    + 2 * (std::mem::size_of::<(BlockNr, u64)>() + 1);
+
+impl StepScratch {
+    /// Scratch within `bytes`: steps of as many blocks as fit (between 16 and [`STEP_MAX`]).
+    pub fn new(bytes: u64) -> StepScratch {
+        let step = (bytes as usize / SCRATCH_PER_BLOCK).clamp(STEP_MIN, STEP_MAX);
+        StepScratch {
+            step,
+            items: Vec::with_capacity(step),
+            taken: Vec::with_capacity(step),
+            cands: Vec::with_capacity(step),
+            here: HashMap::with_capacity(step),
+        }
+    }
+
+    /// Blocks a step takes at most.
+    pub fn step(&self) -> usize {
+        self.step
+    }
+
+    /// Heap bytes reserved (fixed: a step never holds more than `step` blocks).
+    pub fn memory_bytes(&self) -> u64 {
+        (self.items.capacity() * std::mem::size_of::<Queued>()
+            + self.taken.capacity() * std::mem::size_of::<Item>()
+            + self.cands.capacity() * std::mem::size_of::<Cand>()
+            + self.here.capacity() * 8 / 7 * (std::mem::size_of::<(BlockNr, u64)>() + 1))
+            as u64
+    }
 }
 
 impl FileSystem {
-    /// Work through at most `max` (and at most [`STEP_MAX`]) queued blocks now; returns how
-    /// many were looked at (0 when nothing is queued). Not a policy with a worker: always 0.
+    /// Work through at most `max` (and at most a step's worth, see [`StepScratch`]) queued
+    /// blocks now; returns how many were looked at (0 when nothing is queued). Not a policy
+    /// with a worker: always 0.
     pub fn smart_step(&self, max: usize) -> Result<usize> {
         let Some(s) = &self.smart else {
             return Ok(0);
         };
-        let max = max.min(STEP_MAX);
-        let mut items: Vec<(u64, u64, Option<u64>)> = Vec::new();
+        // Held for the whole step (two callers at once take turns). It is taken before any
+        // other lock and never while one is held, so the step's other locks under it cannot
+        // deadlock.
+        let mut scratch = s.scratch.lock();
+        let StepScratch {
+            step,
+            items,
+            taken,
+            cands,
+            here,
+        } = &mut *scratch;
+        let max = max.min(*step);
+        items.clear();
         while items.len() < max {
             // A file being scanned whole goes first.
             // The file's size is read without `scan` held: a writer takes `buf` under its
@@ -69,7 +137,7 @@ impl FileSystem {
                     let end = blocks.min(next + SCAN_CHUNK.min((max - items.len()) as u64));
                     let mut scan = s.scan.lock();
                     if *scan == cur {
-                        items.extend((next..end).map(|l| (ino, l, None)));
+                        items.extend((next..end).map(|l| (ino, l, None, false)));
                         *scan = (end < blocks).then_some((ino, end));
                     }
                     true
@@ -79,13 +147,18 @@ impl FileSystem {
             if scanning {
                 continue;
             }
-            let taken = s.buf.lock().take(max - items.len());
+            s.buf.lock().take_into(max - items.len(), taken);
             if taken.is_empty() {
                 break;
             }
-            for it in taken {
+            for it in taken.drain(..) {
                 match it {
-                    Item::Block { ino, lbn, fp } => items.push((ino, lbn, fp)),
+                    Item::Block {
+                        ino,
+                        lbn,
+                        fp,
+                        again,
+                    } => items.push((ino, lbn, fp, again)),
                     Item::File { ino } => {
                         // Taken only while no file is being scanned (see above).
                         *s.scan.lock() = Some((ino, 0));
@@ -97,12 +170,12 @@ impl FileSystem {
         if items.is_empty() {
             return Ok(0);
         }
-        items.sort_unstable_by_key(|&(i, l, _)| (i, l));
+        items.sort_unstable_by_key(|&(i, l, _, _)| (i, l));
         items.dedup_by_key(|x| (x.0, x.1));
         let n = items.len();
-        let mut cands = Vec::with_capacity(n);
-        for (ino, lbn, fp) in items {
-            match self.candidate(ino, lbn, fp) {
+        cands.clear();
+        for &(ino, lbn, fp, again) in items.iter() {
+            match self.candidate(ino, lbn, fp, again) {
                 Ok(Some(c)) => cands.push(c),
                 Ok(None) => {}
                 Err(e) => {
@@ -111,13 +184,13 @@ impl FileSystem {
                 }
             }
         }
-        self.apply_candidates(&cands, s.min_run)?;
+        self.apply_candidates(cands, here, s.min_run)?;
         s.stats.lock().processed += n as u64;
         Ok(n)
     }
 
     /// Fingerprint and copy elsewhere of file block `lbn` of `ino` (`None`: nothing to do).
-    fn candidate(&self, ino: u64, lbn: u64, fp: Option<u64>) -> Result<Option<Cand>> {
+    fn candidate(&self, ino: u64, lbn: u64, fp: Option<u64>, again: bool) -> Result<Option<Cand>> {
         let own = match self.mapped_block(ino, lbn) {
             Ok(0) => return Ok(None),
             Ok(b) => b,
@@ -147,15 +220,21 @@ impl FileSystem {
             fp_queued,
             has_entry: entry.is_some(),
             to,
+            again,
         }))
     }
 
     /// Remap the candidates that pass the run filter, adopt the blocks with no copy.
-    fn apply_candidates(&self, cands: &[Cand], min_run: usize) -> Result<()> {
+    fn apply_candidates(
+        &self,
+        cands: &[Cand],
+        here: &mut HashMap<BlockNr, u64>,
+        min_run: usize,
+    ) -> Result<()> {
         let Some(s) = &self.smart else { return Ok(()) };
         // References to each block among these candidates: when all of a block's references
         // are here, they all move, whichever copy has more.
-        let mut here: std::collections::HashMap<BlockNr, u64> = std::collections::HashMap::new();
+        here.clear();
         for c in cands {
             *here.entry(c.own).or_default() += 1;
         }
@@ -223,14 +302,23 @@ impl FileSystem {
                 // one pass over a file's blocks leaves one copy: moving both ways could trade
                 // references between two copies forever. Unless every remaining reference of
                 // this copy is among the candidates: then all of them move. Counts are read
-                // now, as earlier moves of this step changed them.
+                // now, as earlier moves of this step changed them. A block left in place that
+                // way is queued once more: when its copy's other references were queued too
+                // but fell into other steps (a step holds a few hundred blocks), or were never
+                // queued, nothing would ever move them or the other copy's; on its second visit
+                // it moves regardless, which leaves one copy whenever its references get
+                // visited.
                 let own_refs = self.engine.block_entry(c.own)?.map_or(1, |e| e.1);
                 let Some((_, to_refs)) = self.engine.block_entry(to)? else {
                     s.stats.lock().unique += 1;
                     continue;
                 };
-                if own_refs > to_refs && left < own_refs {
-                    s.stats.lock().kept += 1;
+                if own_refs > to_refs && left < own_refs && !c.again {
+                    let fp = (!c.fp_queued).then_some(c.fp);
+                    let again = s.buf.lock().push_again(c.ino, c.lbn, fp);
+                    let mut st = s.stats.lock();
+                    st.kept += 1;
+                    st.second_visits += u64::from(again);
                     continue;
                 }
                 let out = self.remap_block(c.ino, c.lbn, c.own, to);
@@ -280,7 +368,7 @@ impl FileSystem {
 
     /// Run the worker until nothing is queued (tests, benches, `fsck`-like settling).
     pub fn smart_settle(&self) -> Result<()> {
-        while self.smart_step(STEP_MAX)? > 0 {}
+        while self.smart_step(usize::MAX)? > 0 {}
         Ok(())
     }
 
@@ -367,5 +455,37 @@ impl FileSystem {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_scratch_stays_in_its_share() {
+        for bytes in [
+            0u64,
+            4 << 10,
+            32 << 10,
+            nodup_core::policy::smart::WORKER_MAX,
+            1 << 20,
+        ] {
+            let s = StepScratch::new(bytes);
+            assert!(
+                (STEP_MIN..=STEP_MAX).contains(&s.step()),
+                "{bytes}: {}",
+                s.step()
+            );
+            if s.step() > STEP_MIN {
+                assert!(s.memory_bytes() <= bytes, "{bytes}: {}", s.memory_bytes());
+            }
+        }
+        // The shares a 512 KiB and the default budget give take a useful step.
+        assert!(StepScratch::new(32 << 10).step() >= 128);
+        assert_eq!(
+            StepScratch::new(nodup_core::policy::smart::WORKER_MAX).step(),
+            STEP_MAX
+        );
     }
 }

@@ -67,6 +67,9 @@ pub struct BudgetSplit {
     pub skipped: u64,
     /// The dedup-aware read cache (0 when it is off).
     pub read_cache: u64,
+    /// The out-of-line worker's per-step scratch (the blocks of one step and their
+    /// candidates), which sets how many blocks a step takes.
+    pub worker: u64,
     /// Prefix bits of the tree.
     pub prefix_bits: u32,
 }
@@ -79,17 +82,24 @@ pub fn prefix_bits_for(budget: u64, medium_blocks: u64) -> u32 {
     by_budget.min(by_medium).clamp(6, 24)
 }
 
+/// Most budget bytes the worker's scratch takes (a step of a few hundred blocks; more buys
+/// nothing but longer steps).
+pub const WORKER_MAX: u64 = 48 << 10;
+
 /// The split of `budget` (0 = [`DEFAULT_BUDGET`]): an eighth each to the skipped buffer and
-/// the read cache (when on), the rest to the fingerprint store.
+/// the read cache (when on), a sixteenth (at most [`WORKER_MAX`]) to the worker's scratch, the
+/// rest to the fingerprint store.
 pub fn split(budget: u64, medium_blocks: u64, read_cache: bool) -> BudgetSplit {
     let total = if budget == 0 { DEFAULT_BUDGET } else { budget };
     let skipped = total / 8;
     let rc = if read_cache { total / 8 } else { 0 };
+    let worker = (total / 16).min(WORKER_MAX);
     BudgetSplit {
         total,
-        store: total - skipped - rc,
+        store: total - skipped - rc - worker,
         skipped,
         read_cache: rc,
+        worker,
         prefix_bits: prefix_bits_for(total, medium_blocks),
     }
 }
@@ -207,7 +217,9 @@ mod tests {
         // A tiny image caps the tree.
         assert_eq!(prefix_bits_for(40 << 20, 4096), 10);
         let s = split(3 << 20, big, true);
-        assert_eq!(s.store + s.skipped + s.read_cache, s.total);
+        assert_eq!(s.store + s.skipped + s.read_cache + s.worker, s.total);
+        assert_eq!(s.worker, WORKER_MAX);
+        assert_eq!(split(512 << 10, big, true).worker, 32 << 10);
         assert_eq!(split(0, big, false).total, DEFAULT_BUDGET);
     }
 }
