@@ -111,6 +111,7 @@ pub(crate) fn check_range(off: u64, len: usize, total: u64) -> Result<std::ops::
 
 mod backing;
 pub mod blockfile;
+mod cacheline;
 pub mod crashsim;
 pub mod crypt;
 pub mod fault;

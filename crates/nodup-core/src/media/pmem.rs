@@ -41,12 +41,13 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use memmap2::MmapRaw;
 use parking_lot::Mutex;
 
 use super::backing::Backing;
+use super::cacheline::flush_line;
+pub use super::cacheline::FlushInstr;
 use super::{check_range, FillDst, Medium, CACHE_LINE};
 use crate::{Error, Result};
 
@@ -64,66 +65,6 @@ pub struct PmemOptions {
     /// images it doubles plain-write speed, but the rewrite of deduplicated data then reads
     /// every compared block from memory (measured: light's rewrite fell below its first write).
     pub stream_data: bool,
-}
-
-/// The cache-line write-back instruction `flush` uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FlushInstr {
-    /// `clwb`: write back, keep the line cached.
-    Clwb,
-    /// `clflushopt`: write back and invalidate, weakly ordered.
-    ClflushOpt,
-    /// `clflush`: write back and invalidate, strongly ordered.
-    Clflush,
-    /// No cache-line instruction (other architectures): `fence` msyncs instead.
-    Msync,
-}
-
-impl FlushInstr {
-    /// Name for logs and stats.
-    pub fn name(self) -> &'static str {
-        match self {
-            FlushInstr::Clwb => "clwb",
-            FlushInstr::ClflushOpt => "clflushopt",
-            FlushInstr::Clflush => "clflush",
-            FlushInstr::Msync => "msync",
-        }
-    }
-
-    /// The instruction this CPU supports, detected once per process from CPUID.
-    pub fn detect() -> FlushInstr {
-        static DETECTED: OnceLock<FlushInstr> = OnceLock::new();
-        *DETECTED.get_or_init(detect_flush_instr)
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn detect_flush_instr() -> FlushInstr {
-    use core::arch::x86_64::{__cpuid, __cpuid_count};
-    // SAFETY: CPUID is available on every x86_64 CPU; leaf 0 reports the highest basic leaf.
-    let max_leaf = __cpuid(0).eax;
-    if max_leaf >= 7 {
-        // SAFETY: leaf 7 exists (checked above).
-        let ebx = __cpuid_count(7, 0).ebx;
-        if ebx & (1 << 24) != 0 {
-            return FlushInstr::Clwb;
-        }
-        if ebx & (1 << 23) != 0 {
-            return FlushInstr::ClflushOpt;
-        }
-    }
-    // SAFETY: leaf 1 exists on every x86_64 CPU.
-    let edx = __cpuid(1).edx;
-    if edx & (1 << 19) != 0 {
-        FlushInstr::Clflush
-    } else {
-        FlushInstr::Msync
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn detect_flush_instr() -> FlushInstr {
-    FlushInstr::Msync
 }
 
 pub use super::backing::BACK_CHUNK;
@@ -341,24 +282,6 @@ impl Pmem {
 /// Durability on this mapping comes from msync (asked for, or no cache-line instruction).
 fn needs_msync(opts: &PmemOptions, instr: FlushInstr) -> bool {
     opts.sync_on_fence || instr == FlushInstr::Msync
-}
-
-/// Write back one cache line with `instr`.
-///
-/// # Safety
-/// `p` must point into a live mapping.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn flush_line(instr: FlushInstr, p: *const u8) {
-    use core::arch::asm;
-    match instr {
-        FlushInstr::Clwb => asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags)),
-        FlushInstr::ClflushOpt => {
-            asm!("clflushopt [{0}]", in(reg) p, options(nostack, preserves_flags))
-        }
-        FlushInstr::Clflush => core::arch::x86_64::_mm_clflush(p),
-        FlushInstr::Msync => {}
-    }
 }
 
 impl Medium for Pmem {
