@@ -255,6 +255,10 @@ fn copies_made_while_memory_forgot_end_as_one() {
     );
     fs.smart_settle().unwrap();
     assert_eq!(physical(&fs), 2100, "one copy left");
+    // With 64 KiB a step holds 24 blocks: b's and c's references to their shared copy fall
+    // into different steps, are kept in place on their first visit, and move on their second.
+    let w = &fs.stats_json()["smart"]["fs"]["worker"];
+    assert!(w["second_visits"].as_u64().unwrap() > 0, "{w}");
     for f in [a, b, c] {
         check_file(&fs, f, &(0..100).collect::<Vec<_>>());
     }

@@ -6,7 +6,10 @@
 //! limited to chunks of at most [`TCACHE_MAX`] bytes, through `GLIBC_TUNABLES`, which glibc
 //! reads only at process start: the spawned daemon gets it in its environment, and a
 //! `--foreground` mount re-executes itself once with it. A `tcache_max` the caller already set
-//! is left as it is. Other C libraries ignore the variable.
+//! is left as it is. Other C libraries ignore the variable. (glibc 2.36 rewrites the variable
+//! in place while parsing it, so `/proc/PID/environ` shows only the first of several
+//! tunables; all of them apply: gdb shows `mp_.tcache_max_bytes` 64 beside a caller's
+//! `arena_max`.)
 
 use std::ffi::{OsStr, OsString};
 
@@ -24,7 +27,7 @@ pub fn daemon_tunables(current: Option<&OsStr>) -> Option<OsString> {
         Some(c) if !c.is_empty() => {
             let s = c.to_string_lossy();
             if s.split(':')
-                .any(|t| t.trim_start().starts_with("glibc.malloc.tcache_max="))
+                .any(|t| t.starts_with("glibc.malloc.tcache_max="))
             {
                 return None;
             }
@@ -37,11 +40,19 @@ pub fn daemon_tunables(current: Option<&OsStr>) -> Option<OsString> {
     }
 }
 
+/// Set in the re-executed process, so that it never re-executes again (a loader that drops
+/// `GLIBC_TUNABLES`, as for a set-id binary, would otherwise make that a loop).
+const REEXECUTED: &str = "NODUP_MALLOC_REEXECUTED";
+
 /// For `--foreground`: run this same command again with the setting when the process started
-/// without it. Returns only when that was not needed or the re-execution failed (the mount
-/// then goes on with glibc's defaults).
+/// without it, before anything was read (a key file on a pipe can be read once). Returns only
+/// when that was not needed or the re-execution failed (the mount then goes on with glibc's
+/// defaults).
 pub fn reexec_with_tunables() {
     use std::os::unix::process::CommandExt;
+    if std::env::var_os(REEXECUTED).is_some() {
+        return;
+    }
     let Some(v) = daemon_tunables(std::env::var_os(VAR).as_deref()) else {
         return;
     };
@@ -51,6 +62,7 @@ pub fn reexec_with_tunables() {
     let err = std::process::Command::new(exe)
         .args(std::env::args_os().skip(1))
         .env(VAR, v)
+        .env(REEXECUTED, "1")
         .exec();
     eprintln!("nodup: warning: could not restart with {VAR} set ({err}); going on with glibc's malloc defaults");
 }
@@ -74,6 +86,11 @@ mod tests {
             OsString::from("glibc.malloc.arena_max=2:glibc.malloc.tcache_max=64")
         );
         assert!(daemon_tunables(Some(OsStr::new("glibc.malloc.tcache_max=1032"))).is_none());
+        // glibc does not trim: a spaced name is not the caller's setting, and ours is added.
+        assert_eq!(
+            daemon_tunables(Some(OsStr::new(" glibc.malloc.tcache_max=0"))).unwrap(),
+            OsString::from(" glibc.malloc.tcache_max=0:glibc.malloc.tcache_max=64")
+        );
         assert!(daemon_tunables(Some(OsStr::new(
             "glibc.malloc.arena_max=1:glibc.malloc.tcache_max=0"
         )))

@@ -307,6 +307,9 @@ fn check_mountpoint(mp: &Path, nonempty: bool) -> Result<()> {
 
 /// `nodup mount`.
 pub fn mount(a: MountArgs) -> Result<()> {
+    if a.foreground {
+        super::malloc_tune::reexec_with_tunables();
+    }
     check_image(&a.image)?;
     let sb = nodup_fs::superblock::probe_file(&a.image)
         .map_err(|e| anyhow!("{}: {e}", a.image.display()))?
@@ -328,9 +331,6 @@ pub fn mount(a: MountArgs) -> Result<()> {
         ImageLock::try_lock(&a.image)
             .map_err(|_| anyhow!("{}: image is already mounted", a.image.display()))?,
     );
-    if a.foreground {
-        super::malloc_tune::reexec_with_tunables();
-    }
     if a.foreground || a.ready_fd.is_some() {
         return run_daemon(a);
     }

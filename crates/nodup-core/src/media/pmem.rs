@@ -46,6 +46,7 @@ use memmap2::MmapRaw;
 use parking_lot::Mutex;
 
 use super::backing::Backing;
+#[cfg(target_arch = "x86_64")]
 use super::cacheline::flush_line;
 pub use super::cacheline::FlushInstr;
 use super::{check_range, FillDst, Medium, CACHE_LINE};

@@ -141,7 +141,11 @@ mod tests {
     fn round_trip(b: &SkippedBuffer, extra: Option<u64>) -> (Vec<u8>, Vec<Item>) {
         let mut w = Vec::new();
         let pairs = b.checkpoint_words(extra, ROOM_PAIRS, ROOM_INOS, &mut w);
-        assert!(w.len() <= ROOM_INOS + ROOM_INOS / 4 + 1);
+        assert!(
+            w.capacity() <= ROOM_INOS + ROOM_INOS / 4 + 1,
+            "{}",
+            w.capacity()
+        );
         let bytes = encode(pairs, &w);
         let back = decode(&bytes).unwrap();
         (bytes, back)

@@ -42,6 +42,8 @@ pub enum Item {
 pub struct SkippedBuffer {
     slots: Vec<Slot>,
     live: usize,
+    /// Of `live`, entries queued for a second visit.
+    again_live: usize,
     used: usize,
     cursor: usize,
     /// Inode-number set (open addressing, 0 empty, `TOMB` removed) after an overflow.
@@ -77,6 +79,7 @@ impl SkippedBuffer {
                 slots
             ],
             live: 0,
+            again_live: 0,
             used: 0,
             cursor: 0,
             inos: vec![EMPTY; inos],
@@ -126,9 +129,11 @@ impl SkippedBuffer {
     }
 
     /// Queue block `lbn` of `ino` once more for the worker's second visit (see
-    /// [`Item::Block`]'s `again`). Only into free room: never spills (a whole-file scan would
-    /// lose the mark and could come back here forever); false when there is no room. A block
-    /// queued meanwhile (written again) keeps its entry.
+    /// [`Item::Block`]'s `again`). Only into free room of the block table: never spills (a
+    /// whole-file scan would lose the mark), and refused while the buffer holds inode numbers
+    /// (overflowed); false when refused. A block queued meanwhile (written again) keeps its
+    /// entry. Second visits are handed out only once no first visit is pending (see
+    /// [`SkippedBuffer::take_into`]).
     pub fn push_again(&mut self, ino: u64, lbn: u64, fp: Option<u64>) -> bool {
         if ino == EMPTY || ino == TOMB || self.inos_live > 0 || self.used >= self.capacity() {
             return false;
@@ -153,6 +158,9 @@ impl SkippedBuffer {
                 // Written again: the newer fingerprint replaces the entry (a second visit
                 // does not replace a write's).
                 if !again {
+                    if s.lbn & AGAIN != 0 {
+                        self.again_live -= 1;
+                    }
                     self.slots[i] = Slot {
                         ino,
                         lbn: lbn | flags,
@@ -174,6 +182,7 @@ impl SkippedBuffer {
             fp: fp.unwrap_or(0),
         };
         self.live += 1;
+        self.again_live += usize::from(again);
     }
 
     /// Note every block of file `ino` (a checkpoint of an overflowed buffer).
@@ -205,6 +214,7 @@ impl SkippedBuffer {
             s.ino = EMPTY;
         }
         self.live = 0;
+        self.again_live = 0;
         self.used = 0;
         self.cursor = 0;
     }
@@ -234,16 +244,22 @@ impl SkippedBuffer {
     #[cfg(test)]
     pub fn take(&mut self, max: usize) -> Vec<Item> {
         let mut out = Vec::new();
-        self.take_into(max, &mut out);
+        self.take_into(max, true, &mut out);
         out
     }
 
     /// Take up to `max` items into `out` (emptied first): a sweep of the table, then at most
-    /// one whole file.
-    pub fn take_into(&mut self, max: usize, out: &mut Vec<Item>) {
+    /// one whole file. Second visits wait until no first visit is pending (no block entry, no
+    /// file to scan, and `allow_again`: the caller's step holds nothing yet), and are never
+    /// taken with first visits: a block kept in place for another copy's queued references
+    /// must not move before those references had their first visit (they would tie and move
+    /// the other way, leaving two copies).
+    pub fn take_into(&mut self, max: usize, allow_again: bool, out: &mut Vec<Item>) {
         out.clear();
         let n = self.slots.len();
         let mut seen = 0;
+        // Decided once per call, so that one step never holds both kinds.
+        let firsts_only = !allow_again || self.live > self.again_live || self.inos_live > 0;
         while out.len() < max && self.live > 0 && seen < n {
             let i = self.cursor;
             self.cursor = (self.cursor + 1) % n;
@@ -252,14 +268,19 @@ impl SkippedBuffer {
             if s.ino == EMPTY || s.ino == TOMB {
                 continue;
             }
+            let again = s.lbn & AGAIN != 0;
+            if again && firsts_only {
+                continue;
+            }
             out.push(Item::Block {
                 ino: s.ino,
                 lbn: s.lbn & !FLAGS,
                 fp: (s.lbn & HAS_FP != 0).then_some(s.fp),
-                again: s.lbn & AGAIN != 0,
+                again,
             });
             self.slots[i].ino = TOMB;
             self.live -= 1;
+            self.again_live -= usize::from(again);
         }
         if self.live == 0 && self.used > 0 {
             self.reset_table();
@@ -292,7 +313,7 @@ impl SkippedBuffer {
     /// pending (inode, block) pairs, flattened, when every item is a block and at most
     /// `room_pairs` are pending; else the smallest `room_inos` distinct inode numbers, `extra`
     /// (a file being scanned) among them, ascending. `out` never holds more than
-    /// `room_inos + room_inos / 4 + 1` words. Returns true for pairs.
+    /// `room_inos + room_inos / 4 + 1` words (or `2 * room_pairs`). Returns true for pairs.
     pub fn checkpoint_words(
         &self,
         extra: Option<u64>,
@@ -301,6 +322,10 @@ impl SkippedBuffer {
         out: &mut Vec<u64>,
     ) -> bool {
         out.clear();
+        let room = room_inos.max(1);
+        let compact_at = room + room / 4 + 1;
+        // Reserved once at its bound: pushes below never grow it past that.
+        out.reserve_exact(compact_at.max(2 * room_pairs));
         let live = |x: &u64| *x != EMPTY && *x != TOMB;
         if extra.is_none() && self.inos_live == 0 && self.live <= room_pairs {
             for s in self.slots.iter().filter(|s| live(&s.ino)) {
@@ -309,8 +334,6 @@ impl SkippedBuffer {
             }
             return true;
         }
-        let room = room_inos.max(1);
-        let compact_at = room + room / 4 + 1;
         // Once the kept set was cut to `room`, only a smaller inode can still make the cut.
         let mut limit = u64::MAX;
         let all = self
@@ -363,32 +386,42 @@ mod tests {
                 again: false,
             }]
         );
-        // A second visit is marked; it does not replace a block a write queued meanwhile.
+        // A second visit is marked; it does not replace a block a write queued meanwhile, and
+        // it comes out only once no first visit is pending.
         assert!(b.push_again(5, 2, Some(12)));
         b.push(5, 3, None);
         assert!(b.push_again(5, 3, Some(13)));
-        let mut got = b.take(10);
-        got.sort_by_key(|i| match i {
-            Item::Block { lbn, .. } => *lbn,
-            Item::File { .. } => 0,
-        });
         assert_eq!(
-            got,
-            vec![
-                Item::Block {
-                    ino: 5,
-                    lbn: 2,
-                    fp: Some(12),
-                    again: true,
-                },
-                Item::Block {
-                    ino: 5,
-                    lbn: 3,
-                    fp: None,
-                    again: false,
-                }
-            ]
+            b.take(10),
+            vec![Item::Block {
+                ino: 5,
+                lbn: 3,
+                fp: None,
+                again: false,
+            }]
         );
+        assert_eq!(
+            b.take(10),
+            vec![Item::Block {
+                ino: 5,
+                lbn: 2,
+                fp: Some(12),
+                again: true,
+            }]
+        );
+        // A write to a block waiting for its second visit makes it a first visit again.
+        assert!(b.push_again(6, 1, None));
+        b.push(6, 1, Some(14));
+        assert_eq!(
+            b.take(10),
+            vec![Item::Block {
+                ino: 6,
+                lbn: 1,
+                fp: Some(14),
+                again: false,
+            }]
+        );
+        assert!(b.is_empty());
         for lbn in 0..cap as u64 + 5 {
             b.push(7 + lbn % 3, lbn, None);
         }

@@ -66,17 +66,40 @@ pub struct StepScratch {
     here: HashMap<BlockNr, u64>,
 }
 
-/// Scratch bytes per block of a step (a hash-map slot counted twice: its table is sized up to
-/// the next power of two above 8/7 of the entries).
-const SCRATCH_PER_BLOCK: usize = std::mem::size_of::<Queued>()
-    + std::mem::size_of::<Item>()
-    + std::mem::size_of::<Cand>()
-    + 2 * (std::mem::size_of::<(BlockNr, u64)>() + 1);
+/// Scratch bytes per block of a step, besides the reference map.
+const VEC_BYTES_PER_BLOCK: usize =
+    std::mem::size_of::<Queued>() + std::mem::size_of::<Item>() + std::mem::size_of::<Cand>();
+/// Bytes of one reference-map bucket (the pair and its control byte).
+const MAP_BUCKET_BYTES: usize = std::mem::size_of::<(BlockNr, u64)>() + 1;
+
+/// Bytes of the reference map's table with `buckets` buckets (the standard hash map's layout:
+/// a control byte per bucket plus one group of 16).
+fn map_table_bytes(buckets: usize) -> usize {
+    buckets * MAP_BUCKET_BYTES + 16
+}
+
+/// Buckets the standard hash map allocates for `entries` (8/7 of them, to a power of two).
+fn map_buckets(entries: usize) -> usize {
+    match entries {
+        0..4 => 4,
+        4..8 => 8,
+        _ => (entries * 8 / 7).next_power_of_two(),
+    }
+}
+
+/// Scratch bytes of a step of `step` blocks.
+fn scratch_bytes(step: usize) -> usize {
+    step * VEC_BYTES_PER_BLOCK + map_table_bytes(map_buckets(step))
+}
 
 impl StepScratch {
-    /// Scratch within `bytes`: steps of as many blocks as fit (between 16 and [`STEP_MAX`]).
+    /// Scratch within `bytes`: steps of as many blocks as fit (between 16 and [`STEP_MAX`];
+    /// 16 even when they do not fit).
     pub fn new(bytes: u64) -> StepScratch {
-        let step = (bytes as usize / SCRATCH_PER_BLOCK).clamp(STEP_MIN, STEP_MAX);
+        let mut step = STEP_MAX;
+        while step > STEP_MIN && scratch_bytes(step) as u64 > bytes {
+            step -= 1;
+        }
         StepScratch {
             step,
             items: Vec::with_capacity(step),
@@ -93,11 +116,21 @@ impl StepScratch {
 
     /// Heap bytes reserved (fixed: a step never holds more than `step` blocks).
     pub fn memory_bytes(&self) -> u64 {
-        (self.items.capacity() * std::mem::size_of::<Queued>()
+        let vecs = self.items.capacity() * std::mem::size_of::<Queued>()
             + self.taken.capacity() * std::mem::size_of::<Item>()
-            + self.cands.capacity() * std::mem::size_of::<Cand>()
-            + self.here.capacity() * 8 / 7 * (std::mem::size_of::<(BlockNr, u64)>() + 1))
-            as u64
+            + self.cands.capacity() * std::mem::size_of::<Cand>();
+        // A table of 8 or more buckets holds 7/8 of them.
+        let buckets = match self.here.capacity() {
+            0 => 0,
+            c if c < 7 => map_buckets(c),
+            c => c * 8 / 7,
+        };
+        (vecs
+            + if buckets > 0 {
+                map_table_bytes(buckets)
+            } else {
+                0
+            }) as u64
     }
 }
 
@@ -147,7 +180,11 @@ impl FileSystem {
             if scanning {
                 continue;
             }
-            s.buf.lock().take_into(max - items.len(), taken);
+            // Second visits only in a step of their own (see `take_into`).
+            let allow_again = items.is_empty();
+            s.buf
+                .lock()
+                .take_into(max - items.len(), allow_again, taken);
             if taken.is_empty() {
                 break;
             }
@@ -464,24 +501,26 @@ mod tests {
 
     #[test]
     fn step_scratch_stays_in_its_share() {
-        for bytes in [
-            0u64,
-            4 << 10,
-            32 << 10,
-            nodup_core::policy::smart::WORKER_MAX,
-            1 << 20,
-        ] {
-            let s = StepScratch::new(bytes);
+        // Every share from 2 KiB to 64 KiB: the reserved scratch fits it (unless the step is at
+        // its floor of 16 blocks), and the map never grows past what was reserved.
+        for kib in 2..=64u64 {
+            let bytes = kib << 10;
+            let mut s = StepScratch::new(bytes);
             assert!(
                 (STEP_MIN..=STEP_MAX).contains(&s.step()),
                 "{bytes}: {}",
                 s.step()
             );
+            let reserved = s.memory_bytes();
             if s.step() > STEP_MIN {
-                assert!(s.memory_bytes() <= bytes, "{bytes}: {}", s.memory_bytes());
+                assert!(reserved <= bytes, "{bytes}: {reserved}");
             }
+            for k in 0..s.step() as u64 {
+                s.here.insert(k, k);
+            }
+            assert_eq!(s.memory_bytes(), reserved, "{bytes}: the map grew");
         }
-        // The shares a 512 KiB and the default budget give take a useful step.
+        // The shares of a 512 KiB and a 3 MiB budget take useful steps.
         assert!(StepScratch::new(32 << 10).step() >= 128);
         assert_eq!(
             StepScratch::new(nodup_core::policy::smart::WORKER_MAX).step(),
