@@ -28,6 +28,13 @@ pub enum RemapOutcome {
 }
 
 impl FileSystem {
+    /// The fingerprint of stored block `b`'s bytes (read from the medium).
+    pub(crate) fn block_fingerprint(&self, b: BlockNr) -> Result<u64> {
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        self.engine.read(b, &mut buf)?;
+        Ok(self.engine.fingerprint(&buf))
+    }
+
     /// The physical block file block `index` of `ino` maps to (0 = a hole or past the end).
     pub fn mapped_block(&self, ino: u64, index: u64) -> Result<BlockNr> {
         let node = self.node(ino)?;
@@ -126,9 +133,7 @@ impl FileSystem {
             _ => return Ok(AdoptOutcome::Skipped),
         }
         if check {
-            let mut buf = vec![0u8; BLOCK_SIZE];
-            self.engine.read(block, &mut buf)?;
-            let own = self.engine.fingerprint(&buf);
+            let own = self.block_fingerprint(block)?;
             if own != fp {
                 // Queued again with its own fingerprint, under the inode lock like a write's
                 // misses, so a write racing in cannot be overwritten by this older content.

@@ -45,6 +45,17 @@ fn format(m: &Arc<MemMedium>, o: &FsOptions) -> FileSystem {
     FileSystem::format(m.clone(), MediumKind::Pmem, &fo, o, Caller::default()).unwrap()
 }
 
+/// A fresh file system on a 32 MiB medium: `smart` with a 64 KiB budget and its inline
+/// selectivity fixed at `sel`.
+fn with_selectivity(sel: f64) -> FileSystem {
+    let m = Arc::new(MemMedium::new(32 << 20));
+    let smart = SmartOptions {
+        fixed_selectivity: Some(sel),
+        ..Default::default()
+    };
+    format(&m, &opts(smart, 64 << 10))
+}
+
 fn check_file(fs: &FileSystem, ino: u64, seeds: &[u64]) {
     let data = fs
         .read(ino, 0, seeds.len() * BLOCK_SIZE)
@@ -122,12 +133,7 @@ fn the_worker_finds_what_memory_forgot() {
 
 #[test]
 fn blocks_not_fingerprinted_inline_are_adopted_then_found() {
-    let m = Arc::new(MemMedium::new(32 << 20));
-    let smart = SmartOptions {
-        fixed_selectivity: Some(0.3),
-        ..Default::default()
-    };
-    let fs = format(&m, &opts(smart, 64 << 10));
+    let fs = with_selectivity(0.3);
     let a = create(&fs, "a");
     let buf: Vec<u8> = (0..300).flat_map(block).collect();
     fs.write(a, 0, &buf).unwrap();
@@ -320,12 +326,7 @@ fn has_entry(fs: &FileSystem, ino: u64, lbn: u64) -> bool {
 /// fingerprinted inline; the scratch writes keep the rewrites on the other blocks.
 #[test]
 fn blocks_rewritten_outside_write_are_not_adopted_under_the_old_fingerprint() {
-    let m = Arc::new(MemMedium::new(32 << 20));
-    let smart = SmartOptions {
-        fixed_selectivity: Some(0.5),
-        ..Default::default()
-    };
-    let fs = format(&m, &opts(smart, 64 << 10));
+    let fs = with_selectivity(0.5);
     let scratch = create(&fs, "scratch");
     let mut k = 0;
     let mut skip_one = |fs: &FileSystem| {
@@ -386,12 +387,7 @@ fn blocks_rewritten_outside_write_are_not_adopted_under_the_old_fingerprint() {
 /// is not adopted, and its own fingerprint is returned.
 #[test]
 fn adopting_under_a_fingerprint_checks_the_bytes_when_asked() {
-    let m = Arc::new(MemMedium::new(32 << 20));
-    let smart = SmartOptions {
-        fixed_selectivity: Some(0.0),
-        ..Default::default()
-    };
-    let fs = format(&m, &opts(smart, 64 << 10));
+    let fs = with_selectivity(0.0);
     let a = create(&fs, "a");
     fs.write(a, 0, &block(8)).unwrap();
     let b = fs.mapped_block(a, 0).unwrap();

@@ -59,7 +59,9 @@ pub struct WorkerStats {
 /// `smart`'s state in an open file system.
 pub struct SmartFs {
     pub(crate) buf: Mutex<SkippedBuffer>,
-    /// The worker's step scratch (its budget share) and its fixed size.
+    /// The worker's step scratch (its budget share). Its size and step, fixed at creation,
+    /// are kept beside it for `report`, which must not wait for the lock a step holds
+    /// throughout.
     pub(crate) scratch: Mutex<StepScratch>,
     pub(crate) scratch_bytes: u64,
     pub(crate) step_blocks: usize,

@@ -50,7 +50,7 @@ pub const ROOM_INOS: usize = (BYTES - HDR) / 8;
 /// [`SkippedBuffer::checkpoint_words`]: super::skipped::SkippedBuffer::checkpoint_words
 pub fn encode(pairs: bool, words: &[u64]) -> Vec<u8> {
     let mut b = vec![0u8; BYTES];
-    let words = &words[..words.len().min((BYTES - HDR) / 8)];
+    let words = &words[..words.len().min(ROOM_INOS)];
     let (kind, n) = if pairs {
         (0, words.len() / 2)
     } else {

@@ -16,6 +16,11 @@ struct Slot {
 
 const EMPTY: u64 = 0;
 const TOMB: u64 = u64::MAX;
+
+/// An inode field that holds an item (neither [`EMPTY`] nor [`TOMB`]).
+fn is_live(ino: u64) -> bool {
+    ino != EMPTY && ino != TOMB
+}
 const HAS_FP: u64 = 1 << 63;
 /// In `lbn`: queued for a second visit.
 const AGAIN: u64 = 1 << 62;
@@ -113,7 +118,7 @@ impl SkippedBuffer {
 
     /// Note block `lbn` of `ino` (inode numbers start at 1), replacing an earlier entry.
     pub fn push(&mut self, ino: u64, lbn: u64, fp: Option<u64>) {
-        if ino == EMPTY || ino == TOMB {
+        if !is_live(ino) {
             return;
         }
         if self.inos_live > 0 || self.used >= self.capacity() {
@@ -135,7 +140,7 @@ impl SkippedBuffer {
     /// entry. Second visits are handed out only once no first visit is pending (see
     /// [`SkippedBuffer::take_into`]).
     pub fn push_again(&mut self, ino: u64, lbn: u64, fp: Option<u64>) -> bool {
-        if ino == EMPTY || ino == TOMB || self.inos_live > 0 || self.used >= self.capacity() {
+        if !is_live(ino) || self.inos_live > 0 || self.used >= self.capacity() {
             return false;
         }
         self.put(ino, lbn, fp, true);
@@ -187,7 +192,7 @@ impl SkippedBuffer {
 
     /// Note every block of file `ino` (a checkpoint of an overflowed buffer).
     pub fn push_file(&mut self, ino: u64) {
-        if ino == EMPTY || ino == TOMB {
+        if !is_live(ino) {
             return;
         }
         if self.inos_live == 0 && self.live > 0 {
@@ -202,7 +207,7 @@ impl SkippedBuffer {
     fn spill(&mut self) {
         for k in 0..self.slots.len() {
             let ino = self.slots[k].ino;
-            if ino != EMPTY && ino != TOMB {
+            if is_live(ino) {
                 self.push_ino(ino);
             }
         }
@@ -265,7 +270,7 @@ impl SkippedBuffer {
             self.cursor = (self.cursor + 1) % n;
             seen += 1;
             let s = self.slots[i];
-            if s.ino == EMPTY || s.ino == TOMB {
+            if !is_live(s.ino) {
                 continue;
             }
             let again = s.lbn & AGAIN != 0;
@@ -292,7 +297,7 @@ impl SkippedBuffer {
             self.ino_cursor = (self.ino_cursor + 1) % m;
             seen += 1;
             let x = self.inos[i];
-            if x == EMPTY || x == TOMB {
+            if !is_live(x) {
                 continue;
             }
             out.push(Item::File { ino: x });
@@ -326,9 +331,8 @@ impl SkippedBuffer {
         let compact_at = room + room / 4 + 1;
         // Reserved once at its bound: pushes below never grow it past that.
         out.reserve_exact(compact_at.max(2 * room_pairs));
-        let live = |x: &u64| *x != EMPTY && *x != TOMB;
         if extra.is_none() && self.inos_live == 0 && self.live <= room_pairs {
-            for s in self.slots.iter().filter(|s| live(&s.ino)) {
+            for s in self.slots.iter().filter(|s| is_live(s.ino)) {
                 out.push(s.ino);
                 out.push(s.lbn & !FLAGS);
             }
@@ -341,7 +345,7 @@ impl SkippedBuffer {
             .iter()
             .map(|s| s.ino)
             .chain(self.inos.iter().copied())
-            .filter(live)
+            .filter(|&x| is_live(x))
             .chain(extra);
         for ino in all {
             if ino >= limit {

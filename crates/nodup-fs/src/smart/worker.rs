@@ -240,12 +240,11 @@ impl FileSystem {
             (_, Some((efp, _))) => (efp, false),
             (Some(f), None) => (f, true),
             (None, None) => {
-                let mut buf = vec![0u8; BLOCK_SIZE];
-                self.engine.read(own, &mut buf)?;
+                let own_fp = self.block_fingerprint(own)?;
                 if let Some(s) = &self.smart {
                     s.stats.lock().read_bytes += BLOCK_SIZE as u64;
                 }
-                (self.engine.fingerprint(&buf), false)
+                (own_fp, false)
             }
         };
         let to = self.engine.find_duplicate(fp, own)?;
