@@ -16,7 +16,9 @@
 #   replay     FIU samples and a generated 75 % trace replayed with --mem-budget 3MiB: media
 #              bytes written vs none, ratio vs light.
 #
-# Usage: bench/smart.sh [SECTION...]   (default: all; QUICK=1 shrinks the sizes; NODUP=binary)
+# Usage: bench/smart.sh [SECTION...]   (default: all; QUICK=1 shrinks the sizes; NODUP=binary;
+# BUDGET_CASES="MIB:BUDGET ..." and BUDGET_POLICIES="none smart" override the budget section's
+# cases and policies)
 # Each section writes docs/results/smart/SECTION.md; docs/results/smart.md joins them (RESULTS=DIR
 # writes under DIR instead of docs/results: `make bench` puts its quick runs in docs/results/quick).
 set -euo pipefail
@@ -72,7 +74,7 @@ header() {
 budget() {
   # The acceptance's two cases, and 512K at three sizes: what grows beyond budget + maps
   # should not grow with the data.
-  local cases="1024:3M 2048:512K 512:512K 1024:512K"
+  local cases=${BUDGET_CASES:-"1024:3M 2048:512K 512:512K 1024:512K"}
   [[ $QUICK == 1 ]] && cases="128:512K"
   {
     echo "## Budget: unique data, then the same blocks shuffled"
@@ -85,7 +87,7 @@ budget() {
   for c in $cases; do
     local mib=${c%%:*} b=${c#*:} n=$(( ${c%%:*} * 256 ))
     local light_ratio= none_growth=0
-    for policy in none light smart; do
+    for policy in ${BUDGET_POLICIES:-none light smart}; do
       local margs=()
       [[ $policy == smart ]] && margs=(--worker-rate 0)
       MKFS_BUDGET=$b up "$policy" "$(( mib * 4 ))M" "${margs[@]}"

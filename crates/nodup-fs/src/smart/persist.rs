@@ -44,31 +44,65 @@ pub const ROOM_PAIRS: usize = (BYTES - HDR) / 16;
 /// Inode numbers the area holds at most.
 pub const ROOM_INOS: usize = (BYTES - HDR) / 8;
 
-/// Encode a checkpoint: `words` are flattened (inode, block) pairs when `pairs`, else inode
-/// numbers (as [`SkippedBuffer::checkpoint_words`] gives them; at most the area's room).
+/// Encode a checkpoint block by block: `words` are flattened (inode, block) pairs when
+/// `pairs`, else inode numbers (as [`SkippedBuffer::checkpoint_words`] gives them; at most the
+/// area's room). `put(k, block)` receives each of the area's blocks in order, from one
+/// block-sized buffer on the stack: the periodic checkpoint allocates nothing for the area.
 ///
 /// [`SkippedBuffer::checkpoint_words`]: super::skipped::SkippedBuffer::checkpoint_words
-pub fn encode(pairs: bool, words: &[u64]) -> Vec<u8> {
-    let mut b = vec![0u8; BYTES];
+pub fn encode_blocks<E>(
+    pairs: bool,
+    words: &[u64],
+    mut put: impl FnMut(u64, &[u8]) -> Result<(), E>,
+) -> Result<(), E> {
     let words = &words[..words.len().min(ROOM_INOS)];
     let (kind, n) = if pairs {
         (0, words.len() / 2)
     } else {
         (1, words.len())
     };
-    b[off::MAGIC..off::MAGIC + 8].copy_from_slice(&MAGIC);
-    put_u32(&mut b, off::VERSION, VERSION);
-    put_u32(&mut b, off::KIND, kind);
-    put_u64(&mut b, off::COUNT, n as u64);
     let used = if pairs { 2 * n } else { n };
-    for (i, w) in words[..used].iter().enumerate() {
-        put_u64(&mut b, HDR + 8 * i, *w);
+    let mut psum = xxhash_rust::xxh3::Xxh3::new();
+    for w in &words[..used] {
+        psum.update(&w.to_le_bytes());
     }
-    let psum = xxhash_rust::xxh3::xxh3_64(&b[HDR..HDR + 8 * used]);
-    put_u64(&mut b, off::PAYLOAD_SUM, psum);
-    let hsum = xxhash_rust::xxh3::xxh3_64(&b[..off::HEADER_SUM]);
-    put_u64(&mut b, off::HEADER_SUM, hsum);
-    b
+    // Payload word i sits at area byte HDR + 8 i: blocks split it between words (HDR and
+    // the block size are multiples of 8).
+    const _: () = assert!(HDR.is_multiple_of(8) && BLOCK_SIZE.is_multiple_of(8));
+    let mut b = [0u8; BLOCK_SIZE];
+    let mut next = 0;
+    for k in 0..AREA_BLOCKS {
+        b.fill(0);
+        let mut o = 0;
+        if k == 0 {
+            b[off::MAGIC..off::MAGIC + 8].copy_from_slice(&MAGIC);
+            put_u32(&mut b, off::VERSION, VERSION);
+            put_u32(&mut b, off::KIND, kind);
+            put_u64(&mut b, off::COUNT, n as u64);
+            put_u64(&mut b, off::PAYLOAD_SUM, psum.digest());
+            let hsum = xxhash_rust::xxh3::xxh3_64(&b[..off::HEADER_SUM]);
+            put_u64(&mut b, off::HEADER_SUM, hsum);
+            o = HDR;
+        }
+        while o < BLOCK_SIZE && next < used {
+            put_u64(&mut b, o, words[next]);
+            o += 8;
+            next += 1;
+        }
+        put(k, &b)?;
+    }
+    Ok(())
+}
+
+/// The whole encoded area (see [`encode_blocks`]).
+#[cfg(test)]
+pub fn encode(pairs: bool, words: &[u64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(BYTES);
+    let _ = encode_blocks::<()>(pairs, words, |_, b| {
+        out.extend_from_slice(b);
+        Ok(())
+    });
+    out
 }
 
 /// Decode the area; `None` when it holds no valid checkpoint.
@@ -111,13 +145,12 @@ pub fn decode(b: &[u8]) -> Option<Vec<Item>> {
     )
 }
 
-/// Write a checkpoint (see [`encode`]) into client-area block `first` onward (durable on
+/// Write a checkpoint (see [`encode_blocks`]) into client-area block `first` onward (durable on
 /// return).
 pub fn store(m: &dyn Medium, first: u64, pairs: bool, words: &[u64]) -> nodup_core::Result<()> {
-    let b = encode(pairs, words);
-    let off = first * BLOCK_SIZE as u64;
-    m.write(off, &b)?;
-    m.flush(off, b.len() as u64);
+    let at = first * BLOCK_SIZE as u64;
+    encode_blocks(pairs, words, |k, b| m.write(at + k * BLOCK_SIZE as u64, b))?;
+    m.flush(at, BYTES as u64);
     m.fence()?;
     Ok(())
 }
@@ -173,6 +206,15 @@ mod tests {
         let mut want: Vec<(u64, u64)> = (0..100).map(|i| (2 + i % 7, i)).collect();
         want.sort_unstable();
         assert_eq!(got, want);
+        // Pairs spanning every block of the area.
+        let mut wide = SkippedBuffer::new(1 << 20);
+        for i in 0..ROOM_PAIRS as u64 {
+            wide.push(2 + i % 5, i, None);
+        }
+        let (_, back) = round_trip(&wide, None);
+        assert_eq!(back.len(), ROOM_PAIRS);
+        assert!(back.iter().all(|it| matches!(*it,
+            Item::Block { ino, lbn, .. } if ino == 2 + lbn % 5 && lbn < ROOM_PAIRS as u64)));
         // A file being scanned: the distinct inodes, that file among them.
         let (_, back) = round_trip(&b, Some(50));
         let want: Vec<Item> = (2..9).chain([50]).map(|ino| Item::File { ino }).collect();

@@ -329,9 +329,16 @@ impl SkippedBuffer {
         out.clear();
         let room = room_inos.max(1);
         let compact_at = room + room / 4 + 1;
-        // Reserved once at its bound: pushes below never grow it past that.
-        out.reserve_exact(compact_at.max(2 * room_pairs));
-        if extra.is_none() && self.inos_live == 0 && self.live <= room_pairs {
+        let as_pairs = extra.is_none() && self.inos_live == 0 && self.live <= room_pairs;
+        // Reserved once at what this checkpoint can need (the buffer's contents or the
+        // compaction bound, whichever is less): pushes below never grow it past that.
+        let inodes = self.live + self.inos_live + usize::from(extra.is_some());
+        out.reserve_exact(if as_pairs {
+            2 * self.live
+        } else {
+            compact_at.min(inodes)
+        });
+        if as_pairs {
             for s in self.slots.iter().filter(|s| is_live(s.ino)) {
                 out.push(s.ino);
                 out.push(s.lbn & !FLAGS);

@@ -284,8 +284,9 @@ impl Inner {
     }
 
     /// Read the on-media group of `p` (empty when none; a damaged one is dropped and its
-    /// fingerprints counted lost). Returns records and chain.
-    pub(super) fn read_disk(&mut self, p: u32) -> (Vec<Rec>, Vec<u64>) {
+    /// fingerprints counted lost), with room for `spare` more records. Returns records and
+    /// chain.
+    pub(super) fn read_disk(&mut self, p: u32, spare: usize) -> (Vec<Rec>, Vec<u64>) {
         let l = self.leaf(p);
         let bits = self.tree.bits();
         let Some(io) = self.io.as_mut() else {
@@ -294,17 +295,48 @@ impl Inner {
         if l.disk_head == 0 {
             return (Vec::new(), Vec::new());
         }
-        match io.read(bits, p, l.disk_head, l.disk_len, l.disk_blocks) {
+        match io.read(bits, p, l.disk_head, l.disk_len, l.disk_blocks, spare) {
             Ok(g) => (g.recs, g.chain),
             Err(_) => {
-                // Its blocks stay allocated (their chain is not trustworthy) until the next
-                // failure recovery or fsck --repair rebuilds the allocator.
-                io.errors += 1;
-                self.st.dropped += l.disk_len as u64;
-                self.set_disk(p, &[], 0);
+                self.drop_disk(p);
                 (Vec::new(), Vec::new())
             }
         }
+    }
+
+    /// Forget the on-media group of `p` after a failed read: its fingerprints are counted lost,
+    /// and its blocks stay allocated (their chain is not trustworthy) until the next failure
+    /// recovery or fsck --repair rebuilds the allocator.
+    fn drop_disk(&mut self, p: u32) {
+        if let Some(io) = self.io.as_mut() {
+            io.errors += 1;
+        }
+        self.st.dropped += self.leaf(p).disk_len as u64;
+        self.set_disk(p, &[], 0);
+    }
+
+    /// Locations of the on-media records of `h` not yet tombstoned, reading only as far along
+    /// the group's chain as `h` can be (a damaged group is dropped as in [`Inner::read_disk`]).
+    pub(super) fn disk_candidates(&mut self, h: u64) -> Vec<u64> {
+        let p = self.tree.prefix_of(h);
+        let l = self.leaf(p);
+        let bits = self.tree.bits();
+        let mut out = Vec::new();
+        let Some(io) = self.io.as_mut() else {
+            return out;
+        };
+        if l.disk_head == 0 {
+            return out;
+        }
+        if io
+            .find(bits, p, l.disk_head, l.disk_blocks, h, &mut out)
+            .is_err()
+        {
+            self.drop_disk(p);
+            return Vec::new();
+        }
+        out.retain(|&loc| !self.tombs.contains(&(h, loc)));
+        out
     }
 
     pub(super) fn set_disk(&mut self, p: u32, chain: &[u64], len: u32) {
@@ -326,7 +358,7 @@ impl Inner {
             self.st.dropped += add.len() as u64;
             return;
         }
-        let (mut recs, chain) = self.read_disk(p);
+        let (mut recs, chain) = self.read_disk(p, add.len());
         if !self.tombs.is_empty() {
             let tombs = &mut self.tombs;
             recs.retain(|r| !tombs.remove(r));
@@ -381,7 +413,7 @@ impl Inner {
         let mut buf: Vec<Rec> = Vec::new();
         for &(op, len, head) in groups {
             let Some(io) = self.io.as_mut() else { return };
-            let g = match io.read(old_bits, op, head, len, blocks_for(len as usize) as u32) {
+            let g = match io.read(old_bits, op, head, len, blocks_for(len as usize) as u32, 0) {
                 Ok(g) => g,
                 Err(_) => {
                     io.errors += 1;

@@ -122,8 +122,60 @@ impl GroupIo {
         Ok(())
     }
 
+    /// Read chain block `b` (position `seq` of the group of `prefix`) into the buffer and
+    /// validate it: header, checksum, and records ascending within the block, above `last`
+    /// (the previous block's last record) and of this prefix. Returns its record count.
+    fn read_block(
+        &mut self,
+        b: BlockNr,
+        bits: u32,
+        prefix: u32,
+        seq: usize,
+        last: Option<Rec>,
+    ) -> Result<usize> {
+        let corrupt = |m: String| Error::Corrupt(format!("fingerprint group {prefix}: {m}"));
+        self.check_block(b)?;
+        self.medium.read(b * BLOCK_SIZE as u64, &mut self.buf)?;
+        self.read_bytes += BLOCK_SIZE as u64;
+        let x = &self.buf;
+        if x[off::MAGIC..off::MAGIC + 8] != GROUP_MAGIC
+            || le_u32(x, off::VERSION) != GROUP_VERSION
+            || le_u64(x, off::CHECKSUM) != checksum(x)
+        {
+            return Err(corrupt(format!("block {b} is not a valid group block")));
+        }
+        let n = le_u32(x, off::COUNT) as usize;
+        if le_u32(x, off::PREFIX) != prefix
+            || le_u32(x, off::SEQ) as usize != seq
+            || n == 0
+            || n > PER_BLOCK
+        {
+            return Err(corrupt(format!(
+                "block {b}: wrong prefix, position or count"
+            )));
+        }
+        let mut prev = last;
+        for i in 0..n {
+            let r = self.record(i);
+            if r.0 >> (64 - bits) != prefix as u64 || prev.is_some_and(|l| l > r) {
+                return Err(corrupt(format!(
+                    "block {b}: records out of order or prefix"
+                )));
+            }
+            prev = Some(r);
+        }
+        Ok(n)
+    }
+
+    /// Record `i` of the block in the buffer.
+    fn record(&self, i: usize) -> Rec {
+        let o = off::RECORDS + i * REC_SIZE;
+        (le_u64(&self.buf, o), le_u64(&self.buf, o + 8))
+    }
+
     /// Read the group of `prefix` (`bits`-bit prefixes) starting at `head`, expected to hold
-    /// `len` records in `nblocks` blocks. Any mismatch is an error (the caller drops the group).
+    /// `len` records in `nblocks` blocks, with room for `spare` more records (a merge's). Any
+    /// mismatch is an error (the caller drops the group).
     pub(crate) fn read(
         &mut self,
         bits: u32,
@@ -131,8 +183,9 @@ impl GroupIo {
         head: BlockNr,
         len: u32,
         nblocks: u32,
+        spare: usize,
     ) -> Result<Group> {
-        let mut recs = Vec::with_capacity(len as usize);
+        let mut recs = Vec::with_capacity(len as usize + spare);
         let mut chain = Vec::with_capacity(nblocks as usize);
         let mut b = head;
         let corrupt = |m: String| Error::Corrupt(format!("fingerprint group {prefix}: {m}"));
@@ -140,38 +193,10 @@ impl GroupIo {
             if chain.len() >= nblocks as usize {
                 return Err(corrupt(format!("chain longer than {nblocks} blocks")));
             }
-            self.check_block(b)?;
-            self.medium.read(b * BLOCK_SIZE as u64, &mut self.buf)?;
-            self.read_bytes += BLOCK_SIZE as u64;
-            let x = &self.buf;
-            if x[off::MAGIC..off::MAGIC + 8] != GROUP_MAGIC
-                || le_u32(x, off::VERSION) != GROUP_VERSION
-                || le_u64(x, off::CHECKSUM) != checksum(x)
-            {
-                return Err(corrupt(format!("block {b} is not a valid group block")));
-            }
-            let n = le_u32(x, off::COUNT) as usize;
-            if le_u32(x, off::PREFIX) != prefix
-                || le_u32(x, off::SEQ) as usize != chain.len()
-                || n == 0
-                || n > PER_BLOCK
-            {
-                return Err(corrupt(format!(
-                    "block {b}: wrong prefix, position or count"
-                )));
-            }
-            for i in 0..n {
-                let o = off::RECORDS + i * REC_SIZE;
-                let r = (le_u64(x, o), le_u64(x, o + 8));
-                if r.0 >> (64 - bits) != prefix as u64 || recs.last().is_some_and(|l| *l > r) {
-                    return Err(corrupt(format!(
-                        "block {b}: records out of order or prefix"
-                    )));
-                }
-                recs.push(r);
-            }
+            let n = self.read_block(b, bits, prefix, chain.len(), recs.last().copied())?;
+            recs.extend((0..n).map(|i| self.record(i)));
             chain.push(b);
-            b = le_u64(x, off::NEXT);
+            b = le_u64(&self.buf, off::NEXT);
         }
         if recs.len() != len as usize || chain.len() != nblocks as usize {
             return Err(corrupt(format!(
@@ -181,6 +206,60 @@ impl GroupIo {
             )));
         }
         Ok(Group { recs, chain })
+    }
+
+    /// The locations recorded for mixed fingerprint `h` in the group of `prefix` (as
+    /// [`GroupIo::read`]), appended to `out`. Records ascend along the chain, so the read stops
+    /// at the first block whose last record is above `h`: a lookup reads the blocks up to the
+    /// one that can hold `h`, not the whole group, and copies nothing but the matches.
+    pub(crate) fn find(
+        &mut self,
+        bits: u32,
+        prefix: u32,
+        head: BlockNr,
+        nblocks: u32,
+        h: u64,
+        out: &mut Vec<u64>,
+    ) -> Result<()> {
+        let mut b = head;
+        let mut seq = 0usize;
+        let mut last = None;
+        while b != 0 {
+            if seq >= nblocks as usize {
+                return Err(Error::Corrupt(format!(
+                    "fingerprint group {prefix}: chain longer than {nblocks} blocks"
+                )));
+            }
+            let n = self.read_block(b, bits, prefix, seq, last)?;
+            let mut lo = 0;
+            let mut hi = n;
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                if self.record(mid).0 < h {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            out.extend(
+                (lo..n)
+                    .map(|i| self.record(i))
+                    .take_while(|r| r.0 == h)
+                    .map(|r| r.1),
+            );
+            last = Some(self.record(n - 1));
+            if last.is_some_and(|l| l.0 > h) {
+                return Ok(());
+            }
+            seq += 1;
+            b = le_u64(&self.buf, off::NEXT);
+        }
+        if seq != nblocks as usize {
+            return Err(Error::Corrupt(format!(
+                "fingerprint group {prefix}: {seq} blocks, expected {nblocks}"
+            )));
+        }
+        Ok(())
     }
 
     /// Write `recs` (sorted) as the group of `prefix` into `chain` (its current blocks, reused
@@ -273,7 +352,7 @@ mod tests {
             .collect();
         let chain = g.write(p, Vec::new(), &recs).unwrap();
         assert_eq!(chain.len(), 3);
-        let got = g.read(bits, p, chain[0], 600, 3).unwrap();
+        let got = g.read(bits, p, chain[0], 600, 3, 0).unwrap();
         assert_eq!(got.recs, recs);
         assert_eq!(got.chain, chain);
         // Shrink to one block: two blocks go back.
@@ -281,10 +360,51 @@ mod tests {
         let chain2 = g.write(p, chain.clone(), &recs[..10]).unwrap();
         assert_eq!(chain2, vec![chain[0]]);
         assert_eq!(g.alloc.free_blocks(), free0 + 2);
-        assert_eq!(g.read(bits, p, chain2[0], 10, 1).unwrap().recs, &recs[..10]);
+        assert_eq!(
+            g.read(bits, p, chain2[0], 10, 1, 0).unwrap().recs,
+            &recs[..10]
+        );
         // Empty: every block goes back.
         assert!(g.write(p, chain2, &[]).unwrap().is_empty());
         assert_eq!(g.alloc.free_blocks(), 56);
+    }
+
+    #[test]
+    fn find_reads_only_as_far_as_the_fingerprint_can_be() {
+        let mut g = io();
+        let p = 0x5a;
+        let key = |i: u64| ((p as u64) << 56) | (i * 2);
+        // 600 records in three blocks; record 252 (the last of block 0) repeats as the first
+        // of block 1 with another location, so its matches span a block boundary.
+        let mut recs: Vec<Rec> = (0..600u64).map(|i| (key(i), i)).collect();
+        recs[253] = (key(252), 9999);
+        recs.sort_unstable();
+        let chain = g.write(p, Vec::new(), &recs).unwrap();
+        let found = |g: &mut GroupIo, h: u64| {
+            let before = g.read_bytes;
+            let mut out = Vec::new();
+            g.find(8, p, chain[0], 3, h, &mut out).unwrap();
+            (out, (g.read_bytes - before) / BLOCK_SIZE as u64)
+        };
+        assert_eq!(found(&mut g, key(3)), (vec![3], 1));
+        assert_eq!(found(&mut g, key(3) + 1), (vec![], 1));
+        assert_eq!(found(&mut g, key(252)), (vec![252, 9999], 2));
+        assert_eq!(found(&mut g, key(599)), (vec![599], 3));
+        assert_eq!(found(&mut g, key(700)), (vec![], 3));
+        // The chain must be as long as the directory says when it is read to its end.
+        assert!(g
+            .find(8, p, chain[0], 2, key(599), &mut Vec::new())
+            .is_err());
+        assert!(g
+            .find(8, p, chain[0], 4, key(599), &mut Vec::new())
+            .is_err());
+        // A damaged block on the way is an error; one past the fingerprint is not read.
+        let at = chain[1] * BLOCK_SIZE as u64 + 100;
+        g.medium.write(at, &[0xff]).unwrap();
+        assert!(g
+            .find(8, p, chain[0], 3, key(599), &mut Vec::new())
+            .is_err());
+        assert_eq!(found(&mut g, key(3)), (vec![3], 1));
     }
 
     #[test]
@@ -294,16 +414,16 @@ mod tests {
         let recs: Vec<Rec> = (0..5u64).map(|i| (3u64 << 56 | i, 64 + i)).collect();
         let chain = g.write(p, Vec::new(), &recs).unwrap();
         // Wrong expectations.
-        assert!(g.read(8, p, chain[0], 4, 1).is_err());
-        assert!(g.read(8, p + 1, chain[0], 5, 1).is_err());
+        assert!(g.read(8, p, chain[0], 4, 1, 0).is_err());
+        assert!(g.read(8, p + 1, chain[0], 5, 1, 0).is_err());
         // A flipped byte fails the checksum.
         let at = chain[0] * BLOCK_SIZE as u64 + 100;
         let mut x = [0u8; 1];
         g.medium.read(at, &mut x).unwrap();
         g.medium.write(at, &[x[0] ^ 1]).unwrap();
-        assert!(g.read(8, p, chain[0], 5, 1).is_err());
+        assert!(g.read(8, p, chain[0], 5, 1, 0).is_err());
         // A block outside the data area or free is refused before it is read.
-        assert!(g.read(8, p, 2, 5, 1).is_err());
-        assert!(g.read(8, p, 60, 5, 1).is_err());
+        assert!(g.read(8, p, 2, 5, 1, 0).is_err());
+        assert!(g.read(8, p, 60, 5, 1, 0).is_err());
     }
 }

@@ -147,18 +147,7 @@ impl FpStore for SmartStore {
             return Some(l);
         }
         let h = mix(fp);
-        let cands: Vec<u64> = {
-            let mut g = self.inner.lock();
-            let p = g.tree.prefix_of(h);
-            let (recs, _) = g.read_disk(p);
-            let from = recs.partition_point(|r| r.0 < h);
-            recs[from..]
-                .iter()
-                .take_while(|r| r.0 == h)
-                .filter(|r| !g.tombs.contains(r))
-                .map(|r| r.1)
-                .collect()
-        };
+        let cands = self.inner.lock().disk_candidates(h);
         let loc = cands.into_iter().find(|&loc| check(loc))?;
         let mut g = self.inner.lock();
         g.st.disk_hits += 1;
