@@ -16,12 +16,13 @@
 #   replay     FIU samples and a generated 75 % trace replayed with --mem-budget 3MiB: media
 #              bytes written vs none, ratio vs light.
 #
-# Usage: bench/smart.sh [SECTION...]   (default: all; QUICK=1 shrinks the sizes; NODUP=binary;
+# Usage: bench/smart.sh [SECTION...|join]   (default: all; QUICK=1 shrinks the sizes; NODUP=binary;
 # BUDGET_CASES="MIB:BUDGET ..." and BUDGET_POLICIES="none smart" override the budget section's
 # cases and policies)
 # Each section writes docs/results/smart/SECTION.md; docs/results/smart.md joins them (RESULTS=DIR
 # writes under DIR instead of docs/results: `make bench` puts its quick runs in docs/results/quick).
 set -euo pipefail
+case ${1:-} in -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 if [[ -z ${NODUP:-} ]]; then
   bash scripts/deps.sh
@@ -108,7 +109,7 @@ budget() {
       if [[ $policy == smart ]]; then
         dm=$(nodup_stat "'%.2f' % (s['smart']['memory']['total_bytes'] / 1048576)")
         io=$(nodup_stat "'%.1f / %.1f' % (s['smart']['store_io_read_bytes'] / 1048576, s['smart']['store_io_written_bytes'] / 1048576)")
-      else
+      elif [[ $policy == light ]]; then
         light_ratio=$final
       fi
       local bb; bb=$(python3 -c "
@@ -348,7 +349,8 @@ sections=("$@")
 for s in "${sections[@]}"; do
   case $s in
     budget | eviction | adaptive | readcache | filter | replay) "$s" ;;
-    *) echo "unknown section $s" >&2; exit 2 ;;
+    join) ;; # only join the sections already written (after editing reading.md)
+    *) echo "bench/smart.sh: unknown section '$s' (budget, eviction, adaptive, readcache, filter, replay, join)" >&2; exit 2 ;;
   esac
 done
 {
