@@ -17,11 +17,12 @@
 //! it. Valid-entry counters live in DRAM and are saved on clean shutdown.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use parking_lot::Mutex;
 
 use super::io::{IoTally, MetaIo};
+use super::lazy_words::LazyWords;
 use super::record::{ENTRY_SIZE, OFF_BLOCKNR};
 use super::{LayoutGeometry, MetaLayout, MetaLayoutKind};
 use crate::alloc::Allocator;
@@ -116,7 +117,7 @@ pub struct RegionLayout {
     state: Mutex<State>,
     curs: Vec<Mutex<Option<Cur>>>,
     /// One bit per block of the medium: is it a region (validates hint targets lock-free).
-    is_region: Vec<AtomicU64>,
+    is_region: LazyWords,
 }
 
 impl RegionLayout {
@@ -126,9 +127,7 @@ impl RegionLayout {
             geo,
             state: Mutex::new(State::default()),
             curs: (0..CUR_SLOTS).map(|_| Mutex::new(None)).collect(),
-            is_region: (0..geo.nblocks.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            is_region: LazyWords::new(geo.nblocks.div_ceil(64) as usize),
         }
     }
 
@@ -315,8 +314,11 @@ impl MetaLayout for RegionLayout {
 
     fn attach(&self, io: &MetaIo, t: &mut IoTally) -> Result<()> {
         let mut st = State::default();
-        for w in &self.is_region {
-            w.store(0, Ordering::Relaxed);
+        // Only words with a bit set are written, so pages of the bitmap stay untouched.
+        for w in self.is_region.iter() {
+            if w.load(Ordering::Relaxed) != 0 {
+                w.store(0, Ordering::Relaxed);
+            }
         }
         let mut b = self.geo.start_block;
         let max = self.geo.nblocks;

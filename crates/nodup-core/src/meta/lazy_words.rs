@@ -1,0 +1,84 @@
+//! Zeroed atomic words in an anonymous mapping, for bitmaps that cover the whole medium but
+//! are mostly zero: a page is resident only once a bit in it is set. A heap vector would be
+//! cleared word by word when allocated (glibc's `calloc` from a thread's arena clears it), so
+//! it would be resident in full from mount: 32 KiB per GiB of medium for the region bitmap,
+//! on images that may never hold a dedup entry.
+
+use std::sync::atomic::AtomicU64;
+
+/// The words: mapped when the mapping succeeds, else on the heap.
+pub(crate) enum LazyWords {
+    /// An anonymous mapping of `len` words (zero until written).
+    Mapped {
+        /// Keeps the mapping alive; never accessed but through `ptr`.
+        _map: memmap2::MmapMut,
+        ptr: *const AtomicU64,
+        len: usize,
+    },
+    /// The fallback (and the empty case).
+    Heap(Vec<AtomicU64>),
+}
+
+// SAFETY: the mapping is owned by the value and only accessed as `&[AtomicU64]`, whose
+// operations are atomic: sharing and sending it is as safe as for a `Vec<AtomicU64>`.
+unsafe impl Send for LazyWords {}
+// SAFETY: as above.
+unsafe impl Sync for LazyWords {}
+
+const _: () =
+    assert!(std::mem::size_of::<AtomicU64>() == 8 && std::mem::align_of::<AtomicU64>() == 8);
+
+impl LazyWords {
+    /// `n` zero words.
+    pub(crate) fn new(n: usize) -> LazyWords {
+        if n > 0 {
+            if let Ok(mut map) = memmap2::MmapMut::map_anon(n * 8) {
+                let ptr = map.as_mut_ptr().cast::<AtomicU64>().cast_const();
+                return LazyWords::Mapped {
+                    _map: map,
+                    ptr,
+                    len: n,
+                };
+            }
+        }
+        LazyWords::Heap((0..n).map(|_| AtomicU64::new(0)).collect())
+    }
+}
+
+impl std::ops::Deref for LazyWords {
+    type Target = [AtomicU64];
+
+    fn deref(&self) -> &[AtomicU64] {
+        match self {
+            // SAFETY: the mapping is `len * 8` bytes, page-aligned (so 8-aligned), zero-filled
+            // by the kernel (a valid AtomicU64 is any bit pattern), alive as long as `self`, and
+            // written only through these atomics.
+            LazyWords::Mapped { ptr, len, .. } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+            LazyWords::Heap(v) => v,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn words_start_zero_and_keep_what_is_set() {
+        for n in [0, 1, 513, 1 << 16] {
+            let w = LazyWords::new(n);
+            assert_eq!(w.len(), n);
+            assert!(w.iter().all(|x| x.load(Ordering::Relaxed) == 0));
+            if n > 0 {
+                w[n - 1].fetch_or(1 << 63, Ordering::Relaxed);
+                w[0].fetch_or(5, Ordering::Relaxed);
+                assert_eq!(
+                    w[0].load(Ordering::Relaxed),
+                    5 | if n == 1 { 1 << 63 } else { 0 }
+                );
+                assert_eq!(w[n - 1].load(Ordering::Relaxed) >> 63, 1);
+            }
+        }
+    }
+}
