@@ -27,6 +27,7 @@ use crate::alloc::bitmap::Bitmap;
 use crate::alloc::Allocator;
 use crate::codec::{le_u32, le_u64};
 use crate::meta::io::IoTally;
+use crate::meta::lazy_words::MappedWords;
 use crate::meta::record::{DedupEntry, OFF_BLOCKNR, OFF_REFCOUNT, RESERVED};
 use crate::{BlockNr, Error, Result, BLOCK_SIZE};
 
@@ -69,13 +70,18 @@ impl Engine {
             return Err(corrupt("sizes out of range"));
         }
         let nwords = (nb + ni + nl) as usize;
-        let mut payload = vec![0u8; nwords * 8];
-        self.meta
-            .read(&mut t, self.save_off() + BLOCK_SIZE as u64, &mut payload)?;
-        if xxhash_rust::xxh3::xxh3_64(&payload) != le_u64(&h, 48) {
+        // Up to 32 KiB per GiB of medium, read once at mount: mapped, so none of it stays
+        // resident after the allocator and the store have taken what they keep.
+        let mut payload = MappedWords::new(nwords)?;
+        self.meta.read(
+            &mut t,
+            self.save_off() + BLOCK_SIZE as u64,
+            payload.bytes_mut(),
+        )?;
+        if xxhash_rust::xxh3::xxh3_64(payload.bytes()) != le_u64(&h, 48) {
             return Err(corrupt("payload checksum mismatch"));
         }
-        let words: Vec<u64> = payload.chunks_exact(8).map(|c| le_u64(c, 0)).collect();
+        let words = payload.words();
         let (bitmap, rest) = words.split_at(nb as usize);
         let (locs, lw) = rest.split_at(ni as usize);
         self.alloc.load_words(bitmap)?;

@@ -1,8 +1,12 @@
-//! Zeroed atomic words in an anonymous mapping, for bitmaps that cover the whole medium but
-//! are mostly zero: a page is resident only once a bit in it is set. A heap vector would be
-//! cleared word by word when allocated (glibc's `calloc` from a thread's arena clears it), so
-//! it would be resident in full from mount: 32 KiB per GiB of medium for the region bitmap,
-//! on images that may never hold a dedup entry.
+//! Words in anonymous mappings, for buffers sized by the medium:
+//! - [`LazyWords`]: zeroed atomic words for bitmaps that cover the whole medium but are mostly
+//!   zero, where a page is resident only once a bit in it is set. A heap vector would be
+//!   cleared word by word when allocated (glibc's `calloc` from a thread's arena clears it), so
+//!   it would be resident in full from mount: 32 KiB per GiB of medium for the region bitmap,
+//!   on images that may never hold a dedup entry.
+//! - [`MappedWords`]: a transient buffer of words read at mount (the save area), given back
+//!   to the kernel when dropped; a heap buffer's pages would stay in the opening thread's
+//!   malloc arena after it is freed.
 
 use std::sync::atomic::AtomicU64;
 
@@ -59,10 +63,67 @@ impl std::ops::Deref for LazyWords {
     }
 }
 
+/// A transient buffer of `len` little-endian words in an anonymous mapping (see the module
+/// doc): filled as bytes, then read as words.
+pub(crate) struct MappedWords {
+    map: memmap2::MmapMut,
+    len: usize,
+}
+
+impl MappedWords {
+    /// `len` zero words.
+    pub(crate) fn new(len: usize) -> std::io::Result<MappedWords> {
+        // A mapping cannot be empty: an empty buffer still maps one word.
+        let map = memmap2::MmapMut::map_anon(len.max(1) * 8)?;
+        Ok(MappedWords { map, len })
+    }
+
+    /// The buffer as bytes, to read into.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.map[..self.len * 8]
+    }
+
+    /// The buffer as bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.map[..self.len * 8]
+    }
+
+    /// The words, in host order (converted in place from little-endian first when the host
+    /// is big-endian).
+    pub(crate) fn words(&mut self) -> &[u64] {
+        let p = self.map.as_mut_ptr().cast::<u64>();
+        // SAFETY: the mapping holds at least `len * 8` bytes, is page-aligned (so 8-aligned),
+        // any bit pattern is a valid u64, and the slice borrows `self` mutably, so nothing else
+        // touches the bytes while it lives.
+        let w = unsafe { std::slice::from_raw_parts_mut(p, self.len) };
+        if cfg!(target_endian = "big") {
+            for x in w.iter_mut() {
+                *x = u64::from_le(*x);
+            }
+        }
+        w
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
+
+    #[test]
+    fn mapped_words_read_back_little_endian_bytes() {
+        for n in [0usize, 1, 1000] {
+            let mut m = MappedWords::new(n).unwrap();
+            for (i, c) in m.bytes_mut().chunks_exact_mut(8).enumerate() {
+                c.copy_from_slice(&(i as u64).wrapping_mul(0x0102_0304_0506_0708).to_le_bytes());
+            }
+            assert_eq!(m.bytes().len(), n * 8);
+            let want: Vec<u64> = (0..n as u64)
+                .map(|i| i.wrapping_mul(0x0102_0304_0506_0708))
+                .collect();
+            assert_eq!(m.words(), &want[..]);
+        }
+    }
 
     #[test]
     fn words_start_zero_and_keep_what_is_set() {

@@ -11,7 +11,7 @@
 pub mod entry;
 pub mod hashtable;
 pub mod io;
-mod lazy_words;
+pub(crate) mod lazy_words;
 pub mod record;
 pub mod region;
 pub mod revmap;
