@@ -230,20 +230,13 @@ impl GroupIo {
                     "fingerprint group {prefix}: chain longer than {nblocks} blocks"
                 )));
             }
+            // `read_block` has just walked every record to validate it, so a plain scan
+            // costs no more than a search would.
             let n = self.read_block(b, bits, prefix, seq, last)?;
-            let mut lo = 0;
-            let mut hi = n;
-            while lo < hi {
-                let mid = (lo + hi) / 2;
-                if self.record(mid).0 < h {
-                    lo = mid + 1;
-                } else {
-                    hi = mid;
-                }
-            }
             out.extend(
-                (lo..n)
+                (0..n)
                     .map(|i| self.record(i))
+                    .skip_while(|r| r.0 < h)
                     .take_while(|r| r.0 == h)
                     .map(|r| r.1),
             );
