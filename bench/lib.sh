@@ -83,3 +83,12 @@ smart_settle() {
   echo "the worker did not settle" >&2
   return 1
 }
+
+# scratch_mount NAME: a scratch directory W in /dev/shm with a mount point MNT inside, both
+# removed on exit (a nodup mount still there is unmounted first; the caller sets NODUP).
+scratch_mount() {
+  W=$(mktemp -d "/dev/shm/nodup-$1.XXXXXX")
+  MNT=$W/mnt
+  mkdir -p "$MNT"
+  trap 'if mountpoint -q "$MNT"; then "$NODUP" umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" || true; fi; rm -rf "$W"' EXIT
+}

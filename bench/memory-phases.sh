@@ -27,14 +27,8 @@ if [[ -z ${NODUP:-} ]]; then
   cargo build --release -q -p nodup-cli
   NODUP=$PWD/target/release/nodup
 fi
-W=$(mktemp -d /dev/shm/nodup-memphase.XXXXXX)
-MNT=$W/mnt
-mkdir -p "$MNT"
-cleanup() {
-  if mountpoint -q "$MNT"; then "$NODUP" umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" || true; fi
-  rm -rf "$W"
-}
-trap cleanup EXIT
+source bench/lib.sh
+scratch_mount memphase
 extra=()
 margs=()
 [[ $POLICY == smart ]] && extra=(--mem-budget "$BUDGET") && margs=(--worker-rate 0)

@@ -31,14 +31,7 @@ REFRESH_CACHE=${REFRESH_CACHE:-32K}
 RESULTS=${RESULTS:-docs/results}
 OUTDIR=$RESULTS/selective
 mkdir -p "$OUTDIR"
-W=$(mktemp -d /dev/shm/nodup-selective.XXXXXX)
-MNT=$W/mnt
-mkdir -p "$MNT"
-cleanup() {
-  if mountpoint -q "$MNT"; then "$NODUP" umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" || true; fi
-  rm -rf "$W"
-}
-trap cleanup EXIT
+scratch_mount selective
 FIU=(../shared/data/fiu/homes-sample.1.blkparse ../shared/data/fiu/mail-01-sample.blkparse)
 
 # up POLICY [mount args...]: fresh 4 GiB image in /dev/shm and mount it.
