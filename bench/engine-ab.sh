@@ -5,6 +5,9 @@
 # layout alone moves a point by several percent, read the ratios only beside the run-to-run
 # spread: a third binary CONTROL (a byte copy of A) is run in the same rounds, and its A'/A
 # column is that spread, measured in the same minutes.
+# Compare binaries built the same way: the workspace aligns every loop (.cargo/config.toml), so
+# build an older tree with RUSTFLAGS="-C llvm-args=-align-loops=64" too, or its loops' placement
+# shows up as a difference (up to 15 % at the rewrite points, docs/results/engine-ab-issue15.md).
 # Usage: bench/engine-ab.sh OLD_BINARY NEW_BINARY [CONTROL_BINARY]
 #        (ROUNDS=9 SIZE=1GiB POLICIES=light,none,weak-verify DUPS=0,75,100; METRIC=cpu compares
 #        MiB per second of the writing thread's CPU time instead of wall-clock time, which
