@@ -92,3 +92,13 @@ scratch_mount() {
   mkdir -p "$MNT"
   trap 'if mountpoint -q "$MNT"; then "$NODUP" umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" || true; fi; rm -rf "$W"' EXIT
 }
+
+# ensure_nodup: NODUP as given, else the repository's release build (dependencies installed and
+# the binary built first). Run from the repository root.
+ensure_nodup() {
+  if [[ -z ${NODUP:-} ]]; then
+    bash scripts/deps.sh
+    cargo build --release -q -p nodup-cli
+    NODUP=$PWD/target/release/nodup
+  fi
+}

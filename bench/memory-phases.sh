@@ -22,12 +22,8 @@ MIB=${2:?MIB: unique data to write, in MiB}
 BUDGET=${3:-512K}
 [[ $MIB =~ ^[0-9]+$ && $MIB -gt 0 ]] || { echo "memory-phases: MIB must be a positive whole number, not '$MIB'" >&2; exit 2; }
 cd "$(dirname "$0")/.."
-if [[ -z ${NODUP:-} ]]; then
-  bash scripts/deps.sh
-  cargo build --release -q -p nodup-cli
-  NODUP=$PWD/target/release/nodup
-fi
 source bench/lib.sh
+ensure_nodup
 scratch_mount memphase
 extra=()
 margs=()

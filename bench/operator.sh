@@ -17,16 +17,18 @@
 # Output: docs/results/operator.md (and stdout). Exit 0 even when a figure is missed (the table
 # says which); non-zero only when the measurement itself failed.
 set -euo pipefail
+case ${1:-} in
+  -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  "") ;;
+  *) echo "bench/operator.sh: takes no arguments (got '$1'; settings are environment variables, see --help)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 QUICK=${QUICK:-0}
 CYCLES=${CYCLES:-2000000}
 RUNS=${RUNS:-3}
 OUT=${OUT:-docs/results/operator.md}
-if [[ -z ${NODUP:-} ]]; then
-  bash scripts/deps.sh
-  cargo build --release -q -p nodup-cli
-  NODUP=$PWD/target/release/nodup
-fi
+source bench/lib.sh
+ensure_nodup
 W=/dev/shm/nodup-op
 M=/tmp/nodup-op-mnt
 SMALL=/tmp/nodup-op-small
@@ -37,7 +39,6 @@ cleanup() {
   rm -rf "$W"
 }
 trap cleanup EXIT
-source bench/lib.sh
 T0=$(date +%s)
 json() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
 df_used() { stat -f -c '%b %f %S' "$1" | awk '{print ($1-$2)*$3}'; }

@@ -15,11 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
-if [[ -z ${NODUP:-} ]]; then
-  bash scripts/deps.sh
-  cargo build --release -q -p nodup-cli
-  NODUP=$PWD/target/release/nodup
-fi
+ensure_nodup
 QUICK=${QUICK:-0}
 EXCL=/work/tools/cpu-exclusive
 [[ -x $EXCL ]] || EXCL=""

@@ -24,12 +24,8 @@
 set -euo pipefail
 case ${1:-} in -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 cd "$(dirname "$0")/.."
-if [[ -z ${NODUP:-} ]]; then
-  bash scripts/deps.sh
-  cargo build --release -q -p nodup-cli
-  NODUP=$PWD/target/release/nodup
-fi
 source bench/lib.sh
+ensure_nodup
 QUICK=${QUICK:-0}
 RESULTS=${RESULTS:-docs/results}
 OUTDIR=$RESULTS/smart
