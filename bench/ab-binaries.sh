@@ -4,6 +4,7 @@
 # noise hits both alike; prints each point's median MiB/s and the ratio B/A.
 # Usage: bench/ab-binaries.sh OLD_BINARY NEW_BINARY   (RUNS=5 SIZE=512m POINTS="1m:0 1m:75 4k:0")
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 A=${1:?old binary}
 B=${2:?new binary}

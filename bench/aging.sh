@@ -7,6 +7,7 @@
 #
 # Usage: bench/aging.sh                (SIZE=1GiB by default; QUICK=1 for a smoke run)
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 SIZE=${SIZE:-1GiB}
 [[ "${QUICK:-0}" == 1 ]] && SIZE=64MiB

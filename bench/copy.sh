@@ -14,6 +14,7 @@
 # Writes docs/results/NAME.md and copy/NAME.tsv, copy/NAME.png; copy/reading.md (hand-written)
 # is appended to copy.md.
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 source bench/systems.sh

@@ -13,6 +13,7 @@
 #        MiB per second of the writing thread's CPU time instead of wall-clock time, which
 #        leaves out time the thread was not running)
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 A=${1:?old binary}
 B=${2:?new binary}
 C=${3:-}

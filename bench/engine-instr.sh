@@ -9,6 +9,7 @@
 # complements the interleaved timings of engine-ab.sh rather than replacing them.
 # Usage: bench/engine-instr.sh OLD_BINARY NEW_BINARY   (SIZE=64MiB POLICIES=light,none,weak-verify DUPS=0,75,100)
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 A=${1:?old binary}
 B=${2:?new binary}
 SIZE=${SIZE:-64MiB}

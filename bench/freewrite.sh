@@ -18,6 +18,7 @@
 # Env: SIZE, SWEEP_SIZE, SPEED_SIZE, RUNS (speed pairs for `all`, default 3), NODUP (binary; else
 # built), RAW, OUT, MNT. Each part call takes minutes; `all` takes hours at the default sizes.
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 case ${1:-} in
   matrix | sweep | speed | report | all) ;;

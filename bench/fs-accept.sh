@@ -12,6 +12,7 @@
 #   WORK=<dir on /dev/shm> and MNT=<mount point> move the scratch image and the mount point.
 #   The FUSE write-path figures alone (writeback cache, light vs none at 1m): bench/fuse-writeback.sh
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
 SIZE=${SIZE:-1g}

@@ -23,6 +23,7 @@
 # Writes docs/results/fs-ceiling/SECTION.md and SECTION.tsv (every run) and assembles
 # docs/results/fs-ceiling.md; progress goes to stderr.
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 source bench/systems.sh

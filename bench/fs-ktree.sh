@@ -21,6 +21,7 @@
 # a one-line summary that bench/fs-accept.sh quotes. Exit 0 even when a target is missed (the
 # report says which); non-zero only when the measurement itself failed.
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 KRUNS=${KRUNS:-5}
 OUT=${OUT:-docs/results/fs-ktree.md}

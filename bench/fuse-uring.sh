@@ -18,6 +18,7 @@
 # Usage: bench/fuse-uring.sh   (env: RUNS=5 SIZE=1g THREADS=4 VARIANTS=... BSS="4k 1m"
 #                               JOBS="1 2" WBS="0 1" OUT=docs/results/fuse-uring.md)
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 RUNS=${RUNS:-5}

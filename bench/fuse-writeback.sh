@@ -12,6 +12,7 @@
 # Usage: bench/fuse-writeback.sh   (env: RUNS=3 SIZE=1g NODUP=<binary> WORK=<dir in /dev/shm>
 #                                   MNT=<mount point> BDI=0 DURABLE=0 NOBINDFS=0)
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
 SIZE=${SIZE:-1g}

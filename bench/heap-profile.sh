@@ -6,6 +6,7 @@
 # FUSE sessions' 4 x 16 MiB request buffers are mostly never faulted in).
 # Usage: bench/heap-profile.sh POLICY MIB [BUDGET]   e.g. bench/heap-profile.sh smart 2048 512K
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 policy=${1:?policy} mib=${2:?MiB of unique data} budget=${3:-3M}
 command -v heaptrack >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq heaptrack >/dev/null

@@ -17,6 +17,7 @@
 # Output: a markdown report on stdout and in $OUT (docs/results/posix.md). Exit 0 when measured
 # (the report says whether each target is met); non-zero when a measurement or a check failed.
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
 OUT=${OUT:-docs/results/posix.md}

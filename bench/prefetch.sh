@@ -15,6 +15,7 @@
 # Writes docs/results/prefetch.md, prefetch/prefetch.tsv and prefetch/engine.json;
 # prefetch/reading.md (hand-written) is appended.
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 source bench/systems.sh

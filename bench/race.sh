@@ -9,6 +9,7 @@
 #
 # Usage: bench/race.sh   (RUNS=5 SIZE=256MiB NODUP=<binary> OUT=<markdown file>)
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
 SIZE=${SIZE:-256MiB}

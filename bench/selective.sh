@@ -13,6 +13,7 @@
 # Writes docs/results/selective/SECTION.md and docs/results/selective.md (RESULTS=DIR: under DIR
 # instead; `make bench` puts its quick runs in docs/results/quick).
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 ensure_nodup

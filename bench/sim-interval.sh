@@ -4,6 +4,7 @@
 # then `nodup sim stats` and `nodup sim run` on each trace. Writes docs/results/sim/interval.md.
 # Usage: bench/sim-interval.sh   (INTERVALS="2 5 10 20 50" ITEMS=30000)
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 INTERVALS=${INTERVALS:-2 5 10 20 50}
 ITEMS=${ITEMS:-30000}

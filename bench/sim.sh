@@ -12,6 +12,7 @@
 # Usage: bench/sim.sh        (TYPICAL_LINES=10000000 BIG_LINES=100000000 SPEED_LINES=20000000 RUNS=3;
 #                             QUICK=1 shrinks everything for a smoke test; KEEP=1 keeps the traces in WORK)
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 QUICK=${QUICK:-0}

@@ -25,6 +25,7 @@
 #
 # Usage: bench/suite.sh [EXPERIMENT...]   (FULL=1 for the paper-scale sizes)
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 FULL=${FULL:-0}
 quick=1

@@ -13,6 +13,7 @@
 # Writes docs/results/sweep.md, and sweep/sweep.tsv and the plots sweep/sweep-1m.png and
 # sweep/sweep-4k.png; sweep/reading.md (hand-written) is appended to sweep.md.
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 source bench/systems.sh

@@ -9,6 +9,7 @@
 # Usage: bench/trace-gen.sh   (SIZE=2G RUNS=3 MODES=batch by default; e.g. SIZE=256M MODES="batch block"
 #        OUT=docs/results/trace-block.md adds block replay, one 4 KiB call per block, on a smaller trace)
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 SIZE=${SIZE:-2G}
 RUNS=${RUNS:-3}

@@ -6,6 +6,7 @@
 # counters against `nodup trace stats`.
 # Output: a markdown report on stdout and in docs/results/trace-replay.md.
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 OUT=${OUT:-docs/results/trace-replay.md}
 SAMPLES=${FIU_DIR:-/work/shared/data/fiu}

@@ -14,6 +14,7 @@
 # Writes docs/results/trace-suite.md and trace-suite/trace.tsv; trace-suite/reading.md
 # (hand-written) is appended.
 set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 source bench/systems.sh
