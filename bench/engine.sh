@@ -8,7 +8,7 @@
 # Usage: bench/engine.sh               (SIZE=1GiB RUNS=5 by default; QUICK=1 for a smoke run)
 set -euo pipefail
 case ${1:-} in
-  -h | --help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
   "") ;;
   *) echo "bench/engine.sh: takes no arguments (got '$1'; SIZE, RUNS and QUICK are environment variables)" >&2; exit 2 ;;
 esac

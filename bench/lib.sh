@@ -72,6 +72,9 @@ machine_line() {
 # (the caller sets NODUP and MNT).
 nodup_stat() { "$NODUP" stats "$MNT" --json | python3 -c "import json,sys; s=json.load(sys.stdin); print($1)"; }
 
+# pid_of_mount: the daemon pid of the nodup mount at $MNT (the caller sets NODUP and MNT).
+pid_of_mount() { "$NODUP" list --json | python3 -c "import json,sys; print([m['pid'] for m in json.load(sys.stdin) if m['mountpoint'] == sys.argv[1]][0])" "$MNT"; }
+
 # smart_settle: let the `smart` mount's out-of-line worker run at full speed until nothing is
 # queued (fails after 10 minutes).
 smart_settle() {

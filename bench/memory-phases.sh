@@ -30,7 +30,7 @@ margs=()
 [[ $POLICY == smart ]] && extra=(--mem-budget "$BUDGET") && margs=(--worker-rate 0)
 "$NODUP" mkfs "$W/img" --size "$((MIB * 4))M" --policy "$POLICY" "${extra[@]}" >/dev/null
 "$NODUP" mount "$W/img" "$MNT" "${margs[@]}" >/dev/null
-PID=$("$NODUP" list --json | python3 -c "import json,sys; print([m['pid'] for m in json.load(sys.stdin) if m['mountpoint'] == sys.argv[1]][0])" "$MNT")
+PID=$(pid_of_mount)
 
 # snap PHASE: one table row from /proc/PID/smaps.
 snap() {
@@ -41,14 +41,13 @@ maps, cur = [], None
 for line in open(f"/proc/{pid}/smaps"):
     if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
         f = line.split()
-        lo, hi = (int(x, 16) for x in f[0].split("-"))
-        cur = {"lo": lo, "size": hi - lo, "name": f[5] if len(f) > 5 else "", "anon": 0}
+        lo = int(f[0].split("-")[0], 16)
+        cur = {"lo": lo, "name": f[5] if len(f) > 5 else "", "anon": 0}
         maps.append(cur)
     elif line.startswith("Anonymous:"):
         cur["anon"] = int(line.split()[1])
 # glibc's thread arenas: anonymous mappings starting on a 64 MiB boundary (HEAP_MAX_SIZE).
 arenas = [m for m in maps if m["name"] == "" and m["lo"] % (64 << 20) == 0 and m["anon"]]
-arenas.sort(key=lambda m: m["lo"])
 heap = sum(m["anon"] for m in maps if m["name"] == "[heap]")
 sizes = sorted((m["anon"] for m in arenas), reverse=True)
 total = sum(m["anon"] for m in maps)
@@ -71,14 +70,10 @@ snap "unique fill"
 "$NODUP" bench fill "$MNT/b" --blocks "$((MIB * 256))" --order shuffle >/dev/null
 snap "shuffled fill"
 if [[ $POLICY == smart ]]; then
-  "$NODUP" ctl "$MNT" --worker-rate 1000000 >/dev/null
-  for _ in $(seq 1 3000); do
-    [[ $("$NODUP" stats "$MNT" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['smart']['fs']['idle'])") == True ]] && break
-    sleep 0.2
-  done
+  smart_settle
   snap settled
 fi
-maps=$("$NODUP" stats "$MNT" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['block_map_bytes'] // 1024)")
-dedup=$("$NODUP" stats "$MNT" --json | python3 -c "import json,sys; s=json.load(sys.stdin); print(s['smart']['memory']['total_bytes'] // 1024 if 'smart' in s else '-')")
+maps=$(nodup_stat "s['block_map_bytes'] // 1024")
+dedup=$(nodup_stat "s['smart']['memory']['total_bytes'] // 1024 if 'smart' in s else '-'")
 echo
 echo "Block maps: $maps KiB; the policy's dedup memory (smart's own accounting): $dedup KiB."

@@ -18,7 +18,7 @@
 # says which); non-zero only when the measurement itself failed.
 set -euo pipefail
 case ${1:-} in
-  -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
   "") ;;
   *) echo "bench/operator.sh: takes no arguments (got '$1'; settings are environment variables, see --help)" >&2; exit 2 ;;
 esac

@@ -54,7 +54,6 @@ up() {
   "$NODUP" mount "$W/img" "$MNT" "$@" >/dev/null
 }
 down() { "$NODUP" umount "$MNT" >/dev/null; }
-pid_of_mount() { "$NODUP" list --json | python3 -c "import json,sys; print([m['pid'] for m in json.load(sys.stdin) if m['mountpoint'] == '$MNT'][0])"; }
 anon_kib() { awk '/^RssAnon:/ {print $2}' "/proc/$1/status"; }
 cpu_secs() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
 # peak_start PID: sample RssAnon every 0.1 s into $W/peak until peak_stop.
