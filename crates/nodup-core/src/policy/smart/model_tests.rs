@@ -10,14 +10,28 @@ use proptest::prelude::*;
 use super::ondisk::GroupIo;
 use super::store::{Eviction, SmartStore};
 use crate::alloc::Allocator;
-use crate::media::{Medium, MemMedium};
+use crate::media::{Medium, MemMedium, Pmem};
 use crate::store::FpStore;
 use crate::BLOCK_SIZE;
 
 const BLOCKS: u64 = 4096;
 
 fn store(budget: u64, bits: u32, ev: Eviction) -> (SmartStore, Arc<Allocator>, Arc<dyn Medium>) {
-    let m: Arc<dyn Medium> = Arc::new(MemMedium::new(BLOCKS * BLOCK_SIZE as u64));
+    store_on(
+        Arc::new(MemMedium::new(BLOCKS * BLOCK_SIZE as u64)),
+        budget,
+        bits,
+        ev,
+    )
+}
+
+/// [`store`] over medium `m` (a mapped one takes the in-place lookup path).
+fn store_on(
+    m: Arc<dyn Medium>,
+    budget: u64,
+    bits: u32,
+    ev: Eviction,
+) -> (SmartStore, Arc<Allocator>, Arc<dyn Medium>) {
     let a = Arc::new(Allocator::new(16, BLOCKS - 16));
     let io = GroupIo::new(m.clone(), a.clone());
     (SmartStore::new(budget, bits, ev, Some(io)), a, m)
@@ -49,9 +63,15 @@ fn fp_of(k: u8) -> u64 {
     (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x55
 }
 
-fn run(ops: Vec<Op>, ev: Eviction) -> Result<(), TestCaseError> {
+fn run(ops: Vec<Op>, ev: Eviction, mapped: bool) -> Result<(), TestCaseError> {
     let budget = 24 << 10;
-    let (mut s, mut a, mut m) = store(budget, 6, ev);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut s, mut a, mut m) = if mapped {
+        let pm = Pmem::create(dir.path().join("img"), BLOCKS * BLOCK_SIZE as u64).unwrap();
+        store_on(Arc::new(pm), budget, 6, ev)
+    } else {
+        store(budget, 6, ev)
+    };
     // fp -> live locations (the engine's entries).
     let mut model: HashMap<u64, HashSet<u64>> = HashMap::new();
     for op in ops {
@@ -151,17 +171,24 @@ proptest! {
 
     #[test]
     fn group_lru_keeps_every_fingerprint_findable(ops in proptest::collection::vec(op(), 1..400)) {
-        run(ops, Eviction::GroupLru)?;
+        run(ops, Eviction::GroupLru, false)?;
+    }
+
+    #[test]
+    fn group_lru_on_a_mapped_medium_keeps_every_fingerprint_findable(
+        ops in proptest::collection::vec(op(), 1..400)
+    ) {
+        run(ops, Eviction::GroupLru, true)?;
     }
 
     #[test]
     fn lru_keeps_every_fingerprint_findable(ops in proptest::collection::vec(op(), 1..300)) {
-        run(ops, Eviction::Lru)?;
+        run(ops, Eviction::Lru, false)?;
     }
 
     #[test]
     fn refcount_keeps_every_fingerprint_findable(ops in proptest::collection::vec(op(), 1..300)) {
-        run(ops, Eviction::RefCount)?;
+        run(ops, Eviction::RefCount, false)?;
     }
 }
 

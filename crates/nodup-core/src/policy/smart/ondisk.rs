@@ -11,6 +11,15 @@
 //! directory that names them (`store.rs`). Every block is validated on read: a group that fails
 //! is dropped (its fingerprints are no longer found; counted in `io_errors`), never trusted.
 //!
+//! The worker's lookups on a mapped (byte-addressable) medium do not read whole blocks: they
+//! check a block's header and binary-search its records in place, loading about ten cache
+//! lines instead of 64, and are charged for the lines they load. They cannot check the block's
+//! checksum, so they check what they load (header fields, each record's prefix, the block's
+//! last record against the previous block's) and yield only candidates, which the engine
+//! confirms against the entry on the medium and the worker byte-verifies before it remaps. A
+//! damaged block such a lookup passes over costs at most a missed duplicate; the next merge
+//! reads it whole, fails its checksum and drops the group.
+//!
 //! Block format (4096 bytes):
 //!
 //! | offset | width | field                                                    |
@@ -29,7 +38,7 @@ use std::sync::Arc;
 
 use crate::alloc::Allocator;
 use crate::codec::{le_u32, le_u64, put_u32, put_u64};
-use crate::media::Medium;
+use crate::media::{Medium, CACHE_LINE};
 use crate::{BlockNr, Error, Result, BLOCK_SIZE};
 
 /// Group block magic.
@@ -221,6 +230,9 @@ impl GroupIo {
         h: u64,
         out: &mut Vec<u64>,
     ) -> Result<()> {
+        if self.medium.direct(0, 0).is_some() {
+            return self.find_mapped(bits, prefix, head, nblocks, h, out);
+        }
         let mut b = head;
         let mut seq = 0usize;
         let mut last = None;
@@ -251,6 +263,94 @@ impl GroupIo {
             return Err(Error::Corrupt(format!(
                 "fingerprint group {prefix}: {seq} blocks, expected {nblocks}"
             )));
+        }
+        Ok(())
+    }
+
+    /// [`GroupIo::find`] on a mapped medium: each block's header is checked and its records
+    /// binary-searched in place (module doc); `read_bytes` grows by the cache lines loaded.
+    fn find_mapped(
+        &mut self,
+        bits: u32,
+        prefix: u32,
+        head: BlockNr,
+        nblocks: u32,
+        h: u64,
+        out: &mut Vec<u64>,
+    ) -> Result<()> {
+        let corrupt = |m: String| Error::Corrupt(format!("fingerprint group {prefix}: {m}"));
+        let mut b = head;
+        let mut seq = 0usize;
+        let mut last: Option<Rec> = None;
+        while b != 0 {
+            if seq >= nblocks as usize {
+                return Err(corrupt(format!("chain longer than {nblocks} blocks")));
+            }
+            self.check_block(b)?;
+            let x = self
+                .medium
+                .direct(b * BLOCK_SIZE as u64, BLOCK_SIZE)
+                .ok_or_else(|| corrupt(format!("block {b} is not mapped")))?;
+            // One bit per cache line of the block that this lookup loaded.
+            let mut lines = 1u64;
+            let n = le_u32(x, off::COUNT) as usize;
+            if x[off::MAGIC..off::MAGIC + 8] != GROUP_MAGIC
+                || le_u32(x, off::VERSION) != GROUP_VERSION
+                || le_u32(x, off::PREFIX) != prefix
+                || le_u32(x, off::SEQ) as usize != seq
+                || n == 0
+                || n > PER_BLOCK
+            {
+                self.read_bytes += CACHE_LINE;
+                return Err(corrupt(format!("block {b}: bad header")));
+            }
+            let next = le_u64(x, off::NEXT);
+            let mut rec = |i: usize| -> Result<Rec> {
+                let o = off::RECORDS + i * REC_SIZE;
+                lines |= 1 << (o as u64 / CACHE_LINE);
+                let r = (le_u64(x, o), le_u64(x, o + 8));
+                if r.0 >> (64 - bits) != prefix as u64 {
+                    return Err(corrupt(format!("block {b}: record of another prefix")));
+                }
+                Ok(r)
+            };
+            let result = (|| {
+                let tail = rec(n - 1)?;
+                if last.is_some_and(|l| l > tail) {
+                    return Err(corrupt(format!("block {b}: records out of order")));
+                }
+                if tail.0 >= h {
+                    // First record at or above `h`: it exists, since the tail is.
+                    let (mut lo, mut hi) = (0, n - 1);
+                    while lo < hi {
+                        let mid = (lo + hi) / 2;
+                        if rec(mid)?.0 < h {
+                            lo = mid + 1;
+                        } else {
+                            hi = mid;
+                        }
+                    }
+                    for i in lo..n {
+                        let r = rec(i)?;
+                        if r.0 != h {
+                            break;
+                        }
+                        out.push(r.1);
+                    }
+                }
+                Ok(tail)
+            })();
+            self.read_bytes += lines.count_ones() as u64 * CACHE_LINE;
+            let tail = result?;
+            if tail.0 > h {
+                return Ok(());
+            }
+            last = Some(tail);
+            seq += 1;
+            b = next;
+        }
+        if seq != nblocks as usize {
+            return Err(corrupt(format!("{seq} blocks, expected {nblocks}")));
         }
         Ok(())
     }
@@ -398,6 +498,62 @@ mod tests {
             .find(8, p, chain[0], 3, key(599), &mut Vec::new())
             .is_err());
         assert_eq!(found(&mut g, key(3)), (vec![3], 1));
+    }
+
+    #[test]
+    fn mapped_lookups_search_in_place_and_agree_with_whole_reads() {
+        use crate::media::Pmem;
+        let dir = tempfile::tempdir().unwrap();
+        let pm: Arc<dyn Medium> =
+            Arc::new(Pmem::create(dir.path().join("img"), 64 * BLOCK_SIZE as u64).unwrap());
+        let mut mapped = GroupIo::new(pm, Arc::new(Allocator::new(8, 56)));
+        let mut whole = io();
+        let p = 0x5a;
+        let key = |i: u64| ((p as u64) << 56) | (i * 4);
+        // 600 records in three blocks, with runs of one fingerprint across both boundaries.
+        let mut recs: Vec<Rec> = (0..600u64).map(|i| (key(i), i)).collect();
+        recs[253] = (key(252), 9999);
+        recs[506] = (key(505), 7777);
+        recs[507] = (key(505), 7778);
+        recs.sort_unstable();
+        let chain = mapped.write(p, Vec::new(), &recs).unwrap();
+        assert_eq!(whole.write(p, Vec::new(), &recs).unwrap(), chain);
+        for i in 0..610u64 {
+            for h in [key(i), key(i) + 1, key(i) - 1] {
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                let before = mapped.read_bytes;
+                mapped.find(8, p, chain[0], 3, h, &mut a).unwrap();
+                whole.find(8, p, chain[0], 3, h, &mut b).unwrap();
+                assert_eq!(a, b, "fingerprint {h:#x}");
+                // At most a header, a tail and a search's worth of lines in each of three blocks.
+                assert!(mapped.read_bytes - before <= 3 * 14 * CACHE_LINE);
+            }
+        }
+        assert!(mapped.read_bytes < whole.read_bytes / 4);
+        // Wrong chain lengths and damaged headers or records are errors, never a panic.
+        assert!(mapped
+            .find(8, p, chain[0], 2, key(599), &mut Vec::new())
+            .is_err());
+        assert!(mapped
+            .find(8, p, chain[0], 4, key(599), &mut Vec::new())
+            .is_err());
+        let at = chain[1] * BLOCK_SIZE as u64 + off::RECORDS as u64 + 252 * REC_SIZE as u64;
+        mapped.medium.write(at + 7, &[0x00]).unwrap();
+        assert!(mapped
+            .find(8, p, chain[0], 3, key(400), &mut Vec::new())
+            .is_err());
+        mapped
+            .medium
+            .write(chain[2] * BLOCK_SIZE as u64, b"garbage!")
+            .unwrap();
+        assert!(mapped
+            .find(8, p, chain[0], 3, key(599), &mut Vec::new())
+            .is_err());
+        // A lookup that stops before the damage still works; a whole read sees the damage.
+        let mut a = Vec::new();
+        mapped.find(8, p, chain[0], 3, key(3), &mut a).unwrap();
+        assert_eq!(a, vec![3]);
+        assert!(mapped.read(8, p, chain[0], 600, 3, 0).is_err());
     }
 
     #[test]
