@@ -75,14 +75,14 @@ budget() {
   {
     echo "## Budget: unique data, then the same blocks shuffled"
     echo
-    echo "\`nodup bench fill a --blocks N --per-write 64\` (unique, 256 KiB writes), then \`nodup bench fill b --blocks N --order shuffle\` (the same contents, one 4 KiB write each). \`smart\` is mounted with \`--worker-rate 0\` while writing (the inline-only ratio is read then), then the worker runs until nothing is queued. Memory: the daemon's \`RssAnon\`, sampled every 0.1 s; growth is the peak minus a baseline. *From warm-up*: the baseline is taken after 4 MiB of other unique data was written in 256 KiB writes and deleted, which touches the daemon's fixed working buffers (the FUSE request buffers a 256 KiB write reaches, the checkpoint's scratch) and at most 1024 of the policy's fingerprint slots; *from mount*: right after mount. \`none\` (no dedup) shows what the file system itself needs beyond its block maps. *Beyond*: growth from warm-up minus budget + maps (minus maps for \`none\` and \`light\`); the 512K rows at 512 MiB, 1 GiB and 2 GiB show whether anything grows with the data. *Peak over none's peak*: \`smart\`'s peak minus \`none\`'s peak on the same data, both absolute (no baseline): what dedup costs the daemon beyond the file system without it, against the budget (\`none\` starts 0.23 MiB higher at mount than \`smart\`, so growth from mount compares two different starting points)."
+    echo "\`nodup bench fill a --blocks N --per-write 64\` (unique, 256 KiB writes), then \`nodup bench fill b --blocks N --order shuffle\` (the same contents, one 4 KiB write each). \`smart\` is mounted with \`--worker-rate 0\` while writing (the inline-only ratio is read then), then the worker runs until nothing is queued. Memory: the daemon's \`RssAnon\`, sampled every 0.1 s; growth is the peak minus a baseline. *From warm-up*: the baseline is taken after 4 MiB of other unique data was written in 256 KiB writes and deleted, which touches the daemon's fixed working buffers (the FUSE request buffers a 256 KiB write reaches, the checkpoint's scratch) and at most 1024 of the policy's fingerprint slots; *from mount*: right after mount. \`none\` (no dedup) shows what the file system itself needs beyond its block maps. *Maps' index + scratch*: what the file system keeps per block-map unit (2 MiB of file) to checkpoint the maps, from \`nodup stats\`: the record of where each unit is persisted (\`block_map_index_bytes\`, 40 B a unit) and the most the checkpoint's per-unit working vectors have filled (\`checkpoints.scratch_peak_bytes\`); *maps* in *budget + maps* and *beyond* counts both with the maps. *Beyond*: growth from warm-up minus budget + maps (minus maps for \`none\` and \`light\`); the 512K rows at 512 MiB, 1 GiB and 2 GiB show whether anything grows with the data. *Peak over none's peak*: \`smart\`'s peak minus \`none\`'s peak on the same data, both absolute (no baseline): what dedup costs the daemon beyond the file system without it, against the budget."
     echo
-    echo "| data | budget | policy | ratio inline-only | ratio settled | vs light | growth from warm-up MiB | block maps MiB | budget + maps MiB | beyond MiB | growth from mount MiB | budget + none's from mount MiB | peak over none's peak MiB | dedup memory MiB | store I/O read / written MiB |"
-    echo "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| data | budget | policy | ratio inline-only | ratio settled | vs light | growth from warm-up MiB | block maps MiB | maps' index + scratch MiB | budget + maps MiB | beyond MiB | growth from mount MiB | budget + none's from mount MiB | budget + none's from warm-up MiB | peak over none's peak MiB | dedup memory MiB | store I/O read / written MiB |"
+    echo "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   } >"$OUTDIR/budget.md"
   for c in $cases; do
     local mib=${c%%:*} b=${c#*:} n=$(( ${c%%:*} * 256 ))
-    local light_ratio= none_growth=0 none_peak=0
+    local light_ratio= none_growth=0 none_peak=0 none_warm=0
     for policy in ${BUDGET_POLICIES:-none light smart}; do
       local margs=()
       [[ $policy == smart ]] && margs=(--worker-rate 0)
@@ -100,6 +100,7 @@ budget() {
       local final; final=$(ratio)
       local peak; peak=$(peak_stop)
       local maps; maps=$(nodup_stat "s['block_map_bytes']")
+      local mapx; mapx=$(nodup_stat "s['block_map_index_bytes'] + s['checkpoints']['scratch_peak_bytes']")
       local dm="-" io="-"
       if [[ $policy == smart ]]; then
         dm=$(nodup_stat "'%.2f' % (s['smart']['memory']['total_bytes'] / 1048576)")
@@ -110,20 +111,24 @@ budget() {
       local bb; bb=$(python3 -c "
 b='$b'; u={'K':1<<10,'M':1<<20,'G':1<<30}
 print(int(b[:-1]) * u[b[-1]])")
-      [[ $policy == none ]] && none_growth=$(( peak - a0 )) && none_peak=$peak
-      python3 - "$mib" "$b" "$policy" "$inline" "$final" "$light_ratio" "$a0" "$aw" "$peak" "$maps" "$bb" "$dm" "$io" "$none_growth" "$none_peak" >>"$OUTDIR/budget.md" <<'PY'
+      [[ $policy == none ]] && none_growth=$(( peak - a0 )) && none_peak=$peak && none_warm=$(( peak - aw ))
+      python3 - "$mib" "$b" "$policy" "$inline" "$final" "$light_ratio" "$a0" "$aw" "$peak" "$maps" "$mapx" "$bb" "$dm" "$io" "$none_growth" "$none_peak" "$none_warm" >>"$OUTDIR/budget.md" <<'PY'
 import sys
-mib, b, pol, inline, final, light, a0, aw, peak, maps, bb, dm, io, ng, npk = sys.argv[1:]
+mib, b, pol, inline, final, light, a0, aw, peak, maps, mapx, bb, dm, io, ng, npk, nw = sys.argv[1:]
 growth = (int(peak) - int(aw)) / 1024
 from_mount = (int(peak) - int(a0)) / 1024
 maps_mib = int(maps) / 1048576
-limit2 = "-" if pol != "smart" else f"{int(bb) / 1048576 + int(ng) / 1024:.2f}"
-limit = "-" if pol != "smart" else f"{int(bb) / 1048576 + maps_mib:.2f}"
-vs = f"{float(final) / float(light):.3f}" if light and pol == "smart" else "-"
-bud = b if pol == "smart" else "-"
-beyond = growth - maps_mib - (int(bb) / 1048576 if pol == "smart" else 0)
-over_none = f"{(int(peak) - int(npk)) / 1024:.2f}" if pol == "smart" and int(npk) else "-"
-print(f"| {mib} MiB | {bud} | {pol} | {inline} | {final} | {vs} | {growth:.2f} | {maps_mib:.2f} | {limit} | {beyond:.2f} | {from_mount:.2f} | {limit2} | {over_none} | {dm} | {io} |")
+mapx_mib = int(mapx) / 1048576
+need = maps_mib + mapx_mib
+smart = pol == "smart"
+limit2 = f"{int(bb) / 1048576 + int(ng) / 1024:.2f}" if smart and int(ng) else "-"
+limit3 = f"{int(bb) / 1048576 + int(nw) / 1024:.2f}" if smart and int(nw) else "-"
+limit = f"{int(bb) / 1048576 + need:.2f}" if smart else "-"
+vs = f"{float(final) / float(light):.3f}" if light and smart else "-"
+bud = b if smart else "-"
+beyond = growth - need - (int(bb) / 1048576 if smart else 0)
+over_none = f"{(int(peak) - int(npk)) / 1024:.2f}" if smart and int(npk) else "-"
+print(f"| {mib} MiB | {bud} | {pol} | {inline} | {final} | {vs} | {growth:.2f} | {maps_mib:.2f} | {mapx_mib:.2f} | {limit} | {beyond:.2f} | {from_mount:.2f} | {limit2} | {limit3} | {over_none} | {dm} | {io} |")
 PY
       down
     done
@@ -364,7 +369,13 @@ sections=("$@")
 [[ ${#sections[@]} -eq 0 ]] && sections=(budget eviction adaptive readcache filter replay)
 for s in "${sections[@]}"; do
   case $s in
-    budget | eviction | adaptive | readcache | filter | replay) "$s" ;;
+    budget | eviction | adaptive | readcache | filter | replay)
+      "$s"
+      # Each section names the tree it ran at (sections are rerun one at a time).
+      tree=$(git rev-parse --short HEAD)
+      git diff --quiet HEAD -- crates bench || tree="$tree with uncommitted changes"
+      sed -i "2i\\\n_Run at tree $tree, $(date -u +%F)._" "$OUTDIR/$s.md"
+      ;;
     join) ;; # only join the sections already written (after editing reading.md)
     *) echo "bench/smart.sh: unknown section '$s' (budget, eviction, adaptive, readcache, filter, replay, join)" >&2; exit 2 ;;
   esac

@@ -26,7 +26,7 @@ impl FileSystem {
         };
         let histogram = self.engine.refcount_histogram().unwrap_or_default();
         let mut v = serde_json::to_value(&es).unwrap_or_else(|_| serde_json::json!({}));
-        let (files, dirs, extents, map_bytes) = {
+        let (files, dirs, extents, map_bytes, map_index) = {
             let t = self.tables.read();
             let dirs = t
                 .inodes
@@ -38,6 +38,7 @@ impl FileSystem {
                 dirs,
                 t.extents(),
                 t.block_map_bytes(),
+                t.map_index_bytes(),
             )
         };
         let (log_bytes, log_records, log_blocks, log_spare) = {
@@ -70,6 +71,7 @@ impl FileSystem {
             o.insert("directories".into(), (dirs as u64).into());
             o.insert("file_extents".into(), extents.into());
             o.insert("block_map_bytes".into(), map_bytes.into());
+            o.insert("block_map_index_bytes".into(), map_index.into());
             o.insert("log_bytes".into(), log_bytes.into());
             o.insert("log_records".into(), log_records.into());
             o.insert("log_blocks".into(), (log_blocks as u64).into());
@@ -137,6 +139,7 @@ impl FileSystem {
         let skipped = mem(&fsr, "/skipped_buffer/memory_bytes");
         let worker = mem(&fsr, "/scratch_bytes");
         let budget = mem(&eng, "/policy/budget/total");
+        let transient = mem(&eng, "/policy/budget/transient");
         Some(serde_json::json!({
             "engine": eng,
             "fs": fsr,
@@ -146,6 +149,7 @@ impl FileSystem {
                 "skipped_buffer_bytes": skipped,
                 "read_cache_bytes": rc,
                 "worker_scratch_bytes": worker,
+                "transient_reserve_bytes": transient,
                 "total_bytes": store + skipped + rc + worker,
             },
             "inline_hits": mem(&eng, "/store/counters/mem_hits"),

@@ -342,6 +342,23 @@ impl Tables {
             .sum()
     }
 
+    /// Bytes of the checkpoint's record of where each file-map unit is persisted: one B-tree
+    /// entry per unit, [`crate::persist::UNIT_INDEX_BYTES`] each. It grows with the maps, as
+    /// they do; the budget figure of `smart` counts it with them.
+    pub fn map_index_bytes(&self) -> u64 {
+        self.inodes
+            .values()
+            .map(|n| {
+                let g = n.read();
+                if g.map().is_some() {
+                    g.ck.units.len() as u64 * crate::persist::UNIT_INDEX_BYTES
+                } else {
+                    0
+                }
+            })
+            .sum()
+    }
+
     /// Total mapped file blocks (logical size in blocks).
     pub fn mapped_blocks(&self) -> u64 {
         self.inodes

@@ -62,6 +62,10 @@ pub struct Loc {
     pub bytes: u32,
 }
 
+/// Estimated bytes of one entry of [`CkState::units`]: a `BTreeMap<u64, Loc>` leaf is a
+/// 288-byte allocation holding 6 to 11 entries (about 7 when filled in ascending order).
+pub const UNIT_INDEX_BYTES: u64 = 40;
+
 /// Checkpoint state of an inode (runtime only; equality ignores it).
 #[derive(Debug, Clone, Default)]
 pub struct CkState {

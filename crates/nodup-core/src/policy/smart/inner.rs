@@ -27,6 +27,9 @@ pub(super) struct Inner {
     pub(super) buckets: Vec<List>,
     pub(super) tombs: HashSet<Rec>,
     pub(super) tomb_max: usize,
+    /// Bytes of the tombstone set's table, fixed at creation: it is flushed before it would
+    /// grow (its `capacity()` shrinks as deleted slots use up room, its table does not).
+    pub(super) tomb_bytes: u64,
     pub(super) io: Option<GroupIo>,
     /// Records on the medium (sum of the leaves' `disk_len`).
     pub(super) disk_total: u64,
@@ -444,6 +447,6 @@ impl Inner {
             as u64
             + self.tree.memory_bytes()
             + self.slab.memory_bytes()
-            + self.tombs.capacity() as u64 * TOMB_SLOT_BYTES
+            + self.tomb_bytes
     }
 }

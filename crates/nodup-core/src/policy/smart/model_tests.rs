@@ -215,6 +215,40 @@ fn group_eviction_moves_the_coldest_group_and_promotion_brings_one_back() {
 }
 
 #[test]
+fn tombstones_never_grow_their_table() {
+    // Frees of fingerprints on the medium leave tombstones; taking one back out (the same
+    // record inserted again) leaves a deleted slot, which uses up the set's room as a record
+    // would. Nothing may make the set reallocate beyond what the budget set aside.
+    // At 512 KiB the set flushes at 842 tombstones and has room for 896.
+    let budget = 512 << 10;
+    let (s, _a, _m) = store(budget, 6, Eviction::GroupLru);
+    let n = s.node_capacity() + 2000;
+    let fp = |k: u64| k.wrapping_mul(0x2545_F491_4F6C_DD1D);
+    for k in 0..n {
+        s.insert(fp(k), 32 * (k + 1));
+    }
+    let (_, room) = s.tomb_room();
+    let mut x = 1u64;
+    for _ in 0..50_000 {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let k = (x >> 33) % n;
+        s.remove(fp(k), 32 * (k + 1));
+        if x & (1 << 20) != 0 {
+            s.insert(fp(k), 32 * (k + 1));
+        }
+        let (len, cap) = s.tomb_room();
+        assert!(
+            cap <= room && len <= cap,
+            "{len} tombstones, room {cap} > {room}"
+        );
+    }
+    assert!(s.counters().tomb_flushes > 0);
+    assert!(s.memory_bytes() <= budget);
+}
+
+#[test]
 fn per_fingerprint_lru_costs_more_group_io_than_group_lru() {
     let mut io = Vec::new();
     for ev in [Eviction::GroupLru, Eviction::Lru] {

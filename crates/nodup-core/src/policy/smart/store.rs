@@ -90,7 +90,10 @@ impl SmartStore {
         // A thirty-second of the budget for tombstones (hash-set slots at 7/8 load).
         let tomb_max = ((budget / 32 / TOMB_SLOT_BYTES) * 7 / 8).clamp(64, 1 << 20) as usize;
         let tombs = HashSet::with_capacity(tomb_max);
-        let tomb_bytes = tombs.capacity() as u64 * TOMB_SLOT_BYTES;
+        // The table behind the set: std's hash set holds 7/8 of its power-of-two slot count,
+        // each slot a record and a control byte, plus one group of trailing control bytes.
+        let slots = (tombs.capacity() as u64 * 8 / 7).next_power_of_two();
+        let tomb_bytes = slots * TOMB_SLOT_BYTES + 16;
         let node = std::mem::size_of::<super::slab::Node>() as u64;
         let nodes =
             (budget.saturating_sub(tree_max + fixed + tomb_bytes) / node).clamp(64, 1 << 31);
@@ -105,6 +108,7 @@ impl SmartStore {
                 buckets: vec![List::default(); BUCKETS],
                 tombs,
                 tomb_max,
+                tomb_bytes,
                 io,
                 disk_total: 0,
                 st: SmartCounters::default(),
@@ -127,6 +131,13 @@ impl SmartStore {
     /// Counters so far.
     pub fn counters(&self) -> SmartCounters {
         self.inner.lock().st.clone()
+    }
+
+    /// Tombstones held and the room their set has left before it would grow (tests).
+    #[cfg(test)]
+    pub(super) fn tomb_room(&self) -> (usize, usize) {
+        let g = self.inner.lock();
+        (g.tombs.len(), g.tombs.capacity())
     }
 
     /// Fingerprints in memory and records on the medium.
@@ -198,6 +209,11 @@ impl FpStore for SmartStore {
             g.drop_node(p, i);
         }
         if g.leaf(p).disk_head != 0 {
+            // Flush before the set would grow: records taken back out (a re-insert) leave
+            // deleted slots that use up its room, so it can be full below `tomb_max`.
+            if g.tombs.len() >= g.tombs.capacity() {
+                g.flush_tombs();
+            }
             g.tombs.insert((h, loc));
             if g.tombs.len() >= g.tomb_max {
                 g.flush_tombs();
@@ -366,7 +382,7 @@ impl FpStore for SmartStore {
             "memory": {
                 "tree_bytes": g.tree.memory_bytes(),
                 "nodes_bytes": g.slab.memory_bytes(),
-                "tombstones_bytes": g.tombs.capacity() as u64 * TOMB_SLOT_BYTES,
+                "tombstones_bytes": g.tomb_bytes,
                 "total_bytes": g.memory_bytes(),
             },
             "fingerprints_in_memory": g.slab.live(),
