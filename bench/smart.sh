@@ -75,7 +75,7 @@ budget() {
   {
     echo "## Budget: unique data, then the same blocks shuffled"
     echo
-    echo "\`nodup bench fill a --blocks N --per-write 64\` (unique, 256 KiB writes), then \`nodup bench fill b --blocks N --order shuffle\` (the same contents, one 4 KiB write each). \`smart\` is mounted with \`--worker-rate 0\` while writing (the inline-only ratio is read then), then the worker runs until nothing is queued. Memory: the daemon's \`RssAnon\`, sampled every 0.1 s; growth is the peak minus a baseline. *From warm-up*: the baseline is taken after 4 MiB of other unique data was written in 256 KiB writes and deleted, which touches the daemon's fixed working buffers (the FUSE request buffers a 256 KiB write reaches, the checkpoint's scratch) and at most 1024 of the policy's fingerprint slots; *from mount*: right after mount. \`none\` (no dedup) shows what the file system itself needs beyond its block maps. *Maps' index + scratch*: what the file system keeps per block-map unit (2 MiB of file) to checkpoint the maps, from \`nodup stats\`: the record of where each unit is persisted (\`block_map_index_bytes\`, 40 B a unit) and the most the checkpoint's per-unit working vectors have filled (\`checkpoints.scratch_peak_bytes\`); *maps* in *budget + maps* and *beyond* counts both with the maps. *Beyond*: growth from warm-up minus budget + maps (minus maps for \`none\` and \`light\`); the 512K rows at 512 MiB, 1 GiB and 2 GiB show whether anything grows with the data. *Peak over none's peak*: \`smart\`'s peak minus \`none\`'s peak on the same data, both absolute (no baseline): what dedup costs the daemon beyond the file system without it, against the budget."
+    echo "\`nodup bench fill a --blocks N --per-write 64\` (unique, 256 KiB writes), then \`nodup bench fill b --blocks N --order shuffle\` (the same contents, one 4 KiB write each). \`smart\` is mounted with \`--worker-rate 0\` while writing (the inline-only ratio is read then), then the worker runs until nothing is queued. Memory: the daemon's \`RssAnon\`, sampled every 0.1 s; growth is the peak minus a baseline. *From warm-up*: the baseline is taken after 4 MiB of other unique data was written in 256 KiB writes and deleted, which touches the daemon's fixed working buffers (the FUSE request buffers a 256 KiB write reaches, the checkpoint's scratch) and at most 1024 of the policy's fingerprint slots; *from mount*: right after mount. \`none\` (no dedup) shows what the file system itself needs beyond its block maps. *Maps' index + scratch*: what the file system keeps per block-map unit (2 MiB of file) to checkpoint the maps, from \`nodup stats\`: the record of where each unit is persisted (\`block_map_index_bytes\`, an estimated 48 B a unit) and the most the checkpoint's per-unit working vectors have filled (\`checkpoints.scratch_peak_bytes\`); *maps* in *budget + maps* and *beyond* counts both with the maps. *Beyond*: growth from warm-up minus budget + maps (minus maps for \`none\` and \`light\`); the 512K rows at 512 MiB, 1 GiB and 2 GiB show whether anything grows with the data. *Peak over none's peak*: \`smart\`'s peak minus \`none\`'s peak on the same data, both absolute (no baseline): what dedup costs the daemon beyond the file system without it, against the budget."
     echo
     echo "| data | budget | policy | ratio inline-only | ratio settled | vs light | growth from warm-up MiB | block maps MiB | maps' index + scratch MiB | budget + maps MiB | beyond MiB | growth from mount MiB | budget + none's from mount MiB | budget + none's from warm-up MiB | peak over none's peak MiB | dedup memory MiB | store I/O read / written MiB |"
     echo "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -171,7 +171,7 @@ eviction() {
   done
   echo >>"$OUTDIR/eviction.md"
   # The acceptance's comparisons, from the table just written.
-  python3 - "$OUTDIR/eviction.md" >>"$OUTDIR/eviction.md" <<'PY'
+  python3 - "$OUTDIR/eviction.md" >>"$OUTDIR/eviction.md" <<'PY' || echo "(the comparisons could not be computed from the table)" >>"$OUTDIR/eviction.md"
 import sys
 rows = {}
 for line in open(sys.argv[1]):
@@ -187,8 +187,9 @@ for wl in ("trace", "fill"):
               f"({g['whole']:.1f} vs {l['whole']:.1f} MiB), {100 * (1 - g['writing'] / l['writing']):.1f} % less while writing; "
               f"ratio {100 * (g['inline'] - l['inline']):+.2f} points inline, {100 * (g['settled'] - l['settled']):+.2f} settled (target: ≥ 50 % less, within 3 points)")
 l, r = rows.get(("fill", "lru")), rows.get(("fill", "refcount"))
-if l and r:
+if l and r and r['inline'] > 0:
     print(f"- fill: recency vs reference count, inline ratio {100 * (l['inline'] / r['inline'] - 1):.1f} % higher ({l['inline']:.4f} vs {r['inline']:.4f}; paper: 41.8 % higher)")
+print()
 PY
 }
 
@@ -372,8 +373,8 @@ for s in "${sections[@]}"; do
     budget | eviction | adaptive | readcache | filter | replay)
       "$s"
       # Each section names the tree it ran at (sections are rerun one at a time).
-      tree=$(git rev-parse --short HEAD)
-      git diff --quiet HEAD -- crates bench || tree="$tree with uncommitted changes"
+      tree=$(git rev-parse --short HEAD 2>/dev/null) || tree=unknown
+      [[ -z $(git status --porcelain -- crates bench Cargo.toml Cargo.lock 2>/dev/null) ]] || tree="$tree with uncommitted changes"
       sed -i "2i\\\n_Run at tree $tree, $(date -u +%F)._" "$OUTDIR/$s.md"
       ;;
     join) ;; # only join the sections already written (after editing reading.md)

@@ -242,10 +242,10 @@ impl FileSystem {
     /// Keep the working vectors of a finished cut for the next one.
     pub(super) fn keep_scratch(&self, b: Builder, mut changes: Vec<Change>, mut dead: Vec<Loc>) {
         let (mut stage, mut placed, mut gone) = (b.stage, b.placed, b.gone);
-        let used = std::mem::size_of::<(u64, Option<u64>, usize, u32)>() * placed.len()
-            + std::mem::size_of::<(u64, u64)>() * gone.len()
-            + std::mem::size_of::<Change>() * changes.len()
-            + std::mem::size_of::<Loc>() * dead.len();
+        let used = std::mem::size_of_val(placed.as_slice())
+            + std::mem::size_of_val(gone.as_slice())
+            + std::mem::size_of_val(changes.as_slice())
+            + std::mem::size_of_val(dead.as_slice());
         {
             let mut st = self.ckpt_stats.lock();
             st.scratch_peak_bytes = st.scratch_peak_bytes.max(used as u64);

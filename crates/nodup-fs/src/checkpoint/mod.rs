@@ -79,9 +79,10 @@ pub struct CkptStats {
     pub last_inodes: u64,
     /// Segments cleaned (rewritten and freed) so far.
     pub segments_cleaned: u64,
-    /// Most bytes of the cut's per-unit working vectors one checkpoint filled. They are kept
-    /// between checkpoints and only the filled part is ever touched, so this much stays
-    /// resident: the memory checkpoints need per changed unit (most of them file-map units).
+    /// Most bytes of the cut's per-unit working vectors one checkpoint filled: the memory
+    /// checkpoints need per changed unit (most of them file-map units). The vectors are kept
+    /// between checkpoints, so at least this much stays resident (more where a vector grew
+    /// by copying); the fixed staging buffer is not counted.
     pub scratch_peak_bytes: u64,
     /// What the last checkpoint did, for the log.
     #[serde(skip)]

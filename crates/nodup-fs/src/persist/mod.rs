@@ -63,8 +63,9 @@ pub struct Loc {
 }
 
 /// Estimated bytes of one entry of [`CkState::units`]: a `BTreeMap<u64, Loc>` leaf is a
-/// 288-byte allocation holding 6 to 11 entries (about 7 when filled in ascending order).
-pub const UNIT_INDEX_BYTES: u64 = 40;
+/// 288-byte allocation holding 5 to 11 entries (about 7 when filled in ascending order), and
+/// the internal nodes above the leaves add about 8 bytes an entry.
+pub const UNIT_INDEX_BYTES: u64 = 48;
 
 /// Checkpoint state of an inode (runtime only; equality ignores it).
 #[derive(Debug, Clone, Default)]

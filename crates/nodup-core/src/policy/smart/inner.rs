@@ -404,6 +404,13 @@ impl Inner {
                 self.merge_to_disk(p, Vec::new());
             }
         }
+        // Merges took the applied tombstones out one by one, which may leave deleted slots that
+        // `clear` (a no-op on an empty set) does not reset: a fresh table of the same size
+        // gives the set its full room back.
+        if self.tombs.is_empty() && self.tombs.capacity() < self.tomb_max {
+            self.tombs = HashSet::new();
+            self.tombs.reserve(self.tomb_max);
+        }
         self.tombs.clear();
         self.st.tomb_flushes += 1;
     }
