@@ -201,22 +201,16 @@ impl GroupIo {
     ) -> Result<Group> {
         let mut recs = Vec::with_capacity(len as usize + spare);
         let mut chain = Vec::with_capacity(nblocks as usize);
-        let mut b = head;
-        let corrupt = |m: String| Error::Corrupt(format!("fingerprint group {prefix}: {m}"));
-        while b != 0 {
-            if chain.len() >= nblocks as usize {
-                return Err(corrupt(format!("chain longer than {nblocks} blocks")));
-            }
-            let n = self.read_block(b, bits, prefix, chain.len(), recs.last().copied())?;
-            recs.extend((0..n).map(|i| self.record(i)));
+        self.walk(prefix, head, nblocks, |io, b, seq| {
+            let n = io.read_block(b, bits, prefix, seq, recs.last().copied())?;
+            recs.extend((0..n).map(|i| io.record(i)));
             chain.push(b);
-            b = le_u64(&self.buf, off::NEXT);
-        }
-        if recs.len() != len as usize || chain.len() != nblocks as usize {
-            return Err(corrupt(format!(
-                "{} records in {} blocks, expected {len} in {nblocks}",
-                recs.len(),
-                chain.len()
+            Ok(Some(le_u64(&io.buf, off::NEXT)))
+        })?;
+        if recs.len() != len as usize {
+            return Err(Error::Corrupt(format!(
+                "fingerprint group {prefix}: {} records, expected {len}",
+                recs.len()
             )));
         }
         Ok(Group { recs, chain })
@@ -235,138 +229,141 @@ impl GroupIo {
         h: u64,
         out: &mut Vec<u64>,
     ) -> Result<()> {
-        if self.mapped {
-            return self.find_mapped(bits, prefix, head, nblocks, h, out);
-        }
-        let mut b = head;
-        let mut seq = 0usize;
-        let mut last = None;
-        while b != 0 {
-            if seq >= nblocks as usize {
-                return Err(Error::Corrupt(format!(
-                    "fingerprint group {prefix}: chain longer than {nblocks} blocks"
-                )));
-            }
-            // `read_block` has just walked every record to validate it, so a plain scan
-            // costs no more than a search would.
-            let n = self.read_block(b, bits, prefix, seq, last)?;
-            out.extend(
-                (0..n)
-                    .map(|i| self.record(i))
-                    .skip_while(|r| r.0 < h)
-                    .take_while(|r| r.0 == h)
-                    .map(|r| r.1),
-            );
-            last = Some(self.record(n - 1));
-            if last.is_some_and(|l| l.0 > h) {
-                return Ok(());
-            }
-            seq += 1;
-            b = le_u64(&self.buf, off::NEXT);
-        }
-        if seq != nblocks as usize {
-            return Err(Error::Corrupt(format!(
-                "fingerprint group {prefix}: {seq} blocks, expected {nblocks}"
-            )));
-        }
-        Ok(())
+        let mapped = self.mapped;
+        let mut last: Option<Rec> = None;
+        self.walk(prefix, head, nblocks, |io, b, seq| {
+            let (tail, next) = if mapped {
+                io.search_in_place(bits, prefix, b, seq, last, h, out)?
+            } else {
+                // `read_block` has just walked every record to validate it, so a plain scan
+                // costs no more than a search would.
+                let n = io.read_block(b, bits, prefix, seq, last)?;
+                out.extend(
+                    (0..n)
+                        .map(|i| io.record(i))
+                        .skip_while(|r| r.0 < h)
+                        .take_while(|r| r.0 == h)
+                        .map(|r| r.1),
+                );
+                (io.record(n - 1), le_u64(&io.buf, off::NEXT))
+            };
+            last = Some(tail);
+            // Past `h`: the rest of the chain cannot hold it.
+            Ok((tail.0 <= h).then_some(next))
+        })
     }
 
-    /// [`GroupIo::find`] on a mapped medium: each block's header is checked and its records
-    /// binary-searched in place (module doc); `read_bytes` grows by the cache lines loaded.
-    fn find_mapped(
+    /// Walk the chain of the group of `prefix` from `head`: `visit(self, block, position)`
+    /// handles one block and returns the next one to visit, or `None` to stop there. A chain
+    /// walked to its end must have exactly `nblocks` blocks.
+    fn walk(
         &mut self,
-        bits: u32,
         prefix: u32,
         head: BlockNr,
         nblocks: u32,
-        h: u64,
-        out: &mut Vec<u64>,
+        mut visit: impl FnMut(&mut Self, BlockNr, usize) -> Result<Option<BlockNr>>,
     ) -> Result<()> {
         let corrupt = |m: String| Error::Corrupt(format!("fingerprint group {prefix}: {m}"));
         let mut b = head;
         let mut seq = 0usize;
-        let mut last: Option<Rec> = None;
         while b != 0 {
             if seq >= nblocks as usize {
                 return Err(corrupt(format!("chain longer than {nblocks} blocks")));
             }
-            self.check_block(b)?;
-            let base = b * BLOCK_SIZE as u64;
-            // The header line is copied and checked before anything in the block is viewed in
-            // place, as a whole-block read would be: a damaged pointer may name any allocated
-            // block, one another thread is writing included.
-            let mut x = [0u8; CACHE_LINE as usize];
-            self.medium.read(base, &mut x)?;
-            self.read_bytes += CACHE_LINE;
-            let n = le_u32(&x, off::COUNT) as usize;
-            if x[off::MAGIC..off::MAGIC + 8] != GROUP_MAGIC
-                || le_u32(&x, off::VERSION) != GROUP_VERSION
-                || le_u32(&x, off::PREFIX) != prefix
-                || le_u32(&x, off::SEQ) as usize != seq
-                || n == 0
-                || n > PER_BLOCK
-            {
-                return Err(corrupt(format!("block {b}: bad header")));
+            match visit(self, b, seq)? {
+                Some(next) => b = next,
+                None => return Ok(()),
             }
-            let next = le_u64(&x, off::NEXT);
-            // One bit per cache line of the block loaded beyond the header line.
-            let mut lines = 0u64;
-            let medium = &self.medium;
-            let mut rec = |i: usize| -> Result<Rec> {
-                let o = off::RECORDS + i * REC_SIZE;
-                if o + REC_SIZE <= CACHE_LINE as usize {
-                    return Ok((le_u64(&x, o), le_u64(&x, o + 8)));
-                }
-                lines |= 1 << (o as u64 / CACHE_LINE);
-                let y = medium
-                    .direct(base + o as u64, REC_SIZE)
-                    .ok_or_else(|| corrupt(format!("block {b} is not mapped")))?;
-                let r = (le_u64(y, 0), le_u64(y, 8));
-                if r.0 >> (64 - bits) != prefix as u64 {
-                    return Err(corrupt(format!("block {b}: record of another prefix")));
-                }
-                Ok(r)
-            };
-            let result = (|| {
-                let tail = rec(n - 1)?;
-                if last.is_some_and(|l| l > tail) {
-                    return Err(corrupt(format!("block {b}: records out of order")));
-                }
-                if tail.0 >= h {
-                    // First record at or above `h`: it exists, since the tail is.
-                    let (mut lo, mut hi) = (0, n - 1);
-                    while lo < hi {
-                        let mid = (lo + hi) / 2;
-                        if rec(mid)?.0 < h {
-                            lo = mid + 1;
-                        } else {
-                            hi = mid;
-                        }
-                    }
-                    for i in lo..n {
-                        let r = rec(i)?;
-                        if r.0 != h {
-                            break;
-                        }
-                        out.push(r.1);
-                    }
-                }
-                Ok(tail)
-            })();
-            self.read_bytes += lines.count_ones() as u64 * CACHE_LINE;
-            let tail = result?;
-            if tail.0 > h {
-                return Ok(());
-            }
-            last = Some(tail);
             seq += 1;
-            b = next;
         }
         if seq != nblocks as usize {
             return Err(corrupt(format!("{seq} blocks, expected {nblocks}")));
         }
         Ok(())
+    }
+
+    /// One block of [`GroupIo::find`] on a mapped medium: its header line is copied and
+    /// checked, its records binary-searched in place for `h` (module doc), the matches appended
+    /// to `out`; `read_bytes` grows by the cache lines loaded. Returns the block's last record
+    /// and the next block of the chain.
+    #[allow(clippy::too_many_arguments)]
+    fn search_in_place(
+        &mut self,
+        bits: u32,
+        prefix: u32,
+        b: BlockNr,
+        seq: usize,
+        last: Option<Rec>,
+        h: u64,
+        out: &mut Vec<u64>,
+    ) -> Result<(Rec, BlockNr)> {
+        let corrupt = |m: String| Error::Corrupt(format!("fingerprint group {prefix}: {m}"));
+        self.check_block(b)?;
+        let base = b * BLOCK_SIZE as u64;
+        // The header line is copied and checked before anything in the block is viewed in
+        // place, as a whole-block read would be: a damaged pointer may name any allocated
+        // block, one another thread is writing included.
+        let mut x = [0u8; CACHE_LINE as usize];
+        self.medium.read(base, &mut x)?;
+        self.read_bytes += CACHE_LINE;
+        let n = le_u32(&x, off::COUNT) as usize;
+        if x[off::MAGIC..off::MAGIC + 8] != GROUP_MAGIC
+            || le_u32(&x, off::VERSION) != GROUP_VERSION
+            || le_u32(&x, off::PREFIX) != prefix
+            || le_u32(&x, off::SEQ) as usize != seq
+            || n == 0
+            || n > PER_BLOCK
+        {
+            return Err(corrupt(format!("block {b}: bad header")));
+        }
+        let next = le_u64(&x, off::NEXT);
+        // One bit per cache line of the block loaded beyond the header line.
+        let mut lines = 0u64;
+        let medium = &self.medium;
+        let mut rec = |i: usize| -> Result<Rec> {
+            let o = off::RECORDS + i * REC_SIZE;
+            let r = if o + REC_SIZE <= CACHE_LINE as usize {
+                (le_u64(&x, o), le_u64(&x, o + 8))
+            } else {
+                lines |= 1 << (o as u64 / CACHE_LINE);
+                let y = medium
+                    .direct(base + o as u64, REC_SIZE)
+                    .ok_or_else(|| corrupt(format!("block {b} is not mapped")))?;
+                (le_u64(y, 0), le_u64(y, 8))
+            };
+            if r.0 >> (64 - bits) != prefix as u64 {
+                return Err(corrupt(format!("block {b}: record of another prefix")));
+            }
+            Ok(r)
+        };
+        let result = (|| {
+            let tail = rec(n - 1)?;
+            if last.is_some_and(|l| l > tail) {
+                return Err(corrupt(format!("block {b}: records out of order")));
+            }
+            if tail.0 >= h {
+                // First record at or above `h`: it exists, since the tail is.
+                let (mut lo, mut hi) = (0, n - 1);
+                while lo < hi {
+                    let mid = (lo + hi) / 2;
+                    if rec(mid)?.0 < h {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                for i in lo..n {
+                    let r = rec(i)?;
+                    if r.0 != h {
+                        break;
+                    }
+                    out.push(r.1);
+                }
+            }
+            Ok(tail)
+        })();
+        self.read_bytes += lines.count_ones() as u64 * CACHE_LINE;
+        Ok((result?, next))
     }
 
     /// Write `recs` (sorted) as the group of `prefix` into `chain` (its current blocks, reused
