@@ -10,20 +10,25 @@
 
 use std::sync::atomic::AtomicU64;
 
-/// The words: mapped when the mapping succeeds, else on the heap.
-pub(crate) enum LazyWords {
-    /// An anonymous mapping of `len` words (zero until written).
-    Mapped {
-        /// Keeps the mapping alive; never accessed but through `ptr`.
-        _map: memmap2::MmapMut,
-        ptr: *const AtomicU64,
-        len: usize,
-    },
-    /// The fallback (and the empty case).
-    Heap(Vec<AtomicU64>),
+/// The words: mapped when the mapping succeeds, else on the heap. The slice is kept as a
+/// pointer and a length for either, so reaching a word (the region layout's bitmap, on the
+/// write path) is one indexed load, not a match first.
+pub(crate) struct LazyWords {
+    ptr: *const AtomicU64,
+    len: usize,
+    /// Owns the words `ptr` points to; never accessed but through `ptr`.
+    _backing: Backing,
 }
 
-// SAFETY: the mapping is owned by the value and only accessed as `&[AtomicU64]`, whose
+/// What holds a [`LazyWords`]'s words.
+enum Backing {
+    /// An anonymous mapping (zero until written).
+    Mapped(#[allow(dead_code)] memmap2::MmapMut),
+    /// The fallback (and the empty case).
+    Heap(#[allow(dead_code)] Vec<AtomicU64>),
+}
+
+// SAFETY: the words are owned by the value and only accessed as `&[AtomicU64]`, whose
 // operations are atomic: sharing and sending it is as safe as for a `Vec<AtomicU64>`.
 unsafe impl Send for LazyWords {}
 // SAFETY: as above.
@@ -38,14 +43,20 @@ impl LazyWords {
         if n > 0 {
             if let Ok(mut map) = memmap2::MmapMut::map_anon(n * 8) {
                 let ptr = map.as_mut_ptr().cast::<AtomicU64>().cast_const();
-                return LazyWords::Mapped {
-                    _map: map,
+                return LazyWords {
                     ptr,
                     len: n,
+                    _backing: Backing::Mapped(map),
                 };
             }
         }
-        LazyWords::Heap((0..n).map(|_| AtomicU64::new(0)).collect())
+        let v: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+        // Moving the vector into the value below does not move its buffer.
+        LazyWords {
+            ptr: v.as_ptr(),
+            len: n,
+            _backing: Backing::Heap(v),
+        }
     }
 }
 
@@ -53,13 +64,10 @@ impl std::ops::Deref for LazyWords {
     type Target = [AtomicU64];
 
     fn deref(&self) -> &[AtomicU64] {
-        match self {
-            // SAFETY: the mapping is `len * 8` bytes, page-aligned (so 8-aligned), zero-filled
-            // by the kernel (a valid AtomicU64 is any bit pattern), alive as long as `self`, and
-            // written only through these atomics.
-            LazyWords::Mapped { ptr, len, .. } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
-            LazyWords::Heap(v) => v,
-        }
+        // SAFETY: `ptr` points to `len` initialised, 8-aligned words owned by `_backing` (a
+        // mapping the kernel zero-filled, or a vector's buffer; dangling but aligned when
+        // empty), alive as long as `self`, and written only through these atomics.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }
 
@@ -68,6 +76,8 @@ impl std::ops::Deref for LazyWords {
 pub(crate) struct MappedWords {
     map: memmap2::MmapMut,
     len: usize,
+    /// The words were converted to host order (by [`MappedWords::words`]).
+    host_order: bool,
 }
 
 impl MappedWords {
@@ -75,32 +85,38 @@ impl MappedWords {
     pub(crate) fn new(len: usize) -> std::io::Result<MappedWords> {
         // A mapping cannot be empty: an empty buffer still maps one word.
         let map = memmap2::MmapMut::map_anon(len.max(1) * 8)?;
-        Ok(MappedWords { map, len })
+        Ok(MappedWords {
+            map,
+            len,
+            host_order: false,
+        })
     }
 
-    /// The buffer as bytes, to read into.
+    /// The buffer as bytes, to read into (little-endian words again from here on).
     pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        self.host_order = false;
         &mut self.map[..self.len * 8]
     }
 
-    /// The buffer as bytes.
+    /// The buffer as bytes (in host order once [`MappedWords::words`] has converted them).
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.map[..self.len * 8]
     }
 
-    /// The words, in host order (converted in place from little-endian first when the host
-    /// is big-endian).
+    /// The words, in host order (converted in place from little-endian on the first call
+    /// when the host is big-endian; later calls return them as they are).
     pub(crate) fn words(&mut self) -> &[u64] {
         let p = self.map.as_mut_ptr().cast::<u64>();
         // SAFETY: the mapping holds at least `len * 8` bytes, is page-aligned (so 8-aligned),
         // any bit pattern is a valid u64, and the slice borrows `self` mutably, so nothing else
         // touches the bytes while it lives.
         let w = unsafe { std::slice::from_raw_parts_mut(p, self.len) };
-        if cfg!(target_endian = "big") {
+        if cfg!(target_endian = "big") && !self.host_order {
             for x in w.iter_mut() {
                 *x = u64::from_le(*x);
             }
         }
+        self.host_order = true;
         w
     }
 }
@@ -121,6 +137,8 @@ mod tests {
             let want: Vec<u64> = (0..n as u64)
                 .map(|i| i.wrapping_mul(0x0102_0304_0506_0708))
                 .collect();
+            assert_eq!(m.words(), &want[..]);
+            // A second call returns the same words (no second conversion).
             assert_eq!(m.words(), &want[..]);
         }
     }
