@@ -17,8 +17,8 @@
 #              bytes written vs none, ratio vs light.
 #
 # Usage: bench/smart.sh [SECTION...|join]   (default: all; QUICK=1 shrinks the sizes; NODUP=binary;
-# BUDGET_CASES="MIB:BUDGET ..." and BUDGET_POLICIES="none smart" override the budget section's
-# cases and policies)
+# BUDGET_CASES="MIB:BUDGET ...", BUDGET_POLICIES="none smart" and BUDGET_RUNS=N set the budget
+# section's cases, policies and runs per case (medians over the runs))
 # Each section writes docs/results/smart/SECTION.md; docs/results/smart.md joins them (RESULTS=DIR
 # writes under DIR instead of docs/results: `make bench` puts its quick runs in docs/results/quick).
 set -euo pipefail
@@ -75,63 +75,97 @@ budget() {
   {
     echo "## Budget: unique data, then the same blocks shuffled"
     echo
-    echo "\`nodup bench fill a --blocks N --per-write 64\` (unique, 256 KiB writes), then \`nodup bench fill b --blocks N --order shuffle\` (the same contents, one 4 KiB write each). \`smart\` is mounted with \`--worker-rate 0\` while writing (the inline-only ratio is read then), then the worker runs until nothing is queued. Memory: the daemon's \`RssAnon\`, sampled every 0.1 s; growth is the peak minus a baseline. *From warm-up*: the baseline is taken after 4 MiB of other unique data was written in 256 KiB writes and deleted, which touches the daemon's fixed working buffers (the FUSE request buffers a 256 KiB write reaches, the checkpoint's scratch) and at most 1024 of the policy's fingerprint slots; *from mount*: right after mount. \`none\` (no dedup) shows what the file system itself needs beyond its block maps. *Maps' index + scratch*: what the file system keeps per block-map unit (2 MiB of file) to checkpoint the maps, from \`nodup stats\`: the record of where each unit is persisted (\`block_map_index_bytes\`, an estimated 48 B a unit) and the most the checkpoint's per-unit working vectors have filled (\`checkpoints.scratch_peak_bytes\`); *maps* in *budget + maps* and *beyond* counts both with the maps. *Beyond*: growth from warm-up minus budget + maps (minus maps for \`none\` and \`light\`); the 512K rows at 512 MiB, 1 GiB and 2 GiB show whether anything grows with the data. *Peak over none's peak*: \`smart\`'s peak minus \`none\`'s peak on the same data, both absolute (no baseline): what dedup costs the daemon beyond the file system without it, against the budget."
+    echo "\`nodup bench fill a --blocks N --per-write 64\` (unique, 256 KiB writes), then \`nodup bench fill b --blocks N --order shuffle\` (the same contents, one 4 KiB write each). \`smart\` is mounted with \`--worker-rate 0\` while writing (the inline-only ratio is read then), then the worker runs until nothing is queued. Memory: the daemon's \`RssAnon\`, sampled every 0.1 s; growth is the peak minus a baseline. *From warm-up*: the baseline is taken after 4 MiB of other unique data was written in 256 KiB writes and deleted, which touches the daemon's fixed working buffers (the FUSE request buffers a 256 KiB write reaches, the checkpoint's scratch) and at most 1024 of the policy's fingerprint slots; *from mount*: right after mount. \`none\` (no dedup) shows what the file system itself needs beyond its block maps. *Maps' index + scratch*: what the file system keeps per block-map unit (2 MiB of file) to checkpoint the maps, from \`nodup stats\`: the record of where each unit is persisted (\`block_map_index_bytes\`, an estimated 48 B a unit) and the most the checkpoint's per-unit working vectors have filled (\`checkpoints.scratch_peak_bytes\`); *maps* in *budget + maps* and *beyond* counts both with the maps. *Beyond*: growth from warm-up minus budget + maps (minus maps for \`none\` and \`light\`); the 512K rows at 512 MiB, 1 GiB and 2 GiB show whether anything grows with the data. *Peak over none's peak*: \`smart\`'s peak minus \`none\`'s peak on the same data, both absolute (no baseline): what dedup costs the daemon beyond the file system without it, against the budget. With BUDGET_RUNS=N each case is run N times (the policies in turn within a run) and every column is the median over the runs of its per-run value, differences taken within a run; *runs* says how many."
     echo
-    echo "| data | budget | policy | ratio inline-only | ratio settled | vs light | growth from warm-up MiB | block maps MiB | maps' index + scratch MiB | budget + maps MiB | beyond MiB | growth from mount MiB | budget + none's from mount MiB | budget + none's from warm-up MiB | peak over none's peak MiB | dedup memory MiB | store I/O read / written MiB |"
-    echo "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| data | budget | policy | runs | ratio inline-only | ratio settled | vs light | growth from warm-up MiB | block maps MiB | maps' index + scratch MiB | budget + maps MiB | beyond MiB | growth from mount MiB | budget + none's from mount MiB | budget + none's from warm-up MiB | peak over none's peak MiB | dedup memory MiB | store I/O read / written MiB |"
+    echo "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   } >"$OUTDIR/budget.md"
+  local runs=${BUDGET_RUNS:-1}
+  [[ $QUICK == 1 ]] && runs=1
+  : >"$W/budget.tsv"
   for c in $cases; do
     local mib=${c%%:*} b=${c#*:} n=$(( ${c%%:*} * 256 ))
-    local light_ratio= none_growth=0 none_peak=0 none_warm=0
-    for policy in ${BUDGET_POLICIES:-none light smart}; do
-      local margs=()
-      [[ $policy == smart ]] && margs=(--worker-rate 0)
-      MKFS_BUDGET=$b up "$policy" "$(( mib * 4 ))M" "${margs[@]}"
-      local pid; pid=$(pid_of_mount)
-      local a0; a0=$(anon_kib "$pid")
-      "$NODUP" bench fill "$MNT/warm" --blocks 1024 --per-write 64 >/dev/null
-      rm "$MNT/warm"
-      local aw; aw=$(anon_kib "$pid")
-      peak_start "$pid"
-      "$NODUP" bench fill "$MNT/a" --blocks "$n" --per-write 64 >/dev/null
-      "$NODUP" bench fill "$MNT/b" --blocks "$n" --order shuffle >/dev/null
-      local inline; inline=$(ratio)
-      [[ $policy == smart ]] && smart_settle
-      local final; final=$(ratio)
-      local peak; peak=$(peak_stop)
-      local maps; maps=$(nodup_stat "s['block_map_bytes']")
-      local mapx; mapx=$(nodup_stat "s['block_map_index_bytes'] + s['checkpoints']['scratch_peak_bytes']")
-      local dm="-" io="-"
-      if [[ $policy == smart ]]; then
-        dm=$(nodup_stat "'%.2f' % (s['smart']['memory']['total_bytes'] / 1048576)")
-        io=$(nodup_stat "'%.1f / %.1f' % (s['smart']['store_io_read_bytes'] / 1048576, s['smart']['store_io_written_bytes'] / 1048576)")
-      elif [[ $policy == light ]]; then
-        light_ratio=$final
-      fi
-      local bb; bb=$(python3 -c "
-b='$b'; u={'K':1<<10,'M':1<<20,'G':1<<30}
-print(int(b[:-1]) * u[b[-1]])")
-      [[ $policy == none ]] && none_growth=$(( peak - a0 )) && none_peak=$peak && none_warm=$(( peak - aw ))
-      python3 - "$mib" "$b" "$policy" "$inline" "$final" "$light_ratio" "$a0" "$aw" "$peak" "$maps" "$mapx" "$bb" "$dm" "$io" "$none_growth" "$none_peak" "$none_warm" >>"$OUTDIR/budget.md" <<'PY'
-import sys
-mib, b, pol, inline, final, light, a0, aw, peak, maps, mapx, bb, dm, io, ng, npk, nw = sys.argv[1:]
-growth = (int(peak) - int(aw)) / 1024
-from_mount = (int(peak) - int(a0)) / 1024
-maps_mib = int(maps) / 1048576
-mapx_mib = int(mapx) / 1048576
-need = maps_mib + mapx_mib
-smart = pol == "smart"
-limit2 = f"{int(bb) / 1048576 + int(ng) / 1024:.2f}" if smart and int(ng) else "-"
-limit3 = f"{int(bb) / 1048576 + int(nw) / 1024:.2f}" if smart and int(nw) else "-"
-limit = f"{int(bb) / 1048576 + need:.2f}" if smart else "-"
-vs = f"{float(final) / float(light):.3f}" if light and smart else "-"
-bud = b if smart else "-"
-beyond = growth - need - (int(bb) / 1048576 if smart else 0)
-over_none = f"{(int(peak) - int(npk)) / 1024:.2f}" if smart and int(npk) else "-"
-print(f"| {mib} MiB | {bud} | {pol} | {inline} | {final} | {vs} | {growth:.2f} | {maps_mib:.2f} | {mapx_mib:.2f} | {limit} | {beyond:.2f} | {from_mount:.2f} | {limit2} | {limit3} | {over_none} | {dm} | {io} |")
-PY
-      down
+    for r in $(seq 1 "$runs"); do
+      for policy in ${BUDGET_POLICIES:-none light smart}; do
+        local margs=()
+        [[ $policy == smart ]] && margs=(--worker-rate 0)
+        MKFS_BUDGET=$b up "$policy" "$(( mib * 4 ))M" "${margs[@]}"
+        local pid; pid=$(pid_of_mount)
+        local a0; a0=$(anon_kib "$pid")
+        "$NODUP" bench fill "$MNT/warm" --blocks 1024 --per-write 64 >/dev/null
+        rm "$MNT/warm"
+        local aw; aw=$(anon_kib "$pid")
+        peak_start "$pid"
+        "$NODUP" bench fill "$MNT/a" --blocks "$n" --per-write 64 >/dev/null
+        "$NODUP" bench fill "$MNT/b" --blocks "$n" --order shuffle >/dev/null
+        local inline; inline=$(ratio)
+        [[ $policy == smart ]] && smart_settle
+        local final; final=$(ratio)
+        local peak; peak=$(peak_stop)
+        local maps; maps=$(nodup_stat "s['block_map_bytes']")
+        local mapx; mapx=$(nodup_stat "s['block_map_index_bytes'] + s['checkpoints']['scratch_peak_bytes']")
+        local dm=0 ior=0 iow=0
+        if [[ $policy == smart ]]; then
+          dm=$(nodup_stat "s['smart']['memory']['total_bytes']")
+          ior=$(nodup_stat "s['smart']['store_io_read_bytes']")
+          iow=$(nodup_stat "s['smart']['store_io_written_bytes']")
+        fi
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$mib" "$b" "$r" "$policy" \
+          "$inline" "$final" "$a0" "$aw" "$peak" "$maps" "$mapx" "$dm" "$ior" "$iow" >>"$W/budget.tsv"
+        down
+      done
     done
+    # One row per policy: the median over the runs of each column, every difference taken
+    # within a run (smart against none and light of the same run).
+    python3 - "$W/budget.tsv" "$mib" "$b" >>"$OUTDIR/budget.md" <<'PY'
+import statistics as st, sys
+path, mib, b = sys.argv[1:]
+u = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+bud = int(b[:-1]) * u[b[-1]] / 1048576
+runs = {}
+for line in open(path):
+    f = line.rstrip("\n").split("\t")
+    if f[0] != mib or f[1] != b:
+        continue
+    runs.setdefault(int(f[2]), {})[f[3]] = dict(
+        inline=float(f[4]), final=float(f[5]), a0=int(f[6]), aw=int(f[7]), peak=int(f[8]),
+        maps=int(f[9]) / 1048576, mapx=int(f[10]) / 1048576, dm=int(f[11]) / 1048576,
+        ior=int(f[12]) / 1048576, iow=int(f[13]) / 1048576)
+pols = []
+for r in runs.values():
+    for p in r:
+        if p not in pols:
+            pols.append(p)
+med = lambda xs: st.median(xs) if xs else None
+fmt = lambda x, d=2: "-" if x is None else f"{x:.{d}f}"
+for pol in pols:
+    cols = {k: [] for k in ("inline", "final", "vs", "growth", "maps", "mapx", "limit", "beyond",
+                            "mount", "lim_mount", "lim_warm", "over", "dm", "ior", "iow")}
+    for r in runs.values():
+        x = r.get(pol)
+        if x is None:
+            continue
+        smart = pol == "smart"
+        growth = (x["peak"] - x["aw"]) / 1024
+        need = x["maps"] + x["mapx"]
+        cols["inline"].append(x["inline"]); cols["final"].append(x["final"])
+        cols["growth"].append(growth); cols["maps"].append(x["maps"]); cols["mapx"].append(x["mapx"])
+        cols["beyond"].append(growth - need - (bud if smart else 0))
+        cols["mount"].append((x["peak"] - x["a0"]) / 1024)
+        if smart:
+            cols["limit"].append(bud + need)
+            cols["dm"].append(x["dm"]); cols["ior"].append(x["ior"]); cols["iow"].append(x["iow"])
+            if "light" in r and r["light"]["final"] > 0:
+                cols["vs"].append(x["final"] / r["light"]["final"])
+            if "none" in r:
+                nn = r["none"]
+                cols["lim_mount"].append(bud + (nn["peak"] - nn["a0"]) / 1024)
+                cols["lim_warm"].append(bud + (nn["peak"] - nn["aw"]) / 1024)
+                cols["over"].append((x["peak"] - nn["peak"]) / 1024)
+    m = {k: med(v) for k, v in cols.items()}
+    io = "-" if m["ior"] is None else f"{m['ior']:.1f} / {m['iow']:.1f}"
+    print(f"| {mib} MiB | {b if pol == 'smart' else '-'} | {pol} | {len(cols['growth'])} | {fmt(m['inline'], 4)} | {fmt(m['final'], 4)} | {fmt(m['vs'], 3)} | {fmt(m['growth'])} | {fmt(m['maps'])} | {fmt(m['mapx'])} | {fmt(m['limit'])} | {fmt(m['beyond'])} | {fmt(m['mount'])} | {fmt(m['lim_mount'])} | {fmt(m['lim_warm'])} | {fmt(m['over'])} | {fmt(m['dm'])} | {io} |")
+PY
   done
   echo >>"$OUTDIR/budget.md"
 }
