@@ -124,22 +124,30 @@ fn smart_through_a_mount() {
     );
     let before = s["dedup_ratio"].as_f64().unwrap();
     assert!(before < 0.45, "inline dedup alone: {before}");
+    // With the worker paused a short wait times out, in one line.
+    assert_eq!(f.stats()["smart"]["fs"]["idle"], false);
+    one_line_error(
+        &nodup(&[
+            "ctl",
+            f.mnt.to_str().unwrap(),
+            "--wait-idle",
+            "--timeout",
+            "1",
+        ]),
+        "still had work queued",
+    );
     // Resume the worker and wait for it to settle.
     ok(nodup(&[
         "ctl",
         f.mnt.to_str().unwrap(),
         "--worker-rate",
         "100000",
+        "--wait-idle",
+        "--timeout",
+        "60",
     ]));
-    let t0 = Instant::now();
-    while f.stats()["smart"]["fs"]["idle"] != true {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "worker did not settle"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
     let s = f.stats();
+    assert_eq!(s["smart"]["fs"]["idle"], true);
     assert!(
         s["dedup_ratio"].as_f64().unwrap() > 0.49,
         "{}",
@@ -207,6 +215,10 @@ fn smart_options_are_refused_where_they_mean_nothing() {
     one_line_error(
         &nodup(&["ctl", f.mnt.to_str().unwrap(), "--worker-rate", "5"]),
         "refused",
+    );
+    one_line_error(
+        &nodup(&["ctl", f.mnt.to_str().unwrap(), "--wait-idle"]),
+        "not a smart mount",
     );
     f.umount();
 }

@@ -10,6 +10,11 @@ pub const STATS_XATTR: &str = "user.nodup.stats";
 /// `checkpoint` writes a checkpoint now (benchmarks, operators before a backup of the image).
 pub const CTL_XATTR: &str = "user.nodup.ctl";
 
+/// Name of the virtual xattr on the root directory of a `smart` mount that says whether its
+/// out-of-line worker has anything left to do: `idle` or `busy`. Cheap to ask often (a
+/// harness waiting for the worker), unlike the stats, whose JSON is built on every read.
+pub const WORKER_XATTR: &str = "user.nodup.worker";
+
 /// Name of the virtual xattr every inode of a mount answers with its space accounting as
 /// JSON (see [`crate::usage::Usage`]); `nodup du` reads it.
 pub const USAGE_XATTR: &str = "user.nodup.du";
@@ -58,6 +63,33 @@ pub fn command(mountpoint: &Path, command: &str) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Whether the `smart` worker of the file system mounted at `mountpoint` is idle (see
+/// [`WORKER_XATTR`]); ENODATA when the mount has no worker.
+pub fn worker_idle(mountpoint: &Path) -> std::io::Result<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    let inval = || std::io::Error::from_raw_os_error(libc::EINVAL);
+    let p = CString::new(mountpoint.as_os_str().as_bytes()).map_err(|_| inval())?;
+    let n = CString::new(WORKER_XATTR).map_err(|_| inval())?;
+    let mut buf = [0u8; 16];
+    // SAFETY: both strings are NUL terminated and `buf` is valid for `buf.len()` bytes.
+    let r = unsafe {
+        libc::getxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            buf.as_mut_ptr() as *mut libc::c_void,
+            buf.len(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    match &buf[..r as usize] {
+        b"idle" => Ok(true),
+        b"busy" => Ok(false),
+        _ => Err(std::io::Error::from_raw_os_error(libc::EPROTO)),
+    }
 }
 
 /// Read the stats JSON of the nodup file system mounted at `mountpoint`.

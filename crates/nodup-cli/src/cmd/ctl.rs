@@ -1,6 +1,7 @@
 //! `nodup ctl`: commands to a mounted file system through its control attribute: a checkpoint
 //! now, and for `smart` the worker's rate and the resource readings its adaptation follows
-//! (for experiments: a battery level or low-power mode on a machine that has neither).
+//! (for experiments: a battery level or low-power mode on a machine that has neither), and a
+//! wait until its worker is idle.
 
 use anyhow::{bail, Result};
 use clap::Args;
@@ -29,6 +30,18 @@ pub struct CtlArgs {
     /// smart: device utilisation 0-1 to act on, or auto (measured).
     #[arg(long, value_name = "F|auto")]
     pub device_busy: Option<String>,
+    /// smart: after the other commands, wait until the worker has nothing queued (a cheap
+    /// query every 0.2 s; fails after --timeout seconds).
+    #[arg(long)]
+    pub wait_idle: bool,
+    /// Seconds --wait-idle waits at most.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 600,
+        requires = "wait_idle"
+    )]
+    pub timeout: u64,
 }
 
 /// `nodup ctl`.
@@ -50,8 +63,8 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
             cmds.push(format!("{k}={v}"));
         }
     }
-    if cmds.is_empty() {
-        bail!("nothing to do: give at least one of --checkpoint, --worker-rate, --low-power, --battery, --cpu-busy, --device-busy");
+    if cmds.is_empty() && !a.wait_idle {
+        bail!("nothing to do: give at least one of --checkpoint, --worker-rate, --low-power, --battery, --cpu-busy, --device-busy, --wait-idle");
     }
     let mp = a.mountpoint.display();
     for c in cmds {
@@ -64,6 +77,29 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
             }
             _ => anyhow::Error::new(e).context(format!("{mp}: {c}")),
         })?;
+    }
+    if a.wait_idle {
+        let t0 = std::time::Instant::now();
+        loop {
+            match nodup_fs::ctl::worker_idle(&a.mountpoint) {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {
+                    bail!("{mp}: no out-of-line worker to wait for (not a smart mount)")
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => {
+                    bail!("{mp}: not a nodup mount")
+                }
+                Err(e) => return Err(anyhow::Error::new(e).context(format!("{mp}: worker state"))),
+            }
+            if t0.elapsed().as_secs() >= a.timeout {
+                bail!(
+                    "{mp}: the worker still had work queued after {} s",
+                    a.timeout
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
     }
     Ok(())
 }

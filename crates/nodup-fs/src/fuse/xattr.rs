@@ -1,11 +1,11 @@
 //! Extended attributes as the adapter serves them: the virtual ones (`user.nodup.stats`,
-//! `user.nodup.du`, `user.nodup.ctl`) answered here, the rest stored by the file system, and
+//! `user.nodup.du`, `user.nodup.ctl`, `user.nodup.worker`) answered here, the rest stored by the file system, and
 //! the set-group-ID rule of setting an access ACL.
 
 use super::caller::in_group;
 use super::Adapter;
 use crate::acl::{Acl, ACL_ACCESS};
-use crate::ctl::{CTL_XATTR, STATS_XATTR, USAGE_XATTR};
+use crate::ctl::{CTL_XATTR, STATS_XATTR, USAGE_XATTR, WORKER_XATTR};
 use crate::error::{errno, Result};
 use crate::fs::SetAttr;
 use crate::inode::ROOT_INO;
@@ -22,7 +22,9 @@ impl Adapter {
         value: &[u8],
         flags: i32,
     ) -> Result<()> {
-        if (ino == ROOT_INO && name == STATS_XATTR.as_bytes()) || name == USAGE_XATTR.as_bytes() {
+        if (ino == ROOT_INO && (name == STATS_XATTR.as_bytes() || name == WORKER_XATTR.as_bytes()))
+            || name == USAGE_XATTR.as_bytes()
+        {
             return errno(libc::EPERM);
         }
         if ino == ROOT_INO && name == CTL_XATTR.as_bytes() {
@@ -61,6 +63,12 @@ impl Adapter {
                 o.insert("daemon_anon_bytes".into(), status_bytes("RssAnon").into());
             }
             Ok(v.to_string().into_bytes())
+        } else if ino == ROOT_INO && name == WORKER_XATTR.as_bytes() {
+            match self.fs.worker_idle() {
+                Some(true) => Ok(b"idle".to_vec()),
+                Some(false) => Ok(b"busy".to_vec()),
+                None => errno(libc::ENODATA),
+            }
         } else if name == USAGE_XATTR.as_bytes() {
             self.fs
                 .usage(ino)

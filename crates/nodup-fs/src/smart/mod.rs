@@ -260,4 +260,9 @@ impl crate::fs::FileSystem {
     pub fn smart_idle(&self) -> bool {
         self.smart.as_ref().is_none_or(|s| s.idle())
     }
+
+    /// Whether `smart`'s worker has nothing queued; `None` for policies without a worker.
+    pub fn worker_idle(&self) -> Option<bool> {
+        self.smart.as_ref().map(|s| s.idle())
+    }
 }
