@@ -19,13 +19,12 @@ pub const WORKER_XATTR: &str = "user.nodup.worker";
 /// JSON (see [`crate::usage::Usage`]); `nodup du` reads it.
 pub const USAGE_XATTR: &str = "user.nodup.du";
 
-/// Read a virtual xattr of `path` (following symlinks) as JSON.
-pub fn read_json(path: &Path, name: &str) -> std::io::Result<serde_json::Value> {
+/// Read virtual xattr `name` of `path` (following symlinks) into `buf`; returns its length.
+fn get_xattr(path: &Path, name: &str, buf: &mut [u8]) -> std::io::Result<usize> {
     use std::os::unix::ffi::OsStrExt;
     let inval = || std::io::Error::from_raw_os_error(libc::EINVAL);
     let p = CString::new(path.as_os_str().as_bytes()).map_err(|_| inval())?;
     let n = CString::new(name).map_err(|_| inval())?;
-    let mut buf = vec![0u8; 64 * 1024];
     // SAFETY: both strings are NUL terminated and `buf` is valid for `buf.len()` bytes.
     let r = unsafe {
         libc::getxattr(
@@ -38,7 +37,14 @@ pub fn read_json(path: &Path, name: &str) -> std::io::Result<serde_json::Value> 
     if r < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    buf.truncate(r as usize);
+    Ok(r as usize)
+}
+
+/// Read a virtual xattr of `path` (following symlinks) as JSON.
+pub fn read_json(path: &Path, name: &str) -> std::io::Result<serde_json::Value> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = get_xattr(path, name, &mut buf)?;
+    buf.truncate(n);
     serde_json::from_slice(&buf)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
@@ -68,24 +74,9 @@ pub fn command(mountpoint: &Path, command: &str) -> std::io::Result<()> {
 /// Whether the `smart` worker of the file system mounted at `mountpoint` is idle (see
 /// [`WORKER_XATTR`]); ENODATA when the mount has no worker.
 pub fn worker_idle(mountpoint: &Path) -> std::io::Result<bool> {
-    use std::os::unix::ffi::OsStrExt;
-    let inval = || std::io::Error::from_raw_os_error(libc::EINVAL);
-    let p = CString::new(mountpoint.as_os_str().as_bytes()).map_err(|_| inval())?;
-    let n = CString::new(WORKER_XATTR).map_err(|_| inval())?;
     let mut buf = [0u8; 16];
-    // SAFETY: both strings are NUL terminated and `buf` is valid for `buf.len()` bytes.
-    let r = unsafe {
-        libc::getxattr(
-            p.as_ptr(),
-            n.as_ptr(),
-            buf.as_mut_ptr() as *mut libc::c_void,
-            buf.len(),
-        )
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    match &buf[..r as usize] {
+    let n = get_xattr(mountpoint, WORKER_XATTR, &mut buf)?;
+    match &buf[..n] {
         b"idle" => Ok(true),
         b"busy" => Ok(false),
         _ => Err(std::io::Error::from_raw_os_error(libc::EPROTO)),

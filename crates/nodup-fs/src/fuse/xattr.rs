@@ -1,6 +1,6 @@
 //! Extended attributes as the adapter serves them: the virtual ones (`user.nodup.stats`,
-//! `user.nodup.du`, `user.nodup.ctl`, `user.nodup.worker`) answered here, the rest stored by the file system, and
-//! the set-group-ID rule of setting an access ACL.
+//! `user.nodup.du`, `user.nodup.ctl`, `user.nodup.worker`) answered here, the rest stored by
+//! the file system, and the set-group-ID rule of setting an access ACL.
 
 use super::caller::in_group;
 use super::Adapter;

@@ -256,13 +256,13 @@ impl crate::fs::FileSystem {
         Ok(())
     }
 
-    /// True when `smart`'s worker has nothing queued (always true for other policies).
-    pub fn smart_idle(&self) -> bool {
-        self.smart.as_ref().is_none_or(|s| s.idle())
-    }
-
     /// Whether `smart`'s worker has nothing queued; `None` for policies without a worker.
     pub fn worker_idle(&self) -> Option<bool> {
         self.smart.as_ref().map(|s| s.idle())
+    }
+
+    /// True when `smart`'s worker has nothing queued (always true for other policies).
+    pub fn smart_idle(&self) -> bool {
+        self.worker_idle().unwrap_or(true)
     }
 }

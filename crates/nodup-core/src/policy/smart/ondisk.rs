@@ -446,6 +446,13 @@ mod tests {
         GroupIo::new(m, Arc::new(Allocator::new(8, 56)))
     }
 
+    /// [`io`] on a mapped (pmem) image in `dir`: lookups take the in-place path.
+    fn mapped_io(dir: &tempfile::TempDir) -> GroupIo {
+        let pm = crate::media::Pmem::create(dir.path().join("img"), 64 * BLOCK_SIZE as u64);
+        let m: Arc<dyn Medium> = Arc::new(pm.unwrap());
+        GroupIo::new(m, Arc::new(Allocator::new(8, 56)))
+    }
+
     #[test]
     fn groups_round_trip_grow_and_shrink() {
         let mut g = io();
@@ -513,11 +520,8 @@ mod tests {
 
     #[test]
     fn mapped_lookups_search_in_place_and_agree_with_whole_reads() {
-        use crate::media::Pmem;
         let dir = tempfile::tempdir().unwrap();
-        let pm: Arc<dyn Medium> =
-            Arc::new(Pmem::create(dir.path().join("img"), 64 * BLOCK_SIZE as u64).unwrap());
-        let mut mapped = GroupIo::new(pm, Arc::new(Allocator::new(8, 56)));
+        let mut mapped = mapped_io(&dir);
         let mut whole = io();
         let p = 0x5a;
         let key = |i: u64| ((p as u64) << 56) | (i * 4);
@@ -579,15 +583,12 @@ mod tests {
             probes in proptest::collection::vec(0u64..420, 1..40),
             damage in proptest::collection::vec((0usize..4, 0usize..BLOCK_SIZE, proptest::prelude::any::<u8>()), 0..6),
         ) {
-            use crate::media::Pmem;
             let p = 0x5a;
             let key = |i: u64| ((p as u64) << 56) | (i * 3);
             let mut recs: Vec<Rec> = keys.iter().map(|&(k, l)| (key(k), l)).collect();
             recs.sort_unstable();
             let dir = tempfile::tempdir().unwrap();
-            let pm: Arc<dyn Medium> =
-                Arc::new(Pmem::create(dir.path().join("img"), 64 * BLOCK_SIZE as u64).unwrap());
-            let mut mapped = GroupIo::new(pm, Arc::new(Allocator::new(8, 56)));
+            let mut mapped = mapped_io(&dir);
             let mut whole = io();
             let chain = mapped.write(p, Vec::new(), &recs).unwrap();
             proptest::prop_assert_eq!(whole.write(p, Vec::new(), &recs).unwrap(), chain.clone());
