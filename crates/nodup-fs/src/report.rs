@@ -150,6 +150,7 @@ impl FileSystem {
                 "read_cache_bytes": rc,
                 "worker_scratch_bytes": worker,
                 "transient_reserve_bytes": transient,
+                "merge_scratch_bytes": mem(&eng, "/store/memory/merge_scratch_bytes"),
                 "total_bytes": store + skipped + rc + worker,
             },
             "inline_hits": mem(&eng, "/store/counters/mem_hits"),

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use super::ondisk::{blocks_for, GroupIo, Rec};
+use super::ondisk::{blocks_for, Group, GroupIo, Rec};
 use super::slab::{List, Slab, PROVISIONAL};
 use super::store::{Eviction, SmartCounters};
 use super::tree::{Leaf, PrefixTree, NIL};
@@ -31,6 +31,12 @@ pub(super) struct Inner {
     /// grow (its `capacity()` shrinks as deleted slots use up room, its table does not).
     pub(super) tomb_bytes: u64,
     pub(super) io: Option<GroupIo>,
+    /// Reused buffers of the read-merge-write (see [`Group`]): the group being merged, the
+    /// records an eviction moves, the prefixes a tombstone flush visits. They keep the
+    /// capacity of the largest use, inside the budget's transient share.
+    pub(super) merge: Group,
+    pub(super) evicted: Vec<Rec>,
+    pub(super) prefixes: Vec<u32>,
     /// Records on the medium (sum of the leaves' `disk_len`).
     pub(super) disk_total: u64,
     pub(super) st: SmartCounters,
@@ -255,7 +261,7 @@ impl Inner {
                 let p = self.tree.prefix_of(n.h);
                 self.drop_node(p, i);
                 self.st.fp_evictions += 1;
-                self.merge_to_disk(p, vec![(n.h, n.loc)]);
+                self.merge_to_disk(p, &[(n.h, n.loc)]);
                 true
             }
         }
@@ -263,7 +269,8 @@ impl Inner {
 
     /// Move every in-memory fingerprint of `p` to its on-media group.
     pub(super) fn evict_group(&mut self, p: u32) {
-        let mut recs = Vec::with_capacity(self.leaf(p).mem_len as usize);
+        let mut recs = std::mem::take(&mut self.evicted);
+        recs.clear();
         let mut i = self.leaf(p).mem_head;
         while i != NIL {
             let n = *self.slab.get(i);
@@ -283,27 +290,30 @@ impl Inner {
         }
         self.st.fp_evictions += recs.len() as u64;
         recs.sort_unstable();
-        self.merge_to_disk(p, recs);
+        self.merge_to_disk(p, &recs);
+        self.evicted = recs;
     }
 
-    /// Read the on-media group of `p` (empty when none; a damaged one is dropped and its
-    /// fingerprints counted lost), with room for `spare` more records. Returns records and
-    /// chain.
-    pub(super) fn read_disk(&mut self, p: u32, spare: usize) -> (Vec<Rec>, Vec<u64>) {
+    /// Read the on-media group of `p` into `out` (left empty when there is none; a damaged one
+    /// is dropped and its fingerprints counted lost).
+    fn read_disk(&mut self, p: u32, out: &mut Group) {
+        out.recs.clear();
+        out.chain.clear();
         let l = self.leaf(p);
         let bits = self.tree.bits();
         let Some(io) = self.io.as_mut() else {
-            return (Vec::new(), Vec::new());
+            return;
         };
         if l.disk_head == 0 {
-            return (Vec::new(), Vec::new());
+            return;
         }
-        match io.read(bits, p, l.disk_head, l.disk_len, l.disk_blocks, spare) {
-            Ok(g) => (g.recs, g.chain),
-            Err(_) => {
-                self.drop_disk(p);
-                (Vec::new(), Vec::new())
-            }
+        if io
+            .read(bits, p, l.disk_head, l.disk_len, l.disk_blocks, out)
+            .is_err()
+        {
+            out.recs.clear();
+            out.chain.clear();
+            self.drop_disk(p);
         }
     }
 
@@ -356,29 +366,33 @@ impl Inner {
 
     /// Read-merge-write: merge `add` (sorted) into the on-media group of `p`, applying the
     /// tombstones of `p` on the way.
-    pub(super) fn merge_to_disk(&mut self, p: u32, add: Vec<Rec>) {
+    pub(super) fn merge_to_disk(&mut self, p: u32, add: &[Rec]) {
         if self.io.is_none() {
             self.st.dropped += add.len() as u64;
             return;
         }
-        let (mut recs, chain) = self.read_disk(p, add.len());
+        let mut g = std::mem::take(&mut self.merge);
+        self.read_disk(p, &mut g);
         if !self.tombs.is_empty() {
             let tombs = &mut self.tombs;
-            recs.retain(|r| !tombs.remove(r));
+            g.recs.retain(|r| !tombs.remove(r));
         }
-        recs.extend(add);
-        recs.sort_unstable();
-        recs.dedup();
-        self.write_disk(p, chain, &recs);
+        g.recs.extend_from_slice(add);
+        g.recs.sort_unstable();
+        g.recs.dedup();
+        self.write_disk(p, &mut g.chain, &g.recs);
+        self.merge = g;
     }
 
-    pub(super) fn write_disk(&mut self, p: u32, chain: Vec<u64>, recs: &[Rec]) {
+    /// Write `recs` as the group of `p` over `chain` (its current blocks; the new chain on
+    /// return), dropping the group when the write fails.
+    pub(super) fn write_disk(&mut self, p: u32, chain: &mut Vec<u64>, recs: &[Rec]) {
         self.st.merges += 1;
         let Some(io) = self.io.as_mut() else {
             return;
         };
         match io.write(p, chain, recs) {
-            Ok(c) => self.set_disk(p, &c, recs.len() as u32),
+            Ok(()) => self.set_disk(p, chain, recs.len() as u32),
             Err(_) => {
                 io.errors += 1;
                 self.st.dropped += recs.len() as u64;
@@ -392,18 +406,17 @@ impl Inner {
         if self.tombs.is_empty() {
             return;
         }
-        let mut prefixes: Vec<u32> = self
-            .tombs
-            .iter()
-            .map(|r| self.tree.prefix_of(r.0))
-            .collect();
+        let mut prefixes = std::mem::take(&mut self.prefixes);
+        prefixes.clear();
+        prefixes.extend(self.tombs.iter().map(|r| self.tree.prefix_of(r.0)));
         prefixes.sort_unstable();
         prefixes.dedup();
-        for p in prefixes {
+        for &p in &prefixes {
             if self.leaf(p).disk_head != 0 {
-                self.merge_to_disk(p, Vec::new());
+                self.merge_to_disk(p, &[]);
             }
         }
+        self.prefixes = prefixes;
         // Merges took the applied tombstones out one by one, which may leave deleted slots that
         // `clear` (a no-op on an empty set) does not reset: a fresh table of the same size
         // gives the set its full room back.
@@ -421,23 +434,22 @@ impl Inner {
         let bits = self.tree.bits();
         let mut cur: Option<u32> = None;
         let mut buf: Vec<Rec> = Vec::new();
+        let mut g = Group::default();
         for &(op, len, head) in groups {
             let Some(io) = self.io.as_mut() else { return };
-            let g = match io.read(old_bits, op, head, len, blocks_for(len as usize) as u32, 0) {
-                Ok(g) => g,
-                Err(_) => {
-                    io.errors += 1;
-                    self.st.dropped += len as u64;
-                    continue;
-                }
-            };
+            let nb = blocks_for(len as usize) as u32;
+            if io.read(old_bits, op, head, len, nb, &mut g).is_err() {
+                io.errors += 1;
+                self.st.dropped += len as u64;
+                continue;
+            }
             io.give_back(&g.chain);
-            for r in g.recs {
+            for &r in &g.recs {
                 let np = (r.0 >> (64 - bits)) as u32;
                 if cur != Some(np) {
                     if let Some(cp) = cur {
-                        let recs = std::mem::take(&mut buf);
-                        self.write_disk(cp, Vec::new(), &recs);
+                        self.write_disk(cp, &mut Vec::new(), &buf);
+                        buf.clear();
                     }
                     cur = Some(np);
                 }
@@ -445,8 +457,19 @@ impl Inner {
             }
         }
         if let Some(cp) = cur {
-            self.write_disk(cp, Vec::new(), &buf);
+            self.write_disk(cp, &mut Vec::new(), &buf);
         }
+    }
+
+    /// Capacity of the reused merge buffers and the block buffer of the group I/O (they count
+    /// against the budget's transient share).
+    pub(super) fn scratch_bytes(&self) -> u64 {
+        let block = self.io.as_ref().map_or(0, |_| crate::BLOCK_SIZE);
+        (block
+            + self.merge.recs.capacity() * std::mem::size_of::<Rec>()
+            + self.merge.chain.capacity() * 8
+            + self.evicted.capacity() * std::mem::size_of::<Rec>()
+            + self.prefixes.capacity() * 4) as u64
     }
 
     pub(super) fn memory_bytes(&self) -> u64 {

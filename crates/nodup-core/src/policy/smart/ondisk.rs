@@ -102,7 +102,11 @@ pub(crate) struct GroupIo {
     buf: Vec<u8>,
 }
 
-/// What a group read found: the records and the chain of blocks holding them.
+/// What a group read found: the records and the chain of blocks holding them. The store keeps
+/// one as its merge buffer and reads every group into it: vectors sized by each group and
+/// allocated in whichever thread evicts left free chunks of every size in every thread's malloc
+/// arena, memory the daemon kept without any structure using it.
+#[derive(Default)]
 pub(crate) struct Group {
     pub(crate) recs: Vec<Rec>,
     pub(crate) chain: Vec<BlockNr>,
@@ -188,8 +192,9 @@ impl GroupIo {
     }
 
     /// Read the group of `prefix` (`bits`-bit prefixes) starting at `head`, expected to hold
-    /// `len` records in `nblocks` blocks, with room for `spare` more records (a merge's). Any
-    /// mismatch is an error (the caller drops the group).
+    /// `len` records in `nblocks` blocks, into `out` (cleared first; merges pass the same
+    /// buffers every time, see [`Group`]). Any mismatch is an error (the caller drops the
+    /// group).
     pub(crate) fn read(
         &mut self,
         bits: u32,
@@ -197,10 +202,13 @@ impl GroupIo {
         head: BlockNr,
         len: u32,
         nblocks: u32,
-        spare: usize,
-    ) -> Result<Group> {
-        let mut recs = Vec::with_capacity(len as usize + spare);
-        let mut chain = Vec::with_capacity(nblocks as usize);
+        out: &mut Group,
+    ) -> Result<()> {
+        let Group { recs, chain } = out;
+        recs.clear();
+        chain.clear();
+        recs.reserve(len as usize);
+        chain.reserve(nblocks as usize);
         self.walk(prefix, head, nblocks, |io, b, seq| {
             let n = io.read_block(b, bits, prefix, seq, recs.last().copied())?;
             recs.extend((0..n).map(|i| io.record(i)));
@@ -213,7 +221,7 @@ impl GroupIo {
                 recs.len()
             )));
         }
-        Ok(Group { recs, chain })
+        Ok(())
     }
 
     /// The locations recorded for mixed fingerprint `h` in the group of `prefix` (as
@@ -367,27 +375,29 @@ impl GroupIo {
     }
 
     /// Write `recs` (sorted) as the group of `prefix` into `chain` (its current blocks, reused
-    /// in order), taking or giving back blocks at the tail as the size needs. Returns the new
-    /// chain (empty for no records). On an error the group is lost: every block of the old and
-    /// new chain goes back to the allocator and the error is returned.
+    /// in order), taking or giving back blocks at the tail as the size needs; `chain` becomes
+    /// the new chain (empty for no records). On an error the group is lost: every block of the
+    /// old and new chain goes back to the allocator, `chain` is emptied and the error returned.
     pub(crate) fn write(
         &mut self,
         prefix: u32,
-        mut chain: Vec<BlockNr>,
+        chain: &mut Vec<BlockNr>,
         recs: &[Rec],
-    ) -> Result<Vec<BlockNr>> {
+    ) -> Result<()> {
         let want = blocks_for(recs.len());
         while chain.len() < want {
             match self.alloc.alloc(&mut self.pool) {
                 Ok(b) => chain.push(b),
                 Err(e) => {
-                    self.give_back(&chain);
+                    self.give_back(chain);
+                    chain.clear();
                     return Err(e);
                 }
             }
         }
-        for b in chain.drain(want..).collect::<Vec<_>>() {
-            self.give_back(&[b]);
+        if chain.len() > want {
+            self.give_back(&chain[want..]);
+            chain.truncate(want);
         }
         for (k, part) in recs.chunks(PER_BLOCK).enumerate() {
             let x = &mut self.buf;
@@ -407,13 +417,14 @@ impl GroupIo {
             put_u64(x, off::CHECKSUM, c);
             let at = chain[k] * BLOCK_SIZE as u64;
             if let Err(e) = self.medium.write(at, x) {
-                self.give_back(&chain);
+                self.give_back(chain);
+                chain.clear();
                 return Err(e);
             }
             self.medium.flush(at, BLOCK_SIZE as u64);
             self.written_bytes += BLOCK_SIZE as u64;
         }
-        Ok(chain)
+        Ok(())
     }
 
     /// Return group blocks to the allocator.
@@ -453,6 +464,19 @@ mod tests {
         GroupIo::new(m, Arc::new(Allocator::new(8, 56)))
     }
 
+    /// Write `recs` as the group of `p` over `chain`; the new chain.
+    fn rewrite(g: &mut GroupIo, p: u32, mut chain: Vec<BlockNr>, recs: &[Rec]) -> Vec<BlockNr> {
+        g.write(p, &mut chain, recs).unwrap();
+        chain
+    }
+
+    /// Read a group into a fresh buffer.
+    fn get(g: &mut GroupIo, bits: u32, p: u32, head: BlockNr, len: u32, nb: u32) -> Result<Group> {
+        let mut out = Group::default();
+        g.read(bits, p, head, len, nb, &mut out)?;
+        Ok(out)
+    }
+
     #[test]
     fn groups_round_trip_grow_and_shrink() {
         let mut g = io();
@@ -461,22 +485,22 @@ mod tests {
         let recs: Vec<Rec> = (0..600u64)
             .map(|i| ((p as u64) << 56 | i, i * 32))
             .collect();
-        let chain = g.write(p, Vec::new(), &recs).unwrap();
+        let chain = rewrite(&mut g, p, Vec::new(), &recs);
         assert_eq!(chain.len(), 3);
-        let got = g.read(bits, p, chain[0], 600, 3, 0).unwrap();
+        let got = get(&mut g, bits, p, chain[0], 600, 3).unwrap();
         assert_eq!(got.recs, recs);
         assert_eq!(got.chain, chain);
         // Shrink to one block: two blocks go back.
         let free0 = g.alloc.free_blocks();
-        let chain2 = g.write(p, chain.clone(), &recs[..10]).unwrap();
+        let chain2 = rewrite(&mut g, p, chain.clone(), &recs[..10]);
         assert_eq!(chain2, vec![chain[0]]);
         assert_eq!(g.alloc.free_blocks(), free0 + 2);
         assert_eq!(
-            g.read(bits, p, chain2[0], 10, 1, 0).unwrap().recs,
+            get(&mut g, bits, p, chain2[0], 10, 1).unwrap().recs,
             &recs[..10]
         );
         // Empty: every block goes back.
-        assert!(g.write(p, chain2, &[]).unwrap().is_empty());
+        assert!(rewrite(&mut g, p, chain2, &[]).is_empty());
         assert_eq!(g.alloc.free_blocks(), 56);
     }
 
@@ -490,7 +514,7 @@ mod tests {
         let mut recs: Vec<Rec> = (0..600u64).map(|i| (key(i), i)).collect();
         recs[253] = (key(252), 9999);
         recs.sort_unstable();
-        let chain = g.write(p, Vec::new(), &recs).unwrap();
+        let chain = rewrite(&mut g, p, Vec::new(), &recs);
         let found = |g: &mut GroupIo, h: u64| {
             let before = g.read_bytes;
             let mut out = Vec::new();
@@ -531,8 +555,8 @@ mod tests {
         recs[506] = (key(505), 7777);
         recs[507] = (key(505), 7778);
         recs.sort_unstable();
-        let chain = mapped.write(p, Vec::new(), &recs).unwrap();
-        assert_eq!(whole.write(p, Vec::new(), &recs).unwrap(), chain);
+        let chain = rewrite(&mut mapped, p, Vec::new(), &recs);
+        assert_eq!(rewrite(&mut whole, p, Vec::new(), &recs), chain);
         for i in 0..610u64 {
             for h in [key(i), key(i) + 1, key(i) - 1] {
                 let (mut a, mut b) = (Vec::new(), Vec::new());
@@ -568,7 +592,7 @@ mod tests {
         let mut a = Vec::new();
         mapped.find(8, p, chain[0], 3, key(3), &mut a).unwrap();
         assert_eq!(a, vec![3]);
-        assert!(mapped.read(8, p, chain[0], 600, 3, 0).is_err());
+        assert!(get(&mut mapped, 8, p, chain[0], 600, 3).is_err());
     }
 
     proptest::proptest! {
@@ -590,8 +614,8 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let mut mapped = mapped_io(&dir);
             let mut whole = io();
-            let chain = mapped.write(p, Vec::new(), &recs).unwrap();
-            proptest::prop_assert_eq!(whole.write(p, Vec::new(), &recs).unwrap(), chain.clone());
+            let chain = rewrite(&mut mapped, p, Vec::new(), &recs);
+            proptest::prop_assert_eq!(rewrite(&mut whole, p, Vec::new(), &recs), chain.clone());
             let nb = chain.len() as u32;
             for &k in &probes {
                 for h in [key(k), key(k) + 1] {
@@ -616,18 +640,18 @@ mod tests {
         let mut g = io();
         let p = 3;
         let recs: Vec<Rec> = (0..5u64).map(|i| (3u64 << 56 | i, 64 + i)).collect();
-        let chain = g.write(p, Vec::new(), &recs).unwrap();
+        let chain = rewrite(&mut g, p, Vec::new(), &recs);
         // Wrong expectations.
-        assert!(g.read(8, p, chain[0], 4, 1, 0).is_err());
-        assert!(g.read(8, p + 1, chain[0], 5, 1, 0).is_err());
+        assert!(get(&mut g, 8, p, chain[0], 4, 1).is_err());
+        assert!(get(&mut g, 8, p + 1, chain[0], 5, 1).is_err());
         // A flipped byte fails the checksum.
         let at = chain[0] * BLOCK_SIZE as u64 + 100;
         let mut x = [0u8; 1];
         g.medium.read(at, &mut x).unwrap();
         g.medium.write(at, &[x[0] ^ 1]).unwrap();
-        assert!(g.read(8, p, chain[0], 5, 1, 0).is_err());
+        assert!(get(&mut g, 8, p, chain[0], 5, 1).is_err());
         // A block outside the data area or free is refused before it is read.
-        assert!(g.read(8, p, 2, 5, 1, 0).is_err());
-        assert!(g.read(8, p, 60, 5, 1, 0).is_err());
+        assert!(get(&mut g, 8, p, 2, 5, 1).is_err());
+        assert!(get(&mut g, 8, p, 60, 5, 1).is_err());
     }
 }

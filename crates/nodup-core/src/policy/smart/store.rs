@@ -110,6 +110,9 @@ impl SmartStore {
                 tomb_max,
                 tomb_bytes,
                 io,
+                merge: Default::default(),
+                evicted: Vec::new(),
+                prefixes: Vec::new(),
                 disk_total: 0,
                 st: SmartCounters::default(),
             }),
@@ -253,7 +256,7 @@ impl FpStore for SmartStore {
         while s < recs.len() {
             let p = g.tree.prefix_of(recs[s].0);
             let e = s + recs[s..].partition_point(|r| g.tree.prefix_of(r.0) == p);
-            g.write_disk(p, Vec::new(), &recs[s..e]);
+            g.write_disk(p, &mut Vec::new(), &recs[s..e]);
             s = e;
         }
     }
@@ -384,6 +387,7 @@ impl FpStore for SmartStore {
                 "nodes_bytes": g.slab.memory_bytes(),
                 "tombstones_bytes": g.tomb_bytes,
                 "total_bytes": g.memory_bytes(),
+                "merge_scratch_bytes": g.scratch_bytes(),
             },
             "fingerprints_in_memory": g.slab.live(),
             "node_capacity": g.slab.memory_bytes() / std::mem::size_of::<super::slab::Node>() as u64,
