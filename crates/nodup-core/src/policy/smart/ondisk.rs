@@ -207,8 +207,8 @@ impl GroupIo {
         let Group { recs, chain } = out;
         recs.clear();
         chain.clear();
-        recs.reserve(len as usize);
-        chain.reserve(nblocks as usize);
+        recs.reserve_exact(len as usize);
+        chain.reserve_exact(nblocks as usize);
         self.walk(prefix, head, nblocks, |io, b, seq| {
             let n = io.read_block(b, bits, prefix, seq, recs.last().copied())?;
             recs.extend((0..n).map(|i| io.record(i)));
