@@ -167,6 +167,14 @@ for pol in pols:
     print(f"| {mib} MiB | {b if pol == 'smart' else '-'} | {pol} | {len(cols['growth'])} | {fmt(m['inline'], 4)} | {fmt(m['final'], 4)} | {fmt(m['vs'], 3)} | {fmt(m['growth'])} | {fmt(m['maps'])} | {fmt(m['mapx'])} | {fmt(m['limit'])} | {fmt(m['beyond'])} | {fmt(m['mount'])} | {fmt(m['lim_mount'])} | {fmt(m['lim_warm'])} | {fmt(m['over'])} | {fmt(m['dm'])} | {io} |")
 PY
   done
+  {
+    echo
+    echo "Every run: \`smart/budget.tsv\` (\`RssAnon\` in KiB at mount, after the warm-up and at the peak; maps, their index + scratch, dedup memory and store I/O in bytes)."
+  } >>"$OUTDIR/budget.md"
+  {
+    printf 'mib\tbudget\trun\tpolicy\tinline\tsettled\tanon_mount_kib\tanon_warm_kib\tanon_peak_kib\tmaps\tmaps_index_scratch\tdedup_memory\tstore_read\tstore_written\n'
+    cat "$W/budget.tsv"
+  } >"$OUTDIR/budget.tsv"
   echo >>"$OUTDIR/budget.md"
 }
 
