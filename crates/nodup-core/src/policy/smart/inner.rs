@@ -377,8 +377,6 @@ impl Inner {
             let tombs = &mut self.tombs;
             g.recs.retain(|r| !tombs.remove(r));
         }
-        // Exact: the buffer keeps the largest group's size, not a doubling past it.
-        g.recs.reserve_exact(add.len());
         g.recs.extend_from_slice(add);
         g.recs.sort_unstable();
         g.recs.dedup();

@@ -112,6 +112,16 @@ pub(crate) struct Group {
     pub(crate) chain: Vec<BlockNr>,
 }
 
+impl Group {
+    /// A merge buffer with room for a group of `blocks` blocks (it doubles past that).
+    pub(crate) fn with_blocks(blocks: usize) -> Group {
+        Group {
+            recs: Vec::with_capacity(blocks * PER_BLOCK),
+            chain: Vec::with_capacity(blocks),
+        }
+    }
+}
+
 impl GroupIo {
     /// Group I/O over `medium`, taking blocks from `alloc`.
     pub(crate) fn new(medium: Arc<dyn Medium>, alloc: Arc<Allocator>) -> GroupIo {
@@ -207,8 +217,8 @@ impl GroupIo {
         let Group { recs, chain } = out;
         recs.clear();
         chain.clear();
-        recs.reserve_exact(len as usize);
-        chain.reserve_exact(nblocks as usize);
+        recs.reserve(len as usize);
+        chain.reserve(nblocks as usize);
         self.walk(prefix, head, nblocks, |io, b, seq| {
             let n = io.read_block(b, bits, prefix, seq, recs.last().copied())?;
             recs.extend((0..n).map(|i| io.record(i)));

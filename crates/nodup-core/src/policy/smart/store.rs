@@ -29,7 +29,7 @@ use std::collections::HashSet;
 use parking_lot::Mutex;
 
 use super::inner::{Inner, BUCKETS, TOMB_SLOT_BYTES};
-use super::ondisk::{blocks_for, GroupIo, Rec};
+use super::ondisk::{blocks_for, Group, GroupIo, Rec, PER_BLOCK};
 use super::slab::{List, Slab, PROVISIONAL};
 use super::tree::{Leaf, PrefixTree, NIL};
 use crate::index::mix;
@@ -110,9 +110,11 @@ impl SmartStore {
                 tomb_max,
                 tomb_bytes,
                 io,
-                merge: Default::default(),
-                evicted: Vec::new(),
-                prefixes: Vec::new(),
+                // Sized at open, so that they grow (by doubling) only past a four-block group:
+                // each growth leaves a freed chunk in the arena of the thread that merged.
+                merge: Group::with_blocks(4),
+                evicted: Vec::with_capacity(PER_BLOCK),
+                prefixes: Vec::with_capacity(tomb_max),
                 disk_total: 0,
                 st: SmartCounters::default(),
             }),
