@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 
-use super::ondisk::GroupIo;
+use super::ondisk::{GroupIo, PER_BLOCK};
 use super::store::{Eviction, SmartStore};
 use crate::alloc::Allocator;
 use crate::media::{Medium, MemMedium, Pmem};
@@ -321,4 +321,33 @@ fn damaged_directories_are_refused() {
     let head = w[3];
     a.free(head).unwrap();
     assert!(fresh().restore_words(&w).is_err());
+}
+
+#[test]
+fn merge_buffers_are_sized_by_the_budget_and_kept() {
+    // Reserved at open: at most four blocks' records, about a sixteenth of the budget, plus the
+    // group I/O's block buffer, one in-memory group's records and the tombstone prefixes.
+    for (budget, blocks, fill) in [
+        (8u64 << 10, 1u64, true),
+        (320 << 10, 4, true),
+        (3 << 20, 4, false),
+    ] {
+        let (s, _a, _m) = store(budget, 6, Eviction::GroupLru);
+        let at_open = s.scratch_bytes();
+        let merge = blocks * (PER_BLOCK as u64 * 16 + 8);
+        assert!(at_open >= merge + BLOCK_SIZE as u64, "{budget}: {at_open}");
+        assert!(
+            at_open <= merge + BLOCK_SIZE as u64 + PER_BLOCK as u64 * 16 + budget / 32,
+            "{budget}: {at_open}"
+        );
+        if !fill {
+            continue;
+        }
+        // Evictions and merges within a group of that size reuse them: no growth.
+        for k in 0..s.node_capacity() + 100 {
+            s.insert(fp_of((k % 251) as u8) ^ k << 8, 32 * (k + 1));
+        }
+        assert!(s.counters().merges > 0);
+        assert_eq!(s.scratch_bytes(), at_open, "{budget}");
+    }
 }

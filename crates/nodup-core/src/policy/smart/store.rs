@@ -110,9 +110,13 @@ impl SmartStore {
                 tomb_max,
                 tomb_bytes,
                 io,
-                // Sized at open, so that they grow (by doubling) only past a four-block group:
-                // each growth leaves a freed chunk in the arena of the thread that merged.
-                merge: Group::with_blocks(4),
+                // Sized at open, so that they grow (by doubling) only past a group of that many
+                // blocks (each growth leaves a freed chunk in the arena of the thread that
+                // merged): up to four blocks, at most about a sixteenth of the budget.
+                merge: Group::with_blocks(
+                    (budget / 16 / (PER_BLOCK * std::mem::size_of::<Rec>()) as u64).clamp(1, 4)
+                        as usize,
+                ),
                 evicted: Vec::with_capacity(PER_BLOCK),
                 prefixes: Vec::with_capacity(tomb_max),
                 disk_total: 0,
@@ -143,6 +147,12 @@ impl SmartStore {
     pub(super) fn tomb_room(&self) -> (usize, usize) {
         let g = self.inner.lock();
         (g.tombs.len(), g.tombs.capacity())
+    }
+
+    /// Capacity of the reused merge buffers (tests).
+    #[cfg(test)]
+    pub(super) fn scratch_bytes(&self) -> u64 {
+        self.inner.lock().scratch_bytes()
     }
 
     /// Fingerprints in memory and records on the medium.
