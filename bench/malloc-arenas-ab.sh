@@ -15,7 +15,7 @@ ensure_nodup
 RUNS=${RUNS:-5}
 B_ARENAS=${B_ARENAS:-$(nproc)}
 POLICY=${POLICY:-light}
-A_ARENAS=$((8 * $(nproc)))
+A_ARENAS=$((8 * $(getconf _NPROCESSORS_ONLN)))
 scratch_mount arenas
 run() { # BS JOBS DUP SIZE: MiB/s of one fio run on a fresh image
   rm -f "$W/img"

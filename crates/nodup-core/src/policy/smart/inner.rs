@@ -31,9 +31,10 @@ pub(super) struct Inner {
     /// grow (its `capacity()` shrinks as deleted slots use up room, its table does not).
     pub(super) tomb_bytes: u64,
     pub(super) io: Option<GroupIo>,
-    /// Reused buffers of the read-merge-write (see [`Group`]): the group being merged, the
-    /// records an eviction moves, the prefixes a tombstone flush visits. They keep the
-    /// capacity of the largest use, inside the budget's transient share.
+    /// Reused buffers of the read-merge-write (see [`Group`]): the group being merged and the
+    /// records an eviction moves (they keep the capacity of the largest group, which the
+    /// budget's transient share is meant for), and the prefixes a tombstone flush visits
+    /// (sized for the most tombstones, counted with them).
     pub(super) merge: Group,
     pub(super) evicted: Vec<Rec>,
     pub(super) prefixes: Vec<u32>,
@@ -468,8 +469,7 @@ impl Inner {
         (block
             + self.merge.recs.capacity() * std::mem::size_of::<Rec>()
             + self.merge.chain.capacity() * 8
-            + self.evicted.capacity() * std::mem::size_of::<Rec>()
-            + self.prefixes.capacity() * 4) as u64
+            + self.evicted.capacity() * std::mem::size_of::<Rec>()) as u64
     }
 
     pub(super) fn memory_bytes(&self) -> u64 {

@@ -73,8 +73,8 @@ pub struct BudgetSplit {
     /// Left unassigned for what the policy's work allocates while it runs, outside its
     /// structures: the store's merge buffers (kept from open, `merge_scratch_bytes` in
     /// stats), lookups' candidates, the blocks read to byte-verify a candidate, and the
-    /// allocator's slack around them (measured at 2 GiB with 512 KiB: -0.03 to +0.11 MiB
-    /// beyond the structures' accounting).
+    /// allocator's slack around them (measured at 2 GiB with 512 KiB before the merge buffers
+    /// were kept: -0.03 to +0.11 MiB beyond the structures' accounting).
     pub transient: u64,
     /// Prefix bits of the tree.
     pub prefix_bits: u32,

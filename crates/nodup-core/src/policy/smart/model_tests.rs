@@ -325,29 +325,40 @@ fn damaged_directories_are_refused() {
 
 #[test]
 fn merge_buffers_are_sized_by_the_budget_and_kept() {
-    // Reserved at open: at most four blocks' records, about a sixteenth of the budget, plus the
-    // group I/O's block buffer, one in-memory group's records and the tombstone prefixes.
-    for (budget, blocks, fill) in [
-        (8u64 << 10, 1u64, true),
-        (320 << 10, 4, true),
-        (3 << 20, 4, false),
-    ] {
+    // Reserved at open: a sixteenth of the budget in blocks' records (one to four), plus the
+    // group I/O's block buffer and one in-memory group's worth of records.
+    for (budget, blocks) in [(8u64 << 10, 1u64), (320 << 10, 4), (3 << 20, 4)] {
         let (s, _a, _m) = store(budget, 6, Eviction::GroupLru);
-        let at_open = s.scratch_bytes();
         let merge = blocks * (PER_BLOCK as u64 * 16 + 8);
-        assert!(at_open >= merge + BLOCK_SIZE as u64, "{budget}: {at_open}");
-        assert!(
-            at_open <= merge + BLOCK_SIZE as u64 + PER_BLOCK as u64 * 16 + budget / 32,
-            "{budget}: {at_open}"
+        let at_open = s.scratch_bytes();
+        assert_eq!(
+            at_open,
+            merge + BLOCK_SIZE as u64 + PER_BLOCK as u64 * 16,
+            "{budget}"
         );
-        if !fill {
-            continue;
-        }
-        // Evictions and merges within a group of that size reuse them: no growth.
-        for k in 0..s.node_capacity() + 100 {
-            s.insert(fp_of((k % 251) as u8) ^ k << 8, 32 * (k + 1));
-        }
-        assert!(s.counters().merges > 0);
-        assert_eq!(s.scratch_bytes(), at_open, "{budget}");
     }
+    // Groups that outgrow the buffer grow it (by doubling), and it keeps that size.
+    let (s, _a, _m) = store(8 << 10, 6, Eviction::GroupLru);
+    let at_open = s.scratch_bytes();
+    let fp = |k: u64| k.wrapping_mul(0x2545_F491_4F6C_DD1D);
+    for k in 0..40_000u64 {
+        s.insert(fp(k), 32 * (k + 1));
+        if k == 2_000 {
+            // Groups of about 30 records so far: merges reuse the buffer as it was.
+            assert!(s.counters().merges > 0);
+            assert_eq!(s.scratch_bytes(), at_open);
+        }
+    }
+    let (_, disk) = s.held();
+    let grown = s.scratch_bytes();
+    // 64 groups of about 625 records: past the one block reserved at open.
+    assert!(disk / 64 > PER_BLOCK as u64);
+    assert!(
+        grown >= at_open + (disk / 64 - PER_BLOCK as u64) * 16,
+        "{grown}"
+    );
+    for k in 40_000..40_500u64 {
+        s.insert(fp(k), 32 * (k + 1));
+    }
+    assert!(s.scratch_bytes() >= grown);
 }

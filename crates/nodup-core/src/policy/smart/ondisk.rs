@@ -103,9 +103,9 @@ pub(crate) struct GroupIo {
 }
 
 /// What a group read found: the records and the chain of blocks holding them. The store keeps
-/// one as its merge buffer and reads every group into it: vectors sized by each group and
-/// allocated in whichever thread evicts left free chunks of every size in every thread's malloc
-/// arena, memory the daemon kept without any structure using it.
+/// one as its merge buffer and reads every merged group into it: vectors sized by each group
+/// and allocated in whichever thread evicts left free chunks of every size in every thread's
+/// malloc arena, memory the daemon kept without any structure using it.
 #[derive(Default)]
 pub(crate) struct Group {
     pub(crate) recs: Vec<Rec>,
@@ -204,7 +204,7 @@ impl GroupIo {
     /// Read the group of `prefix` (`bits`-bit prefixes) starting at `head`, expected to hold
     /// `len` records in `nblocks` blocks, into `out` (cleared first; merges pass the same
     /// buffers every time, see [`Group`]). Any mismatch is an error (the caller drops the
-    /// group).
+    /// group), with `out` left partly filled.
     pub(crate) fn read(
         &mut self,
         bits: u32,
@@ -217,8 +217,10 @@ impl GroupIo {
         let Group { recs, chain } = out;
         recs.clear();
         chain.clear();
-        recs.reserve(len as usize);
-        chain.reserve(nblocks as usize);
+        // `len` and `nblocks` come from the saved directory: room for one block's worth at
+        // first, more only as validated blocks deliver records.
+        recs.reserve((len as usize).min(PER_BLOCK));
+        chain.reserve((nblocks as usize).min(4));
         self.walk(prefix, head, nblocks, |io, b, seq| {
             let n = io.read_block(b, bits, prefix, seq, recs.last().copied())?;
             recs.extend((0..n).map(|i| io.record(i)));
@@ -511,6 +513,26 @@ mod tests {
         );
         // Empty: every block goes back.
         assert!(rewrite(&mut g, p, chain2, &[]).is_empty());
+        assert_eq!(g.alloc.free_blocks(), 56);
+    }
+
+    #[test]
+    fn a_write_the_allocator_cannot_hold_gives_every_block_back() {
+        let mut g = io();
+        let p = 0x5a;
+        let recs: Vec<Rec> = (0..60 * PER_BLOCK as u64)
+            .map(|i| ((p as u64) << 56 | i, i))
+            .collect();
+        // 60 blocks from an allocator of 56: nothing taken stays taken.
+        let mut chain = Vec::new();
+        assert!(g.write(p, &mut chain, &recs).is_err());
+        assert!(chain.is_empty());
+        assert_eq!(g.alloc.free_blocks(), 56);
+        // Growing an existing group past it loses the group: its blocks go back too.
+        let mut chain = rewrite(&mut g, p, Vec::new(), &recs[..2 * PER_BLOCK]);
+        assert_eq!(g.alloc.free_blocks(), 54);
+        assert!(g.write(p, &mut chain, &recs).is_err());
+        assert!(chain.is_empty());
         assert_eq!(g.alloc.free_blocks(), 56);
     }
 

@@ -93,7 +93,8 @@ impl SmartStore {
         // The table behind the set: std's hash set holds 7/8 of its power-of-two slot count,
         // each slot a record and a control byte, plus one group of trailing control bytes.
         let slots = (tombs.capacity() as u64 * 8 / 7).next_power_of_two();
-        let tomb_bytes = slots * TOMB_SLOT_BYTES + 16;
+        // Plus the prefix list a flush sorts them into, kept for reuse.
+        let tomb_bytes = slots * TOMB_SLOT_BYTES + 16 + tomb_max as u64 * 4;
         let node = std::mem::size_of::<super::slab::Node>() as u64;
         let nodes =
             (budget.saturating_sub(tree_max + fixed + tomb_bytes) / node).clamp(64, 1 << 31);
@@ -112,7 +113,8 @@ impl SmartStore {
                 io,
                 // Sized at open, so that they grow (by doubling) only past a group of that many
                 // blocks (each growth leaves a freed chunk in the arena of the thread that
-                // merged): up to four blocks, at most about a sixteenth of the budget.
+                // merged): a sixteenth of the budget in whole blocks, at least one, at most four
+                // (four from a store budget of about 253 KiB).
                 merge: Group::with_blocks(
                     (budget / 16 / (PER_BLOCK * std::mem::size_of::<Rec>()) as u64).clamp(1, 4)
                         as usize,
