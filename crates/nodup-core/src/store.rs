@@ -63,6 +63,13 @@ pub trait FpStore: Send + Sync {
         self.find(fp, check)
     }
 
+    /// Problems with what the store keeps on the medium, found by reading and validating all
+    /// of it without changing anything (fsck, the audit); a store without a medium part has
+    /// none.
+    fn check_media(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Bring the entry at `loc` of `fp`, found by [`FpStore::find_deep`], into memory (a
     /// store without a medium part ignores it).
     fn promote(&self, _fp: u64, _loc: u64) {}

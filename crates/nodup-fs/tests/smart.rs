@@ -7,7 +7,7 @@
 mod common;
 use common::{block, create};
 
-use nodup_core::media::MemMedium;
+use nodup_core::media::{Medium, MemMedium};
 use nodup_core::meta::MetaLayoutKind;
 use nodup_core::policy::smart::SmartOptions;
 use nodup_core::policy::{PolicyKind, PolicyOptions};
@@ -198,6 +198,87 @@ fn queued_blocks_survive_an_unmount_and_a_crash() {
     check_file(&fs, b, &order);
     fs.smart_settle().unwrap();
     assert_eq!(physical(&fs), N, "the rebuilt store still finds every copy");
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+}
+
+/// Blocks holding the store's fingerprint groups: allocated, held by no file and no metadata,
+/// and starting with the group magic.
+fn group_blocks(fs: &FileSystem, m: &MemMedium) -> Vec<u64> {
+    let eng = fs.engine();
+    let (start, len) = eng.data_area();
+    let held: std::collections::HashSet<u64> = fs
+        .with_tables(|t| t.data_refs())
+        .into_iter()
+        .chain(fs.meta_blocks())
+        .collect();
+    let mut magic = [0u8; 8];
+    (start..start + len)
+        .filter(|&b| eng.allocator().is_allocated(b) && !held.contains(&b))
+        .filter(|&b| {
+            m.read(b * BLOCK_SIZE as u64, &mut magic).unwrap();
+            &magic == b"NDSGRP01"
+        })
+        .collect()
+}
+
+#[test]
+fn fsck_finds_a_damaged_fingerprint_group_and_repair_rebuilds_the_groups() {
+    let m = Arc::new(MemMedium::new(96 << 20));
+    let o = opts(SmartOptions::default(), 64 << 10);
+    let fs = format(&m, &o);
+    let (_, b, order) = unique_then_shuffled(&fs);
+    fs.smart_settle().unwrap();
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+    let groups = group_blocks(&fs, &m);
+    assert!(groups.len() > 8, "{} group blocks", groups.len());
+    assert_eq!(groups.len() as u64, fs.engine().store_owned_blocks());
+    fs.shutdown().unwrap();
+    drop(fs);
+    // One byte of one record of one group, behind the file system's back.
+    let at = groups[groups.len() / 2] * BLOCK_SIZE as u64 + 1000;
+    let mut x = [0u8; 1];
+    m.read(at, &mut x).unwrap();
+    m.write(at, &[x[0] ^ 0x40]).unwrap();
+    let fs = FileSystem::open(m.clone(), &o).unwrap();
+    assert_eq!(fs.recovery().kind, "clean");
+    let rep = fsck::check(&fs, false).unwrap();
+    assert_eq!(rep.problems.len(), 1, "{:?}", rep.problems);
+    assert!(
+        rep.problems[0].contains("fingerprint group") && rep.problems[0].contains("--repair"),
+        "{:?}",
+        rep.problems
+    );
+    // Checking is not the store's I/O: its counters stay as they were.
+    let io = |fs: &FileSystem| {
+        let s = fs.stats_json();
+        let st = &s["smart"]["engine"]["store"];
+        (
+            st["store_io_read_bytes"].clone(),
+            st["store_io_errors"].clone(),
+        )
+    };
+    let before = io(&fs);
+    assert_eq!(fs.engine().store_problems().len(), 1);
+    assert_eq!(io(&fs), before);
+    // The engine's audit reports it too; its lookups then drop the group, whose blocks stay
+    // allocated: fsck now finds them leaked.
+    assert_eq!(fs.engine().audit().unwrap().problems.len(), 1);
+    assert!(fs.engine().store_problems().is_empty());
+    let rep = fsck::check(&fs, false).unwrap();
+    assert_eq!(rep.problems.len(), 1, "{:?}", rep.problems);
+    assert!(rep.problems[0].contains("leaked"), "{:?}", rep.problems);
+    let rep = fsck::check(&fs, true).unwrap();
+    assert!(rep.consistent(), "{:?}", rep.problems);
+    assert!(!rep.repaired.is_empty());
+    check_file(&fs, b, &order);
+    // Every group is whole again, and duplicates are still found through them.
+    assert!(fs.engine().store_problems().is_empty());
+    let c = create(&fs, "c");
+    for s in 0..200 {
+        fs.write(c, s * BLOCK_SIZE as u64, &block(s)).unwrap();
+    }
+    fs.smart_settle().unwrap();
+    assert_eq!(physical(&fs), N);
     assert!(fsck::check(&fs, false).unwrap().consistent());
 }
 

@@ -109,14 +109,21 @@ impl Engine {
         self.store.dyn_store().owned_blocks()
     }
 
+    /// Problems with what the policy's fingerprint store keeps on the medium (its groups read
+    /// and validated whole; nothing changed). Call it while no writer is active.
+    pub fn store_problems(&self) -> Vec<String> {
+        self.store.dyn_store().check_media()
+    }
+
     /// Check entries, reverse map, index and layout counters against each other.
     pub fn audit(&self) -> Result<AuditReport> {
         let mut t = IoTally::default();
         let mut rep = AuditReport::default();
+        // First: the lookups below drop a damaged group they read.
+        let mut problems = self.store_problems();
         let total = self.geo.total_blocks as usize;
         let mut owner = vec![0u64; total];
         let mut valid = Vec::new();
-        let mut problems = Vec::new();
         let mut block = vec![0u8; BLOCK_SIZE];
         self.layout.for_each_slot(&mut |loc| {
             let e = self.meta.read_entry(&mut t, loc)?;

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use super::ondisk::{blocks_for, Group, GroupIo, Rec};
+use super::ondisk::{blocks_for, Group, GroupIo, MergeBuf, MergeError, OldGroup, Rec};
 use super::slab::{List, Slab, PROVISIONAL};
 use super::store::{Eviction, SmartCounters};
 use super::tree::{Leaf, PrefixTree, NIL};
@@ -31,11 +31,12 @@ pub(super) struct Inner {
     /// grow (its `capacity()` shrinks as deleted slots use up room, its table does not).
     pub(super) tomb_bytes: u64,
     pub(super) io: Option<GroupIo>,
-    /// Reused buffers of the read-merge-write (see [`Group`]): the group being merged and the
-    /// records an eviction moves (they keep the capacity of the largest group, which the
-    /// budget's transient share is meant for), and the prefixes a tombstone flush visits
-    /// (sized for the most tombstones, counted with them).
-    pub(super) merge: Group,
+    /// Reused buffers of the read-merge-write, kept from open (buffers allocated per merge, in
+    /// whichever thread evicts, left free chunks in every thread's malloc arena): the streaming
+    /// merge's queue and output block, and the records an eviction moves (both grow only with
+    /// the largest in-memory group, which the budget bounds); the prefixes a tombstone flush
+    /// visits (sized for the most tombstones, counted with them).
+    pub(super) merge: MergeBuf,
     pub(super) evicted: Vec<Rec>,
     pub(super) prefixes: Vec<u32>,
     /// Records on the medium (sum of the leaves' `disk_len`).
@@ -295,42 +296,16 @@ impl Inner {
         self.evicted = recs;
     }
 
-    /// Read the on-media group of `p` into `out` (left empty when there is none; a damaged one
-    /// is dropped and its fingerprints counted lost).
-    fn read_disk(&mut self, p: u32, out: &mut Group) {
-        out.recs.clear();
-        out.chain.clear();
-        let l = self.leaf(p);
-        let bits = self.tree.bits();
-        let Some(io) = self.io.as_mut() else {
-            return;
-        };
-        if l.disk_head == 0 {
-            return;
-        }
-        if io
-            .read(bits, p, l.disk_head, l.disk_len, l.disk_blocks, out)
-            .is_err()
-        {
-            out.recs.clear();
-            out.chain.clear();
-            self.drop_disk(p);
-        }
-    }
-
-    /// Forget the on-media group of `p` after a failed read: its fingerprints are counted lost,
-    /// and its blocks stay allocated (their chain is not trustworthy) until the next failure
-    /// recovery or fsck --repair rebuilds the allocator.
+    /// Forget the on-media group of `p` after it failed validation (the error already noted):
+    /// its fingerprints are counted lost, and its blocks stay allocated (their chain is not
+    /// trustworthy) until the next failure recovery or fsck --repair rebuilds the allocator.
     fn drop_disk(&mut self, p: u32) {
-        if let Some(io) = self.io.as_mut() {
-            io.errors += 1;
-        }
         self.st.dropped += self.leaf(p).disk_len as u64;
         self.set_disk(p, &[], 0);
     }
 
     /// Locations of the on-media records of `h` not yet tombstoned, reading only as far along
-    /// the group's chain as `h` can be (a damaged group is dropped as in [`Inner::read_disk`]).
+    /// the group's chain as `h` can be (a damaged group is dropped, [`Inner::drop_disk`]).
     pub(super) fn disk_candidates(&mut self, h: u64) -> Vec<u64> {
         let p = self.tree.prefix_of(h);
         let l = self.leaf(p);
@@ -342,10 +317,8 @@ impl Inner {
         if l.disk_head == 0 {
             return out;
         }
-        if io
-            .find(bits, p, l.disk_head, l.disk_blocks, h, &mut out)
-            .is_err()
-        {
+        if let Err(e) = io.find(bits, p, l.disk_head, l.disk_blocks, h, &mut out) {
+            io.note(&e);
             self.drop_disk(p);
             return Vec::new();
         }
@@ -366,36 +339,58 @@ impl Inner {
     }
 
     /// Read-merge-write: merge `add` (sorted) into the on-media group of `p`, applying the
-    /// tombstones of `p` on the way.
+    /// tombstones of `p` on the way (streamed block by block, `ondisk/merge.rs`).
     pub(super) fn merge_to_disk(&mut self, p: u32, add: &[Rec]) {
-        if self.io.is_none() {
+        let bits = self.tree.bits();
+        let l = self.leaf(p);
+        let Some(io) = self.io.as_mut() else {
             self.st.dropped += add.len() as u64;
             return;
+        };
+        self.st.merges += 1;
+        let old = (l.disk_head != 0).then_some(OldGroup {
+            head: l.disk_head,
+            len: l.disk_len,
+            nblocks: l.disk_blocks,
+        });
+        let mut buf = std::mem::take(&mut self.merge);
+        match io.merge(bits, p, old, add, &mut self.tombs, &mut buf) {
+            Ok(len) => self.set_disk(p, &buf.chain, len),
+            Err(MergeError::Damaged(e)) => {
+                // As a whole-group read that fails: the group is forgotten, the records added
+                // make a new one.
+                io.note(&e);
+                self.drop_disk(p);
+                let mut chain = std::mem::take(&mut buf.chain);
+                chain.clear();
+                self.store_group(p, &mut chain, add);
+                buf.chain = chain;
+            }
+            Err(MergeError::Failed(e)) => {
+                io.note(&e);
+                self.st.dropped += l.disk_len as u64 + add.len() as u64;
+                self.set_disk(p, &[], 0);
+            }
         }
-        let mut g = std::mem::take(&mut self.merge);
-        self.read_disk(p, &mut g);
-        if !self.tombs.is_empty() {
-            let tombs = &mut self.tombs;
-            g.recs.retain(|r| !tombs.remove(r));
-        }
-        g.recs.extend_from_slice(add);
-        g.recs.sort_unstable();
-        g.recs.dedup();
-        self.write_disk(p, &mut g.chain, &g.recs);
-        self.merge = g;
+        self.merge = buf;
     }
 
     /// Write `recs` as the group of `p` over `chain` (its current blocks; the new chain on
     /// return), dropping the group when the write fails.
     pub(super) fn write_disk(&mut self, p: u32, chain: &mut Vec<u64>, recs: &[Rec]) {
         self.st.merges += 1;
+        self.store_group(p, chain, recs);
+    }
+
+    /// [`Inner::write_disk`] without counting a merge.
+    fn store_group(&mut self, p: u32, chain: &mut Vec<u64>, recs: &[Rec]) {
         let Some(io) = self.io.as_mut() else {
             return;
         };
         match io.write(p, chain, recs) {
             Ok(()) => self.set_disk(p, chain, recs.len() as u32),
-            Err(_) => {
-                io.errors += 1;
+            Err(e) => {
+                io.note(&e);
                 self.st.dropped += recs.len() as u64;
                 self.set_disk(p, &[], 0);
             }
@@ -439,8 +434,8 @@ impl Inner {
         for &(op, len, head) in groups {
             let Some(io) = self.io.as_mut() else { return };
             let nb = blocks_for(len as usize) as u32;
-            if io.read(old_bits, op, head, len, nb, &mut g).is_err() {
-                io.errors += 1;
+            if let Err(e) = io.read(old_bits, op, head, len, nb, &mut g) {
+                io.note(&e);
                 self.st.dropped += len as u64;
                 continue;
             }
@@ -465,11 +460,8 @@ impl Inner {
     /// Capacity of the reused merge buffers and the block buffer of the group I/O (they count
     /// against the budget's transient share).
     pub(super) fn scratch_bytes(&self) -> u64 {
-        let block = self.io.as_ref().map_or(0, |_| crate::BLOCK_SIZE);
-        (block
-            + self.merge.recs.capacity() * std::mem::size_of::<Rec>()
-            + self.merge.chain.capacity() * 8
-            + self.evicted.capacity() * std::mem::size_of::<Rec>()) as u64
+        let block = self.io.as_ref().map_or(0, |_| crate::BLOCK_SIZE) as u64;
+        block + self.merge.bytes() + (self.evicted.capacity() * std::mem::size_of::<Rec>()) as u64
     }
 
     pub(super) fn memory_bytes(&self) -> u64 {

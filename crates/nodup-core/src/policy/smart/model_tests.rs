@@ -324,41 +324,29 @@ fn damaged_directories_are_refused() {
 }
 
 #[test]
-fn merge_buffers_are_sized_by_the_budget_and_kept() {
-    // Reserved at open: a sixteenth of the budget in blocks' records (one to four), plus the
-    // group I/O's block buffer and one in-memory group's worth of records.
-    for (budget, blocks) in [(8u64 << 10, 1u64), (320 << 10, 4), (3 << 20, 4)] {
+fn merge_buffers_do_not_grow_with_the_groups() {
+    // Reserved at open: the group I/O's block buffer, the merge's queue (two blocks' records)
+    // and output block, a chain list of four, one in-memory group's worth of records.
+    let open = BLOCK_SIZE as u64 + (4 * PER_BLOCK as u64) * 16 + 4 * 8;
+    for budget in [8u64 << 10, 320 << 10, 3 << 20] {
         let (s, _a, _m) = store(budget, 6, Eviction::GroupLru);
-        let merge = blocks * (PER_BLOCK as u64 * 16 + 8);
-        let at_open = s.scratch_bytes();
-        assert_eq!(
-            at_open,
-            merge + BLOCK_SIZE as u64 + PER_BLOCK as u64 * 16,
-            "{budget}"
-        );
+        assert_eq!(s.scratch_bytes(), open, "{budget}");
     }
-    // Groups that outgrow the buffer grow it (by doubling), and it keeps that size.
+    // 64 groups grown to about 15 blocks each (far past a budget of 8 KiB): the merge
+    // buffers keep their size but for the chain list, 8 bytes per block of the group.
     let (s, _a, _m) = store(8 << 10, 6, Eviction::GroupLru);
-    let at_open = s.scratch_bytes();
     let fp = |k: u64| k.wrapping_mul(0x2545_F491_4F6C_DD1D);
-    for k in 0..40_000u64 {
+    for k in 0..240_000u64 {
         s.insert(fp(k), 32 * (k + 1));
-        if k == 2_000 {
-            // Groups of about 30 records so far: merges reuse the buffer as it was.
-            assert!(s.counters().merges > 0);
-            assert_eq!(s.scratch_bytes(), at_open);
-        }
     }
     let (_, disk) = s.held();
-    let grown = s.scratch_bytes();
-    // 64 groups of about 625 records: past the one block reserved at open.
-    assert!(disk / 64 > PER_BLOCK as u64);
+    let blocks = (disk / 64).div_ceil(PER_BLOCK as u64);
+    assert!(blocks >= 14, "{blocks}");
+    assert!(s.counters().merges > 1000);
+    let chain_list = blocks.next_power_of_two() * 8;
     assert!(
-        grown >= at_open + (disk / 64 - PER_BLOCK as u64) * 16,
-        "{grown}"
+        s.scratch_bytes() <= open - 4 * 8 + chain_list * 2,
+        "{} {blocks}",
+        s.scratch_bytes()
     );
-    for k in 40_000..40_500u64 {
-        s.insert(fp(k), 32 * (k + 1));
-    }
-    assert!(s.scratch_bytes() >= grown);
 }

@@ -1,8 +1,8 @@
 //! The on-media groups of `smart`'s fingerprint store (SmartDedup §3.2): for each prefix, a
 //! sorted array of `(mixed fingerprint, entry location)` records in a chain of data-area blocks
-//! taken from the engine's allocator, grown and shrunk one block at a time. A group is read
-//! whole (one or two blocks on average), merged in memory and written back whole: eviction's
-//! read-merge-write.
+//! taken from the engine's allocator, grown and shrunk one block at a time. Eviction's
+//! read-merge-write streams a group block by block (`ondisk/merge.rs`), so its memory does not
+//! grow with the group.
 //!
 //! The groups are only a finding aid: every candidate they name is confirmed by the engine
 //! against the entry on the medium, and after a crash failure recovery discards them (their
@@ -36,6 +36,10 @@
 //! | 48     | 16·n  | records: mixed fingerprint u64, entry location u64, ascending by fingerprint |
 
 use std::sync::Arc;
+
+mod merge;
+
+pub(crate) use merge::{MergeBuf, MergeError, OldGroup};
 
 use crate::alloc::Allocator;
 use crate::codec::{le_u32, le_u64, put_u32, put_u64};
@@ -97,29 +101,19 @@ pub(crate) struct GroupIo {
     pub(crate) written_bytes: u64,
     /// Blocks read that failed validation or could not be read/written.
     pub(crate) errors: u64,
+    /// The last of those errors (for the stats: which group, which block, what was wrong).
+    pub(crate) last_error: Option<String>,
     /// The medium is mapped: lookups search blocks in place (module doc).
     mapped: bool,
     buf: Vec<u8>,
 }
 
-/// What a group read found: the records and the chain of blocks holding them. The store keeps
-/// one as its merge buffer and reads every merged group into it: vectors sized by each group
-/// and allocated in whichever thread evicts left free chunks of every size in every thread's
-/// malloc arena, memory the daemon kept without any structure using it.
+/// A group read whole: its records and the chain of blocks holding them. Only rebucketing at
+/// open (a changed prefix width) and tests read groups whole; merges stream them.
 #[derive(Default)]
 pub(crate) struct Group {
     pub(crate) recs: Vec<Rec>,
     pub(crate) chain: Vec<BlockNr>,
-}
-
-impl Group {
-    /// A merge buffer with room for a group of `blocks` blocks (it doubles past that).
-    pub(crate) fn with_blocks(blocks: usize) -> Group {
-        Group {
-            recs: Vec::with_capacity(blocks * PER_BLOCK),
-            chain: Vec::with_capacity(blocks),
-        }
-    }
 }
 
 impl GroupIo {
@@ -133,6 +127,7 @@ impl GroupIo {
             read_bytes: 0,
             written_bytes: 0,
             errors: 0,
+            last_error: None,
             mapped,
             buf: vec![0u8; BLOCK_SIZE],
         }
@@ -202,8 +197,7 @@ impl GroupIo {
     }
 
     /// Read the group of `prefix` (`bits`-bit prefixes) starting at `head`, expected to hold
-    /// `len` records in `nblocks` blocks, into `out` (cleared first; merges pass the same
-    /// buffers every time, see [`Group`]). Any mismatch is an error (the caller drops the
+    /// `len` records in `nblocks` blocks, into `out` (cleared first). Any mismatch is an error (the caller drops the
     /// group), with `out` left partly filled.
     pub(crate) fn read(
         &mut self,
@@ -412,31 +406,52 @@ impl GroupIo {
             chain.truncate(want);
         }
         for (k, part) in recs.chunks(PER_BLOCK).enumerate() {
-            let x = &mut self.buf;
-            x.fill(0);
-            x[off::MAGIC..off::MAGIC + 8].copy_from_slice(&GROUP_MAGIC);
-            put_u32(x, off::VERSION, GROUP_VERSION);
-            put_u32(x, off::PREFIX, prefix);
-            put_u32(x, off::SEQ, k as u32);
-            put_u32(x, off::COUNT, part.len() as u32);
-            put_u64(x, off::NEXT, chain.get(k + 1).copied().unwrap_or(0));
-            for (i, &(h, loc)) in part.iter().enumerate() {
-                let o = off::RECORDS + i * REC_SIZE;
-                put_u64(x, o, h);
-                put_u64(x, o + 8, loc);
-            }
-            let c = checksum(x);
-            put_u64(x, off::CHECKSUM, c);
-            let at = chain[k] * BLOCK_SIZE as u64;
-            if let Err(e) = self.medium.write(at, x) {
+            let next = chain.get(k + 1).copied().unwrap_or(0);
+            if let Err(e) = self.put_block(chain[k], prefix, k, next, part) {
                 self.give_back(chain);
                 chain.clear();
                 return Err(e);
             }
-            self.medium.flush(at, BLOCK_SIZE as u64);
-            self.written_bytes += BLOCK_SIZE as u64;
         }
         Ok(())
+    }
+
+    /// Write `recs` (at most a block's) as block `at`, position `seq` of the group of
+    /// `prefix`, followed by `next` (0 for the last).
+    fn put_block(
+        &mut self,
+        at: BlockNr,
+        prefix: u32,
+        seq: usize,
+        next: BlockNr,
+        recs: &[Rec],
+    ) -> Result<()> {
+        let x = &mut self.buf;
+        x.fill(0);
+        x[off::MAGIC..off::MAGIC + 8].copy_from_slice(&GROUP_MAGIC);
+        put_u32(x, off::VERSION, GROUP_VERSION);
+        put_u32(x, off::PREFIX, prefix);
+        put_u32(x, off::SEQ, seq as u32);
+        put_u32(x, off::COUNT, recs.len() as u32);
+        put_u64(x, off::NEXT, next);
+        for (i, &(h, loc)) in recs.iter().enumerate() {
+            let o = off::RECORDS + i * REC_SIZE;
+            put_u64(x, o, h);
+            put_u64(x, o + 8, loc);
+        }
+        let c = checksum(x);
+        put_u64(x, off::CHECKSUM, c);
+        let at = at * BLOCK_SIZE as u64;
+        self.medium.write(at, x)?;
+        self.medium.flush(at, BLOCK_SIZE as u64);
+        self.written_bytes += BLOCK_SIZE as u64;
+        Ok(())
+    }
+
+    /// Count a failed group read or write and keep its message.
+    pub(crate) fn note(&mut self, e: &Error) {
+        self.errors += 1;
+        self.last_error = Some(e.to_string());
     }
 
     /// Return group blocks to the allocator.

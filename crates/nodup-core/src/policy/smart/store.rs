@@ -29,7 +29,7 @@ use std::collections::HashSet;
 use parking_lot::Mutex;
 
 use super::inner::{Inner, BUCKETS, TOMB_SLOT_BYTES};
-use super::ondisk::{blocks_for, Group, GroupIo, Rec, PER_BLOCK};
+use super::ondisk::{blocks_for, Group, GroupIo, MergeBuf, Rec, PER_BLOCK};
 use super::slab::{List, Slab, PROVISIONAL};
 use super::tree::{Leaf, PrefixTree, NIL};
 use crate::index::mix;
@@ -51,6 +51,9 @@ crate::named_enum! {
 }
 
 /// Directory magic in the save area.
+/// Damaged groups [`FpStore::check_media`] describes one by one (the rest are counted).
+const MAX_GROUP_MESSAGES: usize = 16;
+
 const DIR_MAGIC: u64 = u64::from_le_bytes(*b"NDSMDIR1");
 
 /// Counters of the store (reported by `nodup stats`).
@@ -111,14 +114,7 @@ impl SmartStore {
                 tomb_max,
                 tomb_bytes,
                 io,
-                // Sized at open, so that they grow (by doubling) only past a group of that many
-                // blocks (each growth leaves a freed chunk in the arena of the thread that
-                // merged): a sixteenth of the budget in whole blocks, at least one, at most four
-                // (four from a store budget of about 253 KiB).
-                merge: Group::with_blocks(
-                    (budget / 16 / (PER_BLOCK * std::mem::size_of::<Rec>()) as u64).clamp(1, 4)
-                        as usize,
-                ),
+                merge: MergeBuf::new(),
                 evicted: Vec::with_capacity(PER_BLOCK),
                 prefixes: Vec::with_capacity(tomb_max),
                 disk_total: 0,
@@ -368,6 +364,43 @@ impl FpStore for SmartStore {
         false
     }
 
+    fn check_media(&self) -> Vec<String> {
+        let mut g = self.inner.lock();
+        let bits = g.tree.bits();
+        let groups: Vec<(u32, Leaf)> = g
+            .tree
+            .leaves()
+            .filter(|(_, l)| l.disk_head != 0)
+            .map(|(p, l)| (p, *l))
+            .collect();
+        let Some(io) = g.io.as_mut() else {
+            return Vec::new();
+        };
+        // A check is not the store's I/O: its counters stay as they were.
+        let counters = (io.read_bytes, io.errors);
+        let mut out = Vec::new();
+        let mut bad = 0usize;
+        let mut grp = Group::default();
+        for (p, l) in groups {
+            if let Err(e) = io.read(bits, p, l.disk_head, l.disk_len, l.disk_blocks, &mut grp) {
+                bad += 1;
+                if out.len() < MAX_GROUP_MESSAGES {
+                    out.push(format!(
+                        "{e} (its fingerprints are not found until failure recovery or fsck --repair rebuilds the groups)"
+                    ));
+                }
+            }
+        }
+        if bad > out.len() {
+            out.push(format!(
+                "{} more damaged fingerprint groups",
+                bad - out.len()
+            ));
+        }
+        (io.read_bytes, io.errors) = counters;
+        out
+    }
+
     fn owned_blocks(&self) -> u64 {
         let g = self.inner.lock();
         g.tree.leaves().map(|(_, l)| l.disk_blocks as u64).sum()
@@ -392,6 +425,7 @@ impl FpStore for SmartStore {
         let (read, written, errors) =
             g.io.as_ref()
                 .map_or((0, 0, 0), |io| (io.read_bytes, io.written_bytes, io.errors));
+        let last_error = g.io.as_ref().and_then(|io| io.last_error.clone());
         Some(serde_json::json!({
             "eviction": g.eviction.name(),
             "prefix_bits": g.tree.bits(),
@@ -411,6 +445,7 @@ impl FpStore for SmartStore {
             "store_io_read_bytes": read,
             "store_io_written_bytes": written,
             "store_io_errors": errors,
+            "store_io_last_error": last_error,
             "counters": g.st,
         }))
     }
