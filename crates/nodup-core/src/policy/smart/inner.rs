@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use super::ondisk::{blocks_for, Group, GroupIo, MergeBuf, MergeError, OldGroup, Rec};
+use super::ondisk::{blocks_for, GroupIo, GroupWriter, MergeBuf, MergeError, OldGroup, Rec};
 use super::slab::{List, Slab, PROVISIONAL};
 use super::store::{Eviction, SmartCounters};
 use super::tree::{Leaf, PrefixTree, NIL};
@@ -425,35 +425,61 @@ impl Inner {
     }
 
     /// Rewrite the groups saved with `old_bits` for this tree's prefixes, streaming in
-    /// fingerprint order (prefix order is fingerprint order for both widths).
+    /// fingerprint order (prefix order is fingerprint order for both widths; `ondisk/stream.rs`).
+    /// An old group's blocks go back once it has been read; a damaged one keeps what its
+    /// validated blocks held.
     pub(super) fn rebucket(&mut self, old_bits: u32, groups: &[(u32, u32, u64)]) {
+        // Taken out so that finished groups can be recorded while blocks are read through it.
+        let Some(mut io) = self.io.take() else {
+            return;
+        };
         let bits = self.tree.bits();
-        let mut cur: Option<u32> = None;
-        let mut buf: Vec<Rec> = Vec::new();
-        let mut g = Group::default();
+        let mut w: Option<GroupWriter> = None;
         for &(op, len, head) in groups {
-            let Some(io) = self.io.as_mut() else { return };
             let nb = blocks_for(len as usize) as u32;
-            if let Err(e) = io.read(old_bits, op, head, len, nb, &mut g) {
-                io.note(&e);
-                self.st.dropped += len as u64;
-                continue;
-            }
-            io.give_back(&g.chain);
-            for &r in &g.recs {
-                let np = (r.0 >> (64 - bits)) as u32;
-                if cur != Some(np) {
-                    if let Some(cp) = cur {
-                        self.write_disk(cp, &mut Vec::new(), &buf);
-                        buf.clear();
+            let mut got = 0u64;
+            let read = io.read_each(old_bits, op, head, nb, |io, recs| {
+                for &r in recs {
+                    let np = (r.0 >> (64 - bits)) as u32;
+                    if let Some(done) = w.take_if(|w| w.prefix() != np) {
+                        self.finish_group(io, done);
                     }
-                    cur = Some(np);
+                    w.get_or_insert_with(|| GroupWriter::new(np)).push(io, r);
+                    got += 1;
                 }
-                buf.push(r);
+            });
+            match read {
+                Ok(chain) if got == len as u64 => io.give_back(&chain),
+                Ok(chain) => {
+                    // Validated blocks, a directory that disagrees: the records are kept.
+                    io.note(&crate::Error::Corrupt(format!(
+                        "fingerprint group {op}: {got} records, expected {len}"
+                    )));
+                    self.st.dropped += (len as u64).saturating_sub(got);
+                    io.give_back(&chain);
+                }
+                Err(e) => {
+                    io.note(&e);
+                    self.st.dropped += (len as u64).saturating_sub(got);
+                }
             }
         }
-        if let Some(cp) = cur {
-            self.write_disk(cp, &mut Vec::new(), &buf);
+        if let Some(done) = w.take() {
+            self.finish_group(&mut io, done);
+        }
+        self.io = Some(io);
+    }
+
+    /// Record a group [`Inner::rebucket`] wrote (or count its records lost).
+    fn finish_group(&mut self, io: &mut GroupIo, w: GroupWriter) {
+        self.st.merges += 1;
+        let p = w.prefix();
+        match w.finish(io) {
+            Ok((chain, len)) => self.set_disk(p, &chain, len),
+            Err((e, lost)) => {
+                io.note(&e);
+                self.st.dropped += lost as u64;
+            }
         }
     }
 

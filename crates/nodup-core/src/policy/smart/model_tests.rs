@@ -350,3 +350,40 @@ fn merge_buffers_do_not_grow_with_the_groups() {
         s.scratch_bytes()
     );
 }
+
+#[test]
+fn groups_of_many_blocks_are_rebucketed_for_another_width() {
+    // 64 groups of about 940 records (four blocks), saved, then opened with wider and with
+    // narrower prefixes: every fingerprint is found, none is lost, and the allocator holds
+    // exactly the new groups' blocks.
+    let (s, a, m) = store(8 << 10, 6, Eviction::GroupLru);
+    let fp = |k: u64| k.wrapping_mul(0x2545_F491_4F6C_DD1D);
+    let n = 60_000u64;
+    for k in 0..n {
+        s.insert(fp(k), 32 * (k + 1));
+    }
+    let mut w = s.save_words().unwrap().unwrap();
+    for bits in [8u32, 7, 6] {
+        let s2 = SmartStore::new(
+            8 << 10,
+            bits,
+            Eviction::GroupLru,
+            Some(GroupIo::new(m.clone(), a.clone())),
+        );
+        s2.restore_words(&w).unwrap();
+        assert_eq!(s2.prefix_bits(), bits);
+        assert_eq!(s2.counters().dropped, 0);
+        assert_eq!(s2.held().1, n, "{bits}");
+        assert_eq!(a.len() - a.free_blocks(), s2.owned_blocks(), "{bits}");
+        assert!(s2.check_media().is_empty());
+        for k in (0..n).step_by(97) {
+            let loc = 32 * (k + 1);
+            assert_eq!(
+                s2.find_deep(fp(k), &mut |l| l == loc, false),
+                Some(loc),
+                "{bits} {k}"
+            );
+        }
+        w = s2.save_words().unwrap().unwrap();
+    }
+}

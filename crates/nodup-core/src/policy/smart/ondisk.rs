@@ -38,8 +38,10 @@
 use std::sync::Arc;
 
 mod merge;
+mod stream;
 
 pub(crate) use merge::{MergeBuf, MergeError, OldGroup};
+pub(crate) use stream::GroupWriter;
 
 use crate::alloc::Allocator;
 use crate::codec::{le_u32, le_u64, put_u32, put_u64};
@@ -108,8 +110,8 @@ pub(crate) struct GroupIo {
     buf: Vec<u8>,
 }
 
-/// A group read whole: its records and the chain of blocks holding them. Only rebucketing at
-/// open (a changed prefix width) and tests read groups whole; merges stream them.
+/// A group read whole: its records and the chain of blocks holding them. Only fsck's check
+/// and tests read groups whole; merges and rebucketing stream them.
 #[derive(Default)]
 pub(crate) struct Group {
     pub(crate) recs: Vec<Rec>,
