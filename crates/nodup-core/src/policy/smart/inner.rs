@@ -326,6 +326,15 @@ impl Inner {
         out
     }
 
+    /// Every prefix with an on-media group, with its leaf.
+    pub(super) fn media_groups(&self) -> Vec<(u32, Leaf)> {
+        self.tree
+            .leaves()
+            .filter(|(_, l)| l.disk_head != 0)
+            .map(|(p, l)| (p, *l))
+            .collect()
+    }
+
     pub(super) fn set_disk(&mut self, p: u32, chain: &[u64], len: u32) {
         let old = self.leaf(p).disk_len as u64;
         self.disk_total = self.disk_total - old + len as u64;

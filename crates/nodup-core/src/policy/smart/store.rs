@@ -31,7 +31,7 @@ use parking_lot::Mutex;
 use super::inner::{Inner, BUCKETS, TOMB_SLOT_BYTES};
 use super::ondisk::{blocks_for, Group, GroupIo, MergeBuf, Rec, PER_BLOCK};
 use super::slab::{List, Slab, PROVISIONAL};
-use super::tree::{Leaf, PrefixTree, NIL};
+use super::tree::{PrefixTree, NIL};
 use crate::index::mix;
 use crate::store::FpStore;
 use crate::{Error, Result};
@@ -286,12 +286,7 @@ impl FpStore for SmartStore {
         if let Some(io) = g.io.as_ref() {
             io.fence()?;
         }
-        let groups: Vec<(u32, Leaf)> = g
-            .tree
-            .leaves()
-            .filter(|(_, l)| l.disk_head != 0)
-            .map(|(p, l)| (p, *l))
-            .collect();
+        let groups = g.media_groups();
         let mut w = Vec::with_capacity(2 + 2 * groups.len());
         w.push(DIR_MAGIC);
         w.push(g.tree.bits() as u64 | (groups.len() as u64) << 32);
@@ -367,12 +362,7 @@ impl FpStore for SmartStore {
     fn check_media(&self) -> Vec<String> {
         let mut g = self.inner.lock();
         let bits = g.tree.bits();
-        let groups: Vec<(u32, Leaf)> = g
-            .tree
-            .leaves()
-            .filter(|(_, l)| l.disk_head != 0)
-            .map(|(p, l)| (p, *l))
-            .collect();
+        let groups = g.media_groups();
         let Some(io) = g.io.as_mut() else {
             return Vec::new();
         };
