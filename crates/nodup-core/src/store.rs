@@ -70,6 +70,12 @@ pub trait FpStore: Send + Sync {
         Vec::new()
     }
 
+    /// True when the store keeps `fp` at `loc` anywhere (memory or medium), changing nothing:
+    /// the audit's question. The default asks [`FpStore::find_deep`] without promotion.
+    fn holds(&self, fp: u64, loc: u64) -> bool {
+        self.find_deep(fp, &mut |l| l == loc, false).is_some()
+    }
+
     /// Bring the entry at `loc` of `fp`, found by [`FpStore::find_deep`], into memory (a
     /// store without a medium part ignores it).
     fn promote(&self, _fp: u64, _loc: u64) {}

@@ -119,7 +119,6 @@ impl Engine {
     pub fn audit(&self) -> Result<AuditReport> {
         let mut t = IoTally::default();
         let mut rep = AuditReport::default();
-        // First: the lookups below drop a damaged group they read.
         let mut problems = self.store_problems();
         let total = self.geo.total_blocks as usize;
         let mut owner = vec![0u64; total];
@@ -158,12 +157,7 @@ impl Engine {
             }
             let _sh = self.locks.lock(e.fp);
             // Anywhere the store keeps it (a two-level store: memory or medium).
-            if self
-                .store
-                .dyn_store()
-                .find_deep(e.fp, &mut |l| l == loc, false)
-                .is_some()
-            {
+            if self.store.dyn_store().holds(e.fp, loc) {
                 rep.indexed_entries += 1;
             }
             Ok(())

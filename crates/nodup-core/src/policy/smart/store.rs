@@ -182,6 +182,33 @@ impl FpStore for SmartStore {
         Some(loc)
     }
 
+    fn holds(&self, fp: u64, loc: u64) -> bool {
+        let h = mix(fp);
+        let mut g = self.inner.lock();
+        let p = g.tree.prefix_of(h);
+        if g.node_of(p, h, loc).is_some() {
+            return true;
+        }
+        // Read-only: a damaged group is not dropped here (`check_media` reports it), and the
+        // store's I/O counters stay as they were.
+        let l = g.leaf(p);
+        let bits = g.tree.bits();
+        let Some(io) = g.io.as_mut() else {
+            return false;
+        };
+        if l.disk_head == 0 {
+            return false;
+        }
+        let counters = (io.read_bytes, io.errors);
+        let mut out = Vec::new();
+        let found = io
+            .find(bits, p, l.disk_head, l.disk_blocks, h, &mut out)
+            .is_ok()
+            && out.contains(&loc);
+        (io.read_bytes, io.errors) = counters;
+        found && !g.tombs.contains(&(h, loc))
+    }
+
     fn promote(&self, fp: u64, loc: u64) {
         let h = mix(fp);
         let mut g = self.inner.lock();
