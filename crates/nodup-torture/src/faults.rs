@@ -25,7 +25,8 @@ pub struct FaultStats {
     pub fired: u64,
     /// Trials that broke a promise.
     pub violations: u64,
-    /// Fired faults the operation did not report (it returned success).
+    /// Fired faults the operation did not report (it returned success; a short copy counts as
+    /// reported, see `run_op`).
     pub swallowed: u64,
     /// Of those, the ones the engine counted as absorbed (`media_errors_absorbed` in the stats).
     pub counted_absorbed: u64,

@@ -354,7 +354,15 @@ pub fn run_op(fs: &FileSystem, op: &Op) -> Result<(), FsError> {
             fs.link(ino_of(fs, a)?, parent_of(fs, b)?, b.name.as_bytes())?;
         }
         Op::Copy(a, off_in, b, off_out, len) => {
-            fs.copy_range(ino_of(fs, a)?, *off_in, ino_of(fs, b)?, *off_out, *len)?;
+            let src = ino_of(fs, a)?;
+            let want = (*len).min(fs.getattr(src)?.size.saturating_sub(*off_in));
+            let n = fs.copy_range(src, *off_in, ino_of(fs, b)?, *off_out, *len)?;
+            // A short count is how copy_file_range reports an error after some bytes were
+            // copied (as write(2) does): the caller is told, so it counts as a reported EIO,
+            // not a swallowed fault.
+            if n < want {
+                return Err(FsError::Errno(libc::EIO));
+            }
         }
         Op::Remap(a, index, others, span) => {
             let ino = ino_of(fs, a)?;
