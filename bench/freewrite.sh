@@ -104,7 +104,7 @@ case $part in
     if (( run % 2 )); then order=(on off); else order=(off on); fi
     for fw in "${order[@]}"; do one "$medium" "$store" mixed 1024 $fw 0.125 "$SPEED_SIZE" speed "$run"; done ;;
   report)
-    python3 -c 'import matplotlib' 2>/dev/null || pip install -q matplotlib
+    ensure_matplotlib
     NODUP=${NODUP:-} python3 bench/freewrite_report.py "$RAW" "$OUT" ;;
   all)
     X=/work/tools/cpu-exclusive

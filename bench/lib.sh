@@ -105,3 +105,12 @@ ensure_nodup() {
     NODUP=$PWD/target/release/nodup
   fi
 }
+
+# ensure_matplotlib: the plots of the *_report.py scripts need it; installed when missing (pip,
+# else the Debian package), so a fresh machine needs nothing installed by hand.
+ensure_matplotlib() {
+  python3 -c 'import matplotlib' 2>/dev/null && return
+  python3 -m pip install -q matplotlib >/dev/null 2>&1 ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-matplotlib >/dev/null 2>&1 || true
+  python3 -c 'import matplotlib' 2>/dev/null || { echo "matplotlib is missing and could not be installed (pip install matplotlib)" >&2; return 1; }
+}

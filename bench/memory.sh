@@ -15,6 +15,7 @@ set -euo pipefail
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 source bench/lib.sh
+ensure_matplotlib
 source bench/systems.sh
 QUICK=${QUICK:-0}
 SIZES=${SIZES:-$([[ $QUICK == 1 ]] && echo "256 1024" || echo "1024 2048 4096 8192")}
