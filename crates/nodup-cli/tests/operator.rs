@@ -202,6 +202,38 @@ fn stats_and_fsck_leave_the_image_byte_identical() {
         fx.umount();
         ok(fx.fsck());
     }
+    // A `smart` image last mounted with another budget than the one recorded at mkfs: its
+    // fingerprint groups were saved for other prefixes. stats and fsck read them as saved
+    // (every fingerprint counted) and still write nothing.
+    let fx = Fixture::new(
+        "ro-smart",
+        "64M",
+        &["--policy", "smart", "--mem-budget", "64K"],
+    );
+    fx.mount(&["--mem-budget", "1M"]);
+    let data: Vec<u8> = (0..3000u32 * 1024)
+        .flat_map(|i| (i ^ 0x5bd1_e995).to_le_bytes())
+        .collect();
+    fs::write(fx.path("a"), &data).unwrap();
+    fx.umount();
+    let img = fx.img.to_str().unwrap();
+    let before = sha(&fx.img);
+    let js: serde_json::Value =
+        serde_json::from_str(&ok(nodup(&["stats", img, "--json"]))).unwrap();
+    assert_eq!(js["index_entries"], 3000, "{js}");
+    assert_eq!(
+        js["smart"]["engine"]["store"]["fingerprints_on_media"],
+        3000
+    );
+    ok(fx.fsck());
+    assert!(
+        sha(&fx.img) == before,
+        "smart: stats/fsck wrote to a clean image"
+    );
+    fx.mount(&[]);
+    assert_eq!(fs::read(fx.path("a")).unwrap(), data);
+    fx.umount();
+    ok(fx.fsck());
     // Not a mount point, not an image: one line, no errno noise.
     one_line(
         &fail(&nodup(&["stats", "/tmp"])),

@@ -137,6 +137,10 @@ pub trait FpStore: Send + Sync {
         ))
     }
 
+    /// The image is being opened for writing: a store may now rewrite on the medium what a
+    /// read-only open had to leave as it was (called once, before the first write).
+    fn begin_writes(&self) {}
+
     /// Fingerprints held.
     fn len(&self) -> u64;
 

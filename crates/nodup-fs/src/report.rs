@@ -129,9 +129,15 @@ impl FileSystem {
     /// `smart`'s figures: the policy, its store and read cache, the worker and skipped buffer,
     /// and the memory of each structure against the budget.
     fn smart_report(&self) -> Option<serde_json::Value> {
-        let s = self.smart.as_ref()?;
+        if self.engine.policy_kind() != nodup_core::policy::PolicyKind::Smart {
+            return None;
+        }
         let eng = self.engine.policy_report();
-        let fsr = s.report();
+        // A read-only open (the stats of an unmounted image) runs no worker: `fs` is null.
+        let fsr = self
+            .smart
+            .as_ref()
+            .map_or(serde_json::Value::Null, |s| s.report());
         let mem =
             |v: &serde_json::Value, p: &str| v.pointer(p).and_then(|x| x.as_u64()).unwrap_or(0);
         let store = mem(&eng, "/store/memory/total_bytes");

@@ -293,6 +293,69 @@ fn fsck_finds_a_damaged_fingerprint_group_and_repair_rebuilds_the_groups() {
 }
 
 #[test]
+fn a_read_only_open_with_another_budget_writes_nothing_and_sees_every_group() {
+    // Groups saved by a mount with a larger budget (wider prefixes), then the image checked
+    // with the budget recorded at mkfs, as `nodup fsck` and `nodup stats IMAGE` do: nothing is
+    // written, every group is read at the width it was saved with (a damaged one is found),
+    // and only a read-write open rewrites them for the narrower prefixes.
+    let m = Arc::new(MemMedium::new(96 << 20));
+    let small = opts(SmartOptions::default(), 64 << 10);
+    let fs = format(&m, &small);
+    let (_, b, order) = unique_then_shuffled(&fs);
+    fs.smart_settle().unwrap();
+    fs.shutdown().unwrap();
+    drop(fs);
+    let bits =
+        |fs: &FileSystem| fs.stats_json()["smart"]["engine"]["store"]["prefix_bits"].as_u64();
+    let big = opts(SmartOptions::default(), 1 << 20);
+    let fs = FileSystem::open(m.clone(), &big).unwrap();
+    let wide = bits(&fs);
+    let held = fs.engine().stats().index_entries;
+    assert!(held >= N, "{held}");
+    fs.shutdown().unwrap();
+    let groups = group_blocks(&fs, &m);
+    drop(fs);
+    let image = |m: &MemMedium| {
+        let mut v = vec![0u8; 96 << 20];
+        m.read(0, &mut v).unwrap();
+        v
+    };
+    let read_only = FsOptions {
+        read_only: true,
+        ..small.clone()
+    };
+    let before = image(&m);
+    let fs = FileSystem::open(m.clone(), &read_only).unwrap();
+    assert_eq!(bits(&fs), wide);
+    assert_eq!(fs.engine().stats().index_entries, held);
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+    check_file(&fs, b, &order);
+    drop(fs);
+    assert!(image(&m) == before, "a read-only open wrote to the image");
+    // A damaged group of the wider width is found by the read-only check.
+    let at = groups[groups.len() / 2] * BLOCK_SIZE as u64 + 1000;
+    let mut x = [0u8; 1];
+    m.read(at, &mut x).unwrap();
+    m.write(at, &[x[0] ^ 0x40]).unwrap();
+    let fs = FileSystem::open(m.clone(), &read_only).unwrap();
+    let rep = fsck::check(&fs, false).unwrap();
+    assert_eq!(rep.problems.len(), 1, "{:?}", rep.problems);
+    assert!(
+        rep.problems[0].contains("fingerprint group"),
+        "{:?}",
+        rep.problems
+    );
+    drop(fs);
+    m.write(at, &x).unwrap();
+    // Opened for writing with the small budget: rebucketed, nothing lost.
+    let fs = FileSystem::open(m.clone(), &small).unwrap();
+    assert!(bits(&fs) < wide, "{:?} {wide:?}", bits(&fs));
+    assert_eq!(fs.engine().stats().index_entries, held);
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+    fs.shutdown().unwrap();
+}
+
+#[test]
 fn memory_stays_in_the_budget_while_unique_data_grows_ten_times_past_it() {
     let m = Arc::new(MemMedium::new(96 << 20));
     let budget = 64 << 10;

@@ -338,6 +338,9 @@ impl Engine {
         if self.state.load(Ordering::Acquire) != STATE_READ_ONLY {
             return Ok(());
         }
+        // Before the image is marked in use: what the store rewrites goes to free blocks, so
+        // an interruption leaves the clean image as it was.
+        self.store.dyn_store().begin_writes();
         let mut s = self.sb.lock();
         if s.clean {
             s.clean = false;

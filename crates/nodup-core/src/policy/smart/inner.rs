@@ -327,6 +327,21 @@ impl Inner {
     }
 
     /// Every prefix with an on-media group, with its leaf.
+    /// Every in-memory group merged to the medium and the tombstones applied (clean shutdown,
+    /// and before the groups are rewritten for another prefix width).
+    pub(super) fn merge_all_to_media(&mut self) {
+        let resident: Vec<u32> = self
+            .tree
+            .leaves()
+            .filter(|(_, l)| l.mem_len > 0)
+            .map(|(p, _)| p)
+            .collect();
+        for p in resident {
+            self.evict_group(p);
+        }
+        self.flush_tombs();
+    }
+
     pub(super) fn media_groups(&self) -> Vec<(u32, Leaf)> {
         self.tree
             .leaves()

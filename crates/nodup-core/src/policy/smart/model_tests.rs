@@ -137,6 +137,9 @@ fn run(ops: Vec<Op>, ev: Eviction, mapped: bool) -> Result<(), TestCaseError> {
                 let s2 =
                     SmartStore::new(budget, bits, ev, Some(GroupIo::new(m.clone(), a.clone())));
                 s2.restore_words(&w).unwrap();
+                // Opened read-only, the groups keep their saved width; writes rebucket them.
+                prop_assert_eq!(s2.held(), (0, s.held().1));
+                s2.begin_writes();
                 s = s2;
             }
         }
@@ -354,8 +357,9 @@ fn merge_buffers_do_not_grow_with_the_groups() {
 #[test]
 fn groups_of_many_blocks_are_rebucketed_for_another_width() {
     // 64 groups of about 940 records (four blocks), saved, then opened with wider and with
-    // narrower prefixes: every fingerprint is found, none is lost, and the allocator holds
-    // exactly the new groups' blocks.
+    // narrower prefixes: read-only, the groups are read at the width they were saved with;
+    // opened for writing, they are rewritten for the new one, every fingerprint is found, none
+    // is lost, and the allocator holds exactly the new groups' blocks.
     let (s, a, m) = store(8 << 10, 6, Eviction::GroupLru);
     let fp = |k: u64| k.wrapping_mul(0x2545_F491_4F6C_DD1D);
     let n = 60_000u64;
@@ -363,6 +367,12 @@ fn groups_of_many_blocks_are_rebucketed_for_another_width() {
         s.insert(fp(k), 32 * (k + 1));
     }
     let mut w = s.save_words().unwrap().unwrap();
+    let image = |m: &Arc<dyn Medium>| {
+        let mut v = vec![0u8; (BLOCKS * BLOCK_SIZE as u64) as usize];
+        m.read(0, &mut v).unwrap();
+        v
+    };
+    let mut saved_bits = 6;
     for bits in [8u32, 7, 6] {
         let s2 = SmartStore::new(
             8 << 10,
@@ -370,7 +380,22 @@ fn groups_of_many_blocks_are_rebucketed_for_another_width() {
             Eviction::GroupLru,
             Some(GroupIo::new(m.clone(), a.clone())),
         );
+        // A read-only open (fsck, the stats of an image): the saved width, every record
+        // found, nothing written or allocated.
+        let (before, free) = (image(&m), a.free_blocks());
         s2.restore_words(&w).unwrap();
+        assert_eq!(s2.prefix_bits(), saved_bits);
+        assert_eq!(s2.held().1, n, "{bits}");
+        assert!(s2.check_media().is_empty());
+        for k in (0..n).step_by(331) {
+            let loc = 32 * (k + 1);
+            assert!(s2.holds(fp(k), loc), "{bits} {k}");
+        }
+        assert_eq!(a.free_blocks(), free);
+        assert!(image(&m) == before, "a read-only open wrote to the medium");
+        // Opened for writing: rebucketed for the budget's width.
+        s2.begin_writes();
+        saved_bits = bits;
         assert_eq!(s2.prefix_bits(), bits);
         assert_eq!(s2.counters().dropped, 0);
         assert_eq!(s2.held().1, n, "{bits}");

@@ -21,7 +21,8 @@
 //! | 3+2k | group k: first block of its chain                            |
 //!
 //! Opened with other prefix bits (a different budget), the groups are rewritten for the new
-//! prefixes in one streaming pass. After a crash the groups are not trusted at all: failure
+//! prefixes in one streaming pass once the image is opened for writing ([`FpStore::begin_writes`];
+//! a read-only open keeps the saved width). After a crash the groups are not trusted at all: failure
 //! recovery rebuilds them from the entries ([`FpStore::load`]).
 
 use std::collections::HashSet;
@@ -81,6 +82,9 @@ pub struct SmartCounters {
 pub struct SmartStore {
     inner: Mutex<Inner>,
     budget: u64,
+    /// Prefix bits the budget gives (the tree has others between a restore of groups saved
+    /// with another width and [`FpStore::begin_writes`]).
+    bits: u32,
 }
 
 impl SmartStore {
@@ -88,6 +92,7 @@ impl SmartStore {
     /// with its on-media groups through `io` (none: evicted fingerprints are forgotten).
     pub(crate) fn new(budget: u64, bits: u32, eviction: Eviction, io: Option<GroupIo>) -> Self {
         let tree = PrefixTree::new(bits);
+        let bits = tree.bits();
         let tree_max = PrefixTree::max_memory_bytes(tree.bits());
         let fixed = (std::mem::size_of::<Inner>() + BUCKETS * std::mem::size_of::<List>()) as u64;
         // A thirty-second of the budget for tombstones (hash-set slots at 7/8 load).
@@ -121,6 +126,7 @@ impl SmartStore {
                 st: SmartCounters::default(),
             }),
             budget,
+            bits,
         }
     }
 
@@ -300,16 +306,7 @@ impl FpStore for SmartStore {
 
     fn save_words(&self) -> Result<Option<Vec<u64>>> {
         let mut g = self.inner.lock();
-        let resident: Vec<u32> = g
-            .tree
-            .leaves()
-            .filter(|(_, l)| l.mem_len > 0)
-            .map(|(p, _)| p)
-            .collect();
-        for p in resident {
-            g.evict_group(p);
-        }
-        g.flush_tombs();
+        g.merge_all_to_media();
         if let Some(io) = g.io.as_ref() {
             io.fence()?;
         }
@@ -347,18 +344,39 @@ impl FpStore for SmartStore {
             last = Some(p);
             groups.push((p, len, head));
         }
-        if old_bits == g.tree.bits() {
-            for (p, len, head) in groups {
-                let l = g.tree.get_mut(p);
-                l.disk_head = head;
-                l.disk_len = len;
-                l.disk_blocks = blocks_for(len as usize) as u32;
-                g.disk_total += len as u64;
-            }
-        } else {
-            g.rebucket(old_bits, &groups);
+        // Saved with other prefix bits (another budget): the groups are kept at the width they
+        // were written with until the image is opened for writing (`begin_writes`), so that a
+        // read-only open (fsck, the stats of an image) sees them all and writes nothing.
+        if old_bits != g.tree.bits() {
+            g.tree = PrefixTree::new(old_bits);
+        }
+        for (p, len, head) in groups {
+            let l = g.tree.get_mut(p);
+            l.disk_head = head;
+            l.disk_len = len;
+            l.disk_blocks = blocks_for(len as usize) as u32;
+            g.disk_total += len as u64;
         }
         Ok(())
+    }
+
+    fn begin_writes(&self) {
+        let mut g = self.inner.lock();
+        let old_bits = g.tree.bits();
+        if old_bits == self.bits {
+            return;
+        }
+        // Nothing is in memory after a read-only open, but should anything be, it goes to the
+        // medium first: the rebucketing pass reads only on-media groups.
+        g.merge_all_to_media();
+        let groups: Vec<(u32, u32, u64)> = g
+            .media_groups()
+            .into_iter()
+            .map(|(p, l)| (p, l.disk_len, l.disk_head))
+            .collect();
+        g.tree = PrefixTree::new(self.bits);
+        g.disk_total = 0;
+        g.rebucket(old_bits, &groups);
     }
 
     fn locations(&self) -> Vec<u64> {
