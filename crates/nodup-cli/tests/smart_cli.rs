@@ -153,7 +153,29 @@ fn smart_through_a_mount() {
         "{}",
         s["dedup_ratio"]
     );
-    assert!(s["smart"]["out_of_line_hits"].as_u64().unwrap() > 0);
+    let ool = s["smart"]["out_of_line_hits"].as_u64().unwrap();
+    assert!(ool > 0);
+    // The human form shows the policy's section with the same figures.
+    let text = ok(nodup(&["stats", f.mnt.to_str().unwrap()]));
+    assert!(text.contains("Smart (memory budget 128 KiB"), "{text}");
+    let dups = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("duplicates"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let grouped = ool
+        .to_string()
+        .as_bytes()
+        .rchunks(3)
+        .rev()
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect::<Vec<_>>()
+        .join(",");
+    assert!(dups.contains(&format!("{grouped} out of line")), "{dups}");
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("skipped buffer")),
+        "{text}"
+    );
     // The control interface refuses nonsense in one line and changes nothing.
     one_line_error(
         &nodup(&["ctl", f.mnt.to_str().unwrap(), "--battery", "500"]),
@@ -171,6 +193,22 @@ fn smart_through_a_mount() {
     assert_eq!(r["battery"], 40.0);
     f.umount();
     assert!(f.fsck().status.success());
+    // An unmounted image: the store's figures (every fingerprint is on the medium now), no
+    // worker.
+    let img = f.img.to_str().unwrap();
+    let o = nodup(&["stats", img, "--json"]);
+    let s = json(&o);
+    let st = &s["smart"]["engine"]["store"];
+    assert!(
+        st["fingerprints_on_media"].as_u64().unwrap() >= 4000,
+        "{st}"
+    );
+    assert_eq!(st["fingerprints_on_media"], s["index_entries"]);
+    assert!(s["smart"]["fs"].is_null());
+    let text = ok(nodup(&["stats", img]));
+    assert!(text.contains("on media in"), "{text}");
+    let starts = |t: &str, p: &str| t.lines().any(|l| l.trim_start().starts_with(p));
+    assert!(!starts(&text, "skipped buffer"), "{text}");
     f.mount(&[]);
     assert_eq!(fs::read(f.path("a")).unwrap(), data);
     assert_eq!(fs::read(f.path("b")).unwrap(), data);

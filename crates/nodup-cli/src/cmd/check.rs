@@ -208,6 +208,9 @@ fn human(v: &Value, from: &str) -> String {
         bytes(u(v, "index_memory_bytes")),
         count(entries)
     ));
+    for l in policy_lines(v) {
+        line(l);
+    }
     if let Some(rows) = v["refcount_histogram"].as_array().filter(|r| !r.is_empty()) {
         line(String::new());
         line("Blocks by reference count (as zpool status -D):".into());
@@ -226,6 +229,117 @@ fn human(v: &Value, from: &str) -> String {
                 bytes(refd * 4096)
             ));
         }
+    }
+    o
+}
+
+/// The policy's own figures, when it keeps any (`smart`'s budget, `selective`'s caches).
+fn policy_lines(v: &Value) -> Vec<String> {
+    let mut o = Vec::new();
+    let sm = &v["smart"];
+    if sm.is_object() {
+        let (mem, st, eng) = (&sm["memory"], &sm["engine"]["store"], &sm["engine"]);
+        o.push(String::new());
+        o.push(format!(
+            "Smart (memory budget {}, {} eviction, {} prefix bits):",
+            bytes(u(mem, "budget_bytes")),
+            st["eviction"].as_str().unwrap_or("?"),
+            u(st, "prefix_bits")
+        ));
+        o.push(format!(
+            "  dedup memory     {}: fingerprint store {} (merge scratch {}), skipped buffer {}, read cache {}, worker {}",
+            bytes(u(mem, "total_bytes")),
+            bytes(u(mem, "fingerprint_store_bytes")),
+            bytes(u(mem, "merge_scratch_bytes")),
+            bytes(u(mem, "skipped_buffer_bytes")),
+            bytes(u(mem, "read_cache_bytes")),
+            bytes(u(mem, "worker_scratch_bytes"))
+        ));
+        let c = &st["counters"];
+        o.push(format!(
+            "  fingerprints     {} in memory, {} on media in {} groups; {} promoted, {} merges, {} lost",
+            count(u(st, "fingerprints_in_memory")),
+            count(u(st, "fingerprints_on_media")),
+            count(u(st, "media_groups")),
+            count(u(c, "promotions")),
+            count(u(c, "merges")),
+            count(u(c, "dropped"))
+        ));
+        let share = f(sm, "selectivity");
+        o.push(format!(
+            "  duplicates       {} inline, {} out of line; inline selectivity {:.0} % ({})",
+            count(u(sm, "inline_hits")),
+            count(u(sm, "out_of_line_hits")),
+            100.0 * share,
+            eng["policy"]["selectivity"]["mode"].as_str().unwrap_or("?")
+        ));
+        let fs = &sm["fs"];
+        if fs.is_object() {
+            let sb = &fs["skipped_buffer"];
+            o.push(format!(
+                "  skipped buffer   {} of {} blocks ({}), {} files by inode only, {} overflows",
+                count(u(sb, "pending_blocks")),
+                count(u(sb, "capacity_blocks")),
+                pct(u(sb, "pending_blocks"), u(sb, "capacity_blocks")),
+                count(u(sb, "pending_files")),
+                count(u(sb, "overflows"))
+            ));
+            let w = &fs["worker"];
+            o.push(format!(
+                "  worker           {} blocks/s; {} processed, {} remapped, {} errors",
+                count(u(fs, "worker_rate")),
+                count(u(w, "processed")),
+                count(u(w, "remapped")),
+                count(u(w, "errors"))
+            ));
+        }
+        let mut io = format!(
+            "  store I/O        read {}, written {}, {} errors",
+            bytes(u(st, "store_io_read_bytes")),
+            bytes(u(st, "store_io_written_bytes")),
+            count(u(st, "store_io_errors"))
+        );
+        if let Some(e) = st["store_io_last_error"].as_str() {
+            io.push_str(&format!(" (last: {e})"));
+        }
+        o.push(io);
+        let rc = &eng["read_cache"];
+        o.push(format!(
+            "  read cache       {} hits, {} misses, {} of media reads saved",
+            count(u(rc, "hits")),
+            count(u(rc, "misses")),
+            bytes(u(rc, "media_bytes_saved"))
+        ));
+    }
+    let se = &v["selective"];
+    if se.is_object() {
+        let (fc, pf) = (&se["fp_cache"], &se["prefetch"]);
+        let refresh = match fc["refresh_ops"].as_u64() {
+            Some(n) => format!("every {} operations", count(n)),
+            None => format!("every {}", duration(f(fc, "refresh_ms") / 1000.0)),
+        };
+        o.push(String::new());
+        o.push("Selective (hot fingerprints only):".into());
+        o.push(format!(
+            "  fingerprint cache  {} of {} entries, {} of {}; {} hits, {} misses, {} evictions, {} refreshes ({refresh})",
+            count(u(fc, "entries")),
+            count(u(fc, "capacity")),
+            bytes(u(fc, "memory_bytes")),
+            bytes(u(fc, "budget_bytes")),
+            count(u(fc, "hits")),
+            count(u(fc, "misses")),
+            count(u(fc, "evictions")),
+            count(u(fc, "refreshes"))
+        ));
+        o.push(format!(
+            "  prefetch cache     {} blocks, {} of {}; {} hits, {} verifications read the medium, {} of reads saved",
+            count(u(pf, "blocks")),
+            bytes(u(pf, "memory_bytes")),
+            bytes(u(pf, "budget_bytes")),
+            count(u(pf, "hits")),
+            count(u(pf, "verify_reads")),
+            bytes(u(pf, "bytes_saved"))
+        ));
     }
     o
 }
