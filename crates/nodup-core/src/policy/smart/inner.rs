@@ -307,26 +307,47 @@ impl Inner {
     /// Locations of the on-media records of `h` not yet tombstoned, reading only as far along
     /// the group's chain as `h` can be (a damaged group is dropped, [`Inner::drop_disk`]).
     pub(super) fn disk_candidates(&mut self, h: u64) -> Vec<u64> {
+        match self.search_disk(h) {
+            Ok(out) => out,
+            Err((p, e)) => {
+                if let Some(io) = self.io.as_mut() {
+                    io.note(&e);
+                }
+                self.drop_disk(p);
+                Vec::new()
+            }
+        }
+    }
+
+    /// Locations of `h` in its on-media group, tombstoned ones left out; a damaged group is
+    /// an error naming its prefix (the caller decides whether to drop it).
+    pub(super) fn search_disk(&mut self, h: u64) -> Result<Vec<u64>, (u32, crate::Error)> {
         let p = self.tree.prefix_of(h);
         let l = self.leaf(p);
         let bits = self.tree.bits();
         let mut out = Vec::new();
         let Some(io) = self.io.as_mut() else {
-            return out;
+            return Ok(out);
         };
         if l.disk_head == 0 {
-            return out;
+            return Ok(out);
         }
-        if let Err(e) = io.find(bits, p, l.disk_head, l.disk_blocks, h, &mut out) {
-            io.note(&e);
-            self.drop_disk(p);
-            return Vec::new();
-        }
+        io.find(bits, p, l.disk_head, l.disk_blocks, h, &mut out)
+            .map_err(|e| (p, e))?;
         out.retain(|&loc| !self.tombs.contains(&(h, loc)));
-        out
+        Ok(out)
     }
 
-    /// Every prefix with an on-media group, with its leaf.
+    /// Run `f` without counting its group I/O as the store's (checks and audits).
+    pub(super) fn uncounted<T>(&mut self, f: impl FnOnce(&mut Inner) -> T) -> T {
+        let saved = self.io.as_ref().map(|io| (io.read_bytes, io.errors));
+        let r = f(self);
+        if let (Some(io), Some((read, errors))) = (self.io.as_mut(), saved) {
+            (io.read_bytes, io.errors) = (read, errors);
+        }
+        r
+    }
+
     /// Every in-memory group merged to the medium and the tombstones applied (clean shutdown,
     /// and before the groups are rewritten for another prefix width).
     pub(super) fn merge_all_to_media(&mut self) {
@@ -342,6 +363,7 @@ impl Inner {
         self.flush_tombs();
     }
 
+    /// Every prefix with an on-media group, with its leaf.
     pub(super) fn media_groups(&self) -> Vec<(u32, Leaf)> {
         self.tree
             .leaves()

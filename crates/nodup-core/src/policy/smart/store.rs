@@ -195,24 +195,9 @@ impl FpStore for SmartStore {
         if g.node_of(p, h, loc).is_some() {
             return true;
         }
-        // Read-only: a damaged group is not dropped here (`check_media` reports it), and the
-        // store's I/O counters stay as they were.
-        let l = g.leaf(p);
-        let bits = g.tree.bits();
-        let Some(io) = g.io.as_mut() else {
-            return false;
-        };
-        if l.disk_head == 0 {
-            return false;
-        }
-        let counters = (io.read_bytes, io.errors);
-        let mut out = Vec::new();
-        let found = io
-            .find(bits, p, l.disk_head, l.disk_blocks, h, &mut out)
-            .is_ok()
-            && out.contains(&loc);
-        (io.read_bytes, io.errors) = counters;
-        found && !g.tombs.contains(&(h, loc))
+        // Read-only: a damaged group is not dropped here (`check_media` reports it).
+        g.uncounted(|g| g.search_disk(h))
+            .is_ok_and(|locs| locs.contains(&loc))
     }
 
     fn promote(&self, fp: u64, loc: u64) {
@@ -408,31 +393,31 @@ impl FpStore for SmartStore {
         let mut g = self.inner.lock();
         let bits = g.tree.bits();
         let groups = g.media_groups();
-        let Some(io) = g.io.as_mut() else {
-            return Vec::new();
-        };
-        // A check is not the store's I/O: its counters stay as they were.
-        let counters = (io.read_bytes, io.errors);
-        let mut out = Vec::new();
         let mut bad = 0usize;
-        let mut grp = Group::default();
-        for (p, l) in groups {
-            if let Err(e) = io.read(bits, p, l.disk_head, l.disk_len, l.disk_blocks, &mut grp) {
-                bad += 1;
-                if out.len() < MAX_GROUP_MESSAGES {
-                    out.push(format!(
-                        "{e} (its fingerprints are not found until failure recovery or fsck --repair rebuilds the groups)"
-                    ));
+        let mut out = Vec::new();
+        g.uncounted(|g| {
+            let Some(io) = g.io.as_mut() else {
+                return;
+            };
+            let mut grp = Group::default();
+            for (p, l) in groups {
+                if let Err(e) = io.read(bits, p, l.disk_head, l.disk_len, l.disk_blocks, &mut grp)
+                {
+                    bad += 1;
+                    if out.len() < MAX_GROUP_MESSAGES {
+                        out.push(format!(
+                            "{e} (its fingerprints are not found until failure recovery or fsck --repair rebuilds the groups)"
+                        ));
+                    }
                 }
             }
-        }
+        });
         if bad > out.len() {
             out.push(format!(
                 "{} more damaged fingerprint groups",
                 bad - out.len()
             ));
         }
-        (io.read_bytes, io.errors) = counters;
         out
     }
 
