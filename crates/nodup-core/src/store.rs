@@ -173,6 +173,12 @@ pub trait FpStore: Send + Sync {
         0
     }
 
+    /// [`FpStore::owned_blocks`] and `f()` read together, while the store can neither take
+    /// blocks nor give any back (fsck compares the two with the allocator's count).
+    fn owned_blocks_with(&self, f: &mut dyn FnMut() -> u64) -> (u64, u64) {
+        (self.owned_blocks(), f())
+    }
+
     /// The store's own figures for `nodup stats` (memory per structure, I/O).
     fn report(&self) -> Option<serde_json::Value> {
         None

@@ -63,10 +63,14 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
                 "{free_meta} file-system metadata blocks are free in the allocator"
             ));
         }
-        if let Some(n) = leaked_blocks(fs, &meta) {
-            rep.problems.push(format!(
+        match leaked_blocks(fs) {
+            Leak::None => {}
+            Leak::Leaked(n) => rep.problems.push(format!(
                 "{n} allocated blocks are held by no file, metadata or fingerprint store (leaked space; fsck --repair frees them)"
-            ));
+            )),
+            Leak::HeldTwice(n) => rep.problems.push(format!(
+                "{n} more blocks are held than allocated: a block held twice (by a file or the file-system metadata, and by the engine's metadata or fingerprint store), or one of the engine's blocks free in the allocator (fsck --repair rebuilds both)"
+            )),
         }
     }
     // Engine-side view: every distinct referenced block must be counted as in use.
@@ -114,24 +118,39 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
     Ok(rep)
 }
 
+/// What [`leaked_blocks`] found.
+enum Leak {
+    None,
+    /// Allocated blocks nothing holds.
+    Leaked(u64),
+    /// More blocks held than allocated: some block is held twice, or one the engine holds
+    /// is free.
+    HeldTwice(u64),
+}
+
 /// Blocks the allocator holds that nothing accounts for: not mapped by a file, not the file
 /// system's metadata, not a release deferred to the next sync, not the metadata layout's
 /// regions, not the fingerprint store's (a `smart` group dropped as damaged keeps its blocks
-/// until failure recovery rebuilds the allocator). `None` when there are none.
-fn leaked_blocks(fs: &FileSystem, meta: &HashSet<u64>) -> Option<u64> {
+/// until failure recovery rebuilds the allocator). Counted under the gate, so no operation
+/// moves blocks in between (the store's own count is read with the allocator's).
+fn leaked_blocks(fs: &FileSystem) -> Leak {
     let eng = fs.engine();
     let alloc = eng.allocator();
     let (start, len) = eng.data_area();
-    let mut held: HashSet<u64> = fs.with_tables(|t| t.data_refs().into_iter().collect());
-    held.extend(meta.iter().copied());
+    let _g = fs.gate.write();
+    let mut held: HashSet<u64> = fs.tables.read().data_refs().into_iter().collect();
+    held.extend(fs.meta_blocks());
     held.extend(fs.pending.lock().iter().copied());
     let held = held
         .into_iter()
         .filter(|&b| b >= start && b < start + len && alloc.is_allocated(b))
         .count() as u64;
-    let used = alloc.len() - alloc.free_blocks();
-    let leaked = used.checked_sub(held + eng.layout_owned_blocks() + eng.store_owned_blocks())?;
-    (leaked > 0).then_some(leaked)
+    let (used, engine) = eng.allocated_and_engine_owned();
+    match used.cmp(&(held + engine)) {
+        std::cmp::Ordering::Equal => Leak::None,
+        std::cmp::Ordering::Greater => Leak::Leaked(used - held - engine),
+        std::cmp::Ordering::Less => Leak::HeldTwice(held + engine - used),
+    }
 }
 
 /// Detailed messages kept per kind of refcount problem (the rest are only counted).

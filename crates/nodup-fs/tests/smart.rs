@@ -293,6 +293,36 @@ fn fsck_finds_a_damaged_fingerprint_group_and_repair_rebuilds_the_groups() {
 }
 
 #[test]
+fn fsck_finds_a_fingerprint_group_block_free_in_the_allocator() {
+    // The allocator gives back one block of a group behind the store's back: the store still
+    // holds it, so more blocks are held than allocated. fsck says so (and the group's check
+    // names the block); --repair rebuilds the allocator and the groups.
+    let m = Arc::new(MemMedium::new(96 << 20));
+    let o = opts(SmartOptions::default(), 64 << 10);
+    let fs = format(&m, &o);
+    let (_, b, order) = unique_then_shuffled(&fs);
+    fs.smart_settle().unwrap();
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+    let groups = group_blocks(&fs, &m);
+    fs.engine().allocator().free(groups[0]).unwrap();
+    let rep = fsck::check(&fs, false).unwrap();
+    assert_eq!(rep.problems.len(), 2, "{:?}", rep.problems);
+    assert!(
+        rep.problems[0].starts_with("1 more blocks are held than allocated"),
+        "{:?}",
+        rep.problems
+    );
+    // The group's own check names the block.
+    let named = format!("names block {}, not an allocated", groups[0]);
+    assert!(rep.problems[1].contains(&named), "{:?}", rep.problems);
+    let rep = fsck::check(&fs, true).unwrap();
+    assert!(rep.consistent(), "{:?}", rep.problems);
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+    check_file(&fs, b, &order);
+    fs.shutdown().unwrap();
+}
+
+#[test]
 fn a_read_only_open_with_another_budget_writes_nothing_and_sees_every_group() {
     // Groups saved by a mount with a larger budget (wider prefixes), then the image checked
     // with the budget recorded at mkfs, as `nodup fsck` and `nodup stats IMAGE` do: nothing is

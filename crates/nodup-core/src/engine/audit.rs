@@ -109,6 +109,18 @@ impl Engine {
         self.store.dyn_store().owned_blocks()
     }
 
+    /// Allocated blocks, and how many of them the engine itself holds (the metadata layout's
+    /// regions and the store's on-media part), read together: the store's blocks cannot change
+    /// in between. The layout grows only under a write, which the caller keeps out.
+    pub fn allocated_and_engine_owned(&self) -> (u64, u64) {
+        let layout = self.layout_owned_blocks();
+        let (store, used) = self
+            .store
+            .dyn_store()
+            .owned_blocks_with(&mut || self.alloc.len() - self.alloc.free_blocks());
+        (used, layout + store)
+    }
+
     /// Problems with what the policy's fingerprint store keeps on the medium (its groups read
     /// and validated whole; nothing changed). Call it while no writer is active.
     pub fn store_problems(&self) -> Vec<String> {

@@ -422,8 +422,14 @@ impl FpStore for SmartStore {
     }
 
     fn owned_blocks(&self) -> u64 {
+        self.owned_blocks_with(&mut || 0).0
+    }
+
+    fn owned_blocks_with(&self, f: &mut dyn FnMut() -> u64) -> (u64, u64) {
+        // Group blocks are taken and given back only under this lock.
         let g = self.inner.lock();
-        g.tree.leaves().map(|(_, l)| l.disk_blocks as u64).sum()
+        let owned = g.tree.leaves().map(|(_, l)| l.disk_blocks as u64).sum();
+        (owned, f())
     }
 
     fn clear(&self) {
