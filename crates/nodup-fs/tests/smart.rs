@@ -308,7 +308,7 @@ fn fsck_finds_a_fingerprint_group_block_free_in_the_allocator() {
     let rep = fsck::check(&fs, false).unwrap();
     assert_eq!(rep.problems.len(), 2, "{:?}", rep.problems);
     assert!(
-        rep.problems[0].starts_with("1 more blocks are held than allocated"),
+        rep.problems[0].starts_with("1 block(s) more held than allocated"),
         "{:?}",
         rep.problems
     );
@@ -335,8 +335,11 @@ fn a_read_only_open_with_another_budget_writes_nothing_and_sees_every_group() {
     fs.smart_settle().unwrap();
     fs.shutdown().unwrap();
     drop(fs);
-    let bits =
-        |fs: &FileSystem| fs.stats_json()["smart"]["engine"]["store"]["prefix_bits"].as_u64();
+    let bits = |fs: &FileSystem| {
+        fs.stats_json()["smart"]["engine"]["store"]["prefix_bits"]
+            .as_u64()
+            .unwrap()
+    };
     let big = opts(SmartOptions::default(), 1 << 20);
     let fs = FileSystem::open(m.clone(), &big).unwrap();
     let wide = bits(&fs);
@@ -379,7 +382,7 @@ fn a_read_only_open_with_another_budget_writes_nothing_and_sees_every_group() {
     m.write(at, &x).unwrap();
     // Opened for writing with the small budget: rebucketed, nothing lost.
     let fs = FileSystem::open(m.clone(), &small).unwrap();
-    assert!(bits(&fs) < wide, "{:?} {wide:?}", bits(&fs));
+    assert!(bits(&fs) < wide, "{} {wide}", bits(&fs));
     assert_eq!(fs.engine().stats().index_entries, held);
     assert!(fsck::check(&fs, false).unwrap().consistent());
     fs.shutdown().unwrap();

@@ -304,19 +304,29 @@ fn policy_lines(v: &Value) -> Vec<String> {
         }
         o.push(io);
         let rc = &eng["read_cache"];
-        o.push(format!(
-            "  read cache       {} hits, {} misses, {} of media reads saved",
-            count(u(rc, "hits")),
-            count(u(rc, "misses")),
-            bytes(u(rc, "media_bytes_saved"))
-        ));
+        if rc.is_object() {
+            o.push(format!(
+                "  read cache       {} hits, {} misses, {} of media reads saved",
+                count(u(rc, "hits")),
+                count(u(rc, "misses")),
+                bytes(u(rc, "media_bytes_saved"))
+            ));
+        } else {
+            o.push("  read cache       off".into());
+        }
     }
     let se = &v["selective"];
     if se.is_object() {
         let (fc, pf) = (&se["fp_cache"], &se["prefetch"]);
-        let refresh = match fc["refresh_ops"].as_u64() {
-            Some(n) => format!("every {} operations", count(n)),
-            None => format!("every {}", duration(f(fc, "refresh_ms") / 1000.0)),
+        let refresh = match (fc["refresh_ms"].as_u64(), fc["refresh_ops"].as_u64()) {
+            (None, None) => "never".to_string(),
+            (Some(ms), None) => format!("every {}", duration(ms as f64 / 1000.0)),
+            (None, Some(n)) => format!("every {} operations", count(n)),
+            (Some(ms), Some(n)) => format!(
+                "every {} or {} operations",
+                duration(ms as f64 / 1000.0),
+                count(n)
+            ),
         };
         o.push(String::new());
         o.push("Selective (hot fingerprints only):".into());
@@ -361,13 +371,6 @@ pub fn fsck(a: FsckArgs) -> Result<()> {
             ));
         }
         rep.repaired.insert(0, what);
-    }
-    if !a.repair && fs.recovery().kind == "failure" {
-        rep.problems.insert(
-            0,
-            "image was not unmounted cleanly: failure recovery needed (mount it, or fsck --repair)"
-                .into(),
-        );
     }
     fs.shutdown()?;
     if a.json {

@@ -338,15 +338,16 @@ impl Engine {
         if self.state.load(Ordering::Acquire) != STATE_READ_ONLY {
             return Ok(());
         }
-        // Before the image is marked in use: what the store rewrites goes to free blocks, so
-        // an interruption leaves the clean image as it was.
-        self.store.dyn_store().begin_writes();
         let mut s = self.sb.lock();
         if s.clean {
             s.clean = false;
             s.store(&*self.meta_medium)?;
         }
         drop(s);
+        // Only once the image is marked in use: what the store rewrites may land on blocks
+        // the saved state still names (a rebucketing pass reuses each old group's blocks), so
+        // an interruption must lead to failure recovery, which rebuilds the store.
+        self.store.dyn_store().begin_writes();
         self.set_state(STATE_READY);
         Ok(())
     }

@@ -136,10 +136,15 @@ fn run(ops: Vec<Op>, ev: Eviction, mapped: bool) -> Result<(), TestCaseError> {
                 let bits = if w[1] & 0xff == 6 { 7 } else { 6 };
                 let s2 =
                     SmartStore::new(budget, bits, ev, Some(GroupIo::new(m.clone(), a.clone())));
+                let free = a.free_blocks();
                 s2.restore_words(&w).unwrap();
-                // Opened read-only, the groups keep their saved width; writes rebucket them.
+                // Opened read-only, the groups keep their saved width and nothing is
+                // allocated; writes rebucket them.
+                prop_assert_eq!(s2.prefix_bits(), (w[1] & 0xffff_ffff) as u32);
                 prop_assert_eq!(s2.held(), (0, s.held().1));
+                prop_assert_eq!(a.free_blocks(), free);
                 s2.begin_writes();
+                prop_assert_eq!(s2.prefix_bits(), bits);
                 s = s2;
             }
         }

@@ -434,7 +434,8 @@ impl FpStore for SmartStore {
 
     fn clear(&self) {
         let mut g = self.inner.lock();
-        g.tree.clear();
+        // Back to the budget's width (a read-only open may have left the saved one).
+        g.tree = PrefixTree::new(self.bits);
         g.slab.clear();
         g.glru_head = NIL;
         g.glru_tail = NIL;

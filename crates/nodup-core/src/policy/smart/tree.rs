@@ -130,14 +130,6 @@ impl PrefixTree {
         })
     }
 
-    /// Forget every leaf.
-    pub(crate) fn clear(&mut self) {
-        for c in self.chunks.iter_mut() {
-            *c = None;
-        }
-        self.live_chunks = 0;
-    }
-
     /// Heap bytes now: the chunk pointers and the live chunks.
     pub(crate) fn memory_bytes(&self) -> u64 {
         (self.chunks.capacity() * std::mem::size_of::<Option<Chunk>>()

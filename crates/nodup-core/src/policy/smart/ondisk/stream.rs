@@ -1,7 +1,9 @@
-//! Groups read and written a block at a time, for rebucketing at open (a budget that changes
-//! the prefix width): the saved groups are read in prefix order, which is fingerprint order for
-//! both widths, and their records are appended to the new width's groups as they come, on
-//! fresh blocks. Memory: a block's records on each side and the chains' block numbers, not a
+//! Groups read and written a block at a time, for rebucketing when an image saved with another
+//! prefix width (another budget) is opened for writing: the saved groups are read in prefix
+//! order, which is fingerprint order for both widths, and their records are appended to the new
+//! width's groups as they come, on blocks taken from the allocator (each old group's blocks go
+//! back once it has been read, so later groups may reuse them: the image is marked in use
+//! first, see `Engine::begin_use`). Memory: a block's records on each side and the chains' block numbers, not a
 //! group (groups grow with the data at a fixed budget).
 
 use super::{off, GroupIo, Rec, PER_BLOCK};
