@@ -11,7 +11,7 @@
 #   speed MEDIUM STORE RUN    one off/on pair at 1 KiB values, mixed keys, SPEED_SIZE (1G);
 #                             odd RUN runs on first, even off first (interleaved pairs)
 #   report                    docs/results/freewrite.md and the PNG plots from the raw results
-#   all                       every part above, each under /work/tools/cpu-exclusive, then report
+#   all                       every part above, each under /work/tools/cpu-exclusive when it exists, then report
 #
 # MEDIUM is pmem (image in /dev/shm) or blockfile (image file on the root disk, /var/tmp).
 # Raw results: one JSON object per run appended to RAW (docs/results/freewrite.jsonl).
@@ -107,7 +107,9 @@ case $part in
     ensure_matplotlib
     NODUP=${NODUP:-} python3 bench/freewrite_report.py "$RAW" "$OUT" ;;
   all)
+    # The exclusive-CPU wrapper where this machine has one (as bench/systems.sh); plain otherwise.
     X=/work/tools/cpu-exclusive
+    [[ -x $X ]] || X=""
     for medium in pmem blockfile; do
       for store in fawn lsm; do
         for keys in "${KEYS[@]}"; do

@@ -15,7 +15,9 @@ SIZE=${SIZE:-2G}
 RUNS=${RUNS:-3}
 MODES=${MODES:-batch}
 OUT=${OUT:-docs/results/trace.md}
-SAMPLES=${FIU_DIR:-/work/shared/data/fiu}
+# The shared samples beside the repository (a clean clone with ../shared next to it).
+SAMPLES=${FIU_DIR:-$PWD/../shared/data/fiu}
+[[ -d $SAMPLES ]] || SAMPLES=/work/shared/data/fiu
 NODUP=$PWD/target/release/nodup
 WORK=/dev/shm/nodup-trace-gen
 MNT=/tmp/nodup-trace-gen-mnt

@@ -9,7 +9,9 @@ set -euo pipefail
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
 OUT=${OUT:-docs/results/trace-replay.md}
-SAMPLES=${FIU_DIR:-/work/shared/data/fiu}
+# The shared samples beside the repository (a clean clone with ../shared next to it).
+SAMPLES=${FIU_DIR:-$PWD/../shared/data/fiu}
+[[ -d $SAMPLES ]] || SAMPLES=/work/shared/data/fiu
 NODUP=$PWD/target/release/nodup
 WORK=/dev/shm/nodup-trace-replay
 DISK=/var/tmp/nodup-trace-replay

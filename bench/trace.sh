@@ -25,7 +25,9 @@ GEN=${GEN:-$([[ $QUICK == 1 ]] && echo 128M || echo 2G)}
 # record must repeat whole); the quick run keeps only zfs with 4 KiB records.
 SYSTEMS=${SYSTEMS:-$([[ $QUICK == 1 ]] && echo "none light smart zfs-4k ext4 pass tmpfs" || echo "none light smart zfs zfs-4k ext4 pass tmpfs")}
 MODES=${MODES:-block batch}
-SAMPLES=${FIU_DIR:-/work/shared/data/fiu}
+# The shared samples beside the repository (a clean clone with ../shared next to it).
+SAMPLES=${FIU_DIR:-$PWD/../shared/data/fiu}
+[[ -d $SAMPLES ]] || SAMPLES=/work/shared/data/fiu
 OUT=docs/results
 say() { echo "trace: $*" >&2; }
 
