@@ -103,5 +103,5 @@ done
 stop_zfs
 versions="zfs-fuse $(dpkg-query -W -f '${Version}' zfs-fuse 2>/dev/null || echo -), btrfs-progs $(dpkg-query -W -f '${Version}' btrfs-progs 2>/dev/null || echo -), duperemove $(dpkg-query -W -f '${Version}' duperemove 2>/dev/null || echo -), restic $(dpkg-query -W -f '${Version}' restic 2>/dev/null || echo -), borgbackup $(dpkg-query -W -f '${Version}' borgbackup 2>/dev/null || echo -), bindfs $(dpkg-query -W -f '${Version}' bindfs 2>/dev/null || echo -)"
 machine=$(machine_line)
-python3 bench/copy_report.py "$tsv" "$what" "$tree_bytes" "$versions" "$machine" "$(git rev-parse --short HEAD)" "$OUT" "$NAME"
+python3 bench/copy_report.py "$tsv" "$what" "$tree_bytes" "$versions" "$machine" "$(bench_tree)" "$OUT" "$NAME"
 say "wrote $OUT/$NAME.md"

@@ -1,5 +1,14 @@
 # Shared helpers of the bench scripts (sourced, not run).
 
+# bench_tree: the commit the nodup binary ($NODUP, else target/release/nodup) was built from, as
+# its --version reports it ("-dirty" when built from changed sources), so that the figures name
+# the code that produced them; the checkout's HEAD when the binary does not say.
+bench_tree() {
+  local v
+  v=$("${NODUP:-target/release/nodup}" --version 2>/dev/null | sed -n 's/.*(commit \([^)]*\)).*/\1/p')
+  if [[ -n $v && $v != unknown ]]; then echo "$v"; else git rev-parse --short HEAD 2>/dev/null || echo unknown; fi
+}
+
 # median: the median of the numbers on stdin, one per line ("nan" when there are none).
 median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 

@@ -56,5 +56,5 @@ for mib in $SIZES; do
   for b in $BUDGETS; do one smart "$b" 50 "$mib"; done
 done
 machine=$(machine_line)
-python3 bench/memory_report.py "$tsv" "$machine" "$(git rev-parse --short HEAD)" "$OUT"
+python3 bench/memory_report.py "$tsv" "$machine" "$(bench_tree)" "$OUT"
 say "wrote $OUT/memory.md"

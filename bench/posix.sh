@@ -118,7 +118,7 @@ med() { tr ' ' '\n' | grep -v '^$' | median; }
 {
   echo "# POSIX acceptance (issue 14)"
   echo
-  echo "$(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) CPUs;"
+  echo "$(date -u +%Y-%m-%d), commit $(bench_tree), $(nproc) CPUs;"
   echo "command: \`RUNS=$RUNS bench/posix.sh\`; images in /dev/shm."
   echo
   echo "## \`cp\` of a 1 GiB file inside the mount (copy_file_range → shared blocks)"

@@ -68,5 +68,5 @@ rm -f "$IMG"
 
 machine=$(machine_line)
 python3 bench/prefetch_report.py "$tsv" "$OUT/prefetch/engine.json" "$machine" \
-  "$(git rev-parse --short HEAD)" "$OUT" "$SIZE_MIB" "$ENGINE_SIZE"
+  "$(bench_tree)" "$OUT" "$SIZE_MIB" "$ENGINE_SIZE"
 say "wrote $OUT/prefetch.md"

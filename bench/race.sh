@@ -34,7 +34,7 @@ MIB=${SIZE%MiB}
 {
 echo "# Concurrent identical first writes (issue 15, item 7)"
 echo
-echo "Binary $NODUP ($("$NODUP" --version 2>/dev/null || true)), tree $(git rev-parse --short HEAD), $(date -u +%F), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)."
+echo "Binary $NODUP ($("$NODUP" --version 2>/dev/null || true)), tree $(bench_tree), $(date -u +%F), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)."
 echo "Target: physical bytes / data size ≤ 1.05 with 4 writers of the same data."
 echo
 echo "## Engine (\`nodup bench race\`, pmem image in /dev/shm, $RUNS runs)"

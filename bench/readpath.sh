@@ -70,5 +70,5 @@ for ((r = 1; r <= RUNS; r++)); do
   one "two identical files, read together" smart same 2
 done
 machine=$(machine_line)
-python3 bench/readpath_report.py "$tsv" "$machine" "$(git rev-parse --short HEAD)" "$OUT" "$FILE_MIB"
+python3 bench/readpath_report.py "$tsv" "$machine" "$(bench_tree)" "$OUT" "$FILE_MIB"
 say "wrote $OUT/readpath.md"

@@ -64,5 +64,5 @@ for mib in $SIZES; do
   say "$mib MiB: umount ${tu}s, normal recovery ${tn}s (mount ${tm}s), failure recovery ${tr}s (mount ${tf}s, $rep records replayed, kind $kind)"
 done
 machine=$(machine_line)
-python3 bench/recovery_report.py "$tsv" "$machine" "$(git rev-parse --short HEAD)" "$OUT"
+python3 bench/recovery_report.py "$tsv" "$machine" "$(bench_tree)" "$OUT"
 say "wrote $OUT/recovery.md"

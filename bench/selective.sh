@@ -42,7 +42,7 @@ up() {
 down() { "$NODUP" umount "$MNT" >/dev/null; }
 replay() { "$NODUP" replay "$1" --dir "$MNT" --mode batch --no-reads >/dev/null; }
 header() {
-  echo "Binary $("$NODUP" --version 2>/dev/null || true), tree $(git rev-parse --short HEAD), $(date -u +%F), $(nproc) cores; images in /dev/shm (pmem), replayed with \`nodup replay --mode batch --no-reads\`."
+  echo "Binary $("$NODUP" --version 2>/dev/null || true), tree $(bench_tree), $(date -u +%F), $(nproc) cores; images in /dev/shm (pmem), replayed with \`nodup replay --mode batch --no-reads\`."
 }
 gen() { # gen NAME ARGS...: a generated trace in $W/NAME.trace
   local name=$1

@@ -62,7 +62,7 @@ peak_stop() { kill "$SAMPLER" 2>/dev/null || true; wait "$SAMPLER" 2>/dev/null |
 ratio() { nodup_stat "'%.4f' % s['dedup_ratio']"; }
 store_io() { nodup_stat "'%.1f / %.1f' % (s['smart']['store_io_read_bytes'] / 1048576, s['smart']['store_io_written_bytes'] / 1048576)"; }
 header() {
-  echo "Binary $("$NODUP" --version 2>/dev/null || true), tree $(git rev-parse --short HEAD), $(date -u +%F), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); images in /dev/shm (pmem)."
+  echo "Binary $("$NODUP" --version 2>/dev/null || true), tree $(bench_tree), $(date -u +%F), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); images in /dev/shm (pmem)."
 }
 
 # ---- budget ----------------------------------------------------------------------------------
@@ -415,8 +415,8 @@ for s in "${sections[@]}"; do
     budget | eviction | adaptive | readcache | filter | replay)
       "$s"
       # Each section names the tree it ran at (sections are rerun one at a time).
-      tree=$(git rev-parse --short HEAD 2>/dev/null) || tree=unknown
-      [[ -z $(git status --porcelain -- crates bench Cargo.toml Cargo.lock 2>/dev/null) ]] || tree="$tree with uncommitted changes"
+      # (the binary's commit; "-dirty" when it was built from uncommitted changes).
+      tree=$(bench_tree)
       sed -i "2i\\\n_Run at tree $tree, $(date -u +%F)._" "$OUTDIR/$s.md"
       ;;
     join) ;; # only join the sections already written (after editing reading.md)

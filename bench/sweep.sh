@@ -64,5 +64,5 @@ stop_zfs
 secs=$(($(date +%s) - t0))
 versions="$(fio --version), zfs-fuse $(dpkg-query -W -f '${Version}' zfs-fuse 2>/dev/null || echo -), btrfs-progs $(dpkg-query -W -f '${Version}' btrfs-progs 2>/dev/null || echo -), e2fsprogs $(dpkg-query -W -f '${Version}' e2fsprogs 2>/dev/null || echo -), bindfs $(dpkg-query -W -f '${Version}' bindfs 2>/dev/null || echo -)"
 machine=$(machine_line)
-python3 bench/sweep_report.py "$tsv" "$FIO_CMD" "$versions" "$machine" "$(git rev-parse --short HEAD)" "$secs" "$OUT"
+python3 bench/sweep_report.py "$tsv" "$FIO_CMD" "$versions" "$machine" "$(bench_tree)" "$secs" "$OUT"
 say "wrote $OUT/sweep.md ($secs s)"

@@ -78,5 +78,5 @@ done
 stop_zfs
 
 machine=$(machine_line)
-python3 bench/trace_report.py "$tsv" "$machine" "$(git rev-parse --short HEAD)" "$OUT" "$GEN"
+python3 bench/trace_report.py "$tsv" "$machine" "$(bench_tree)" "$OUT" "$GEN"
 say "wrote $OUT/trace-suite.md"

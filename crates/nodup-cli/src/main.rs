@@ -6,7 +6,12 @@ use clap::{Parser, Subcommand};
 
 /// nodup: an inline-deduplicating storage engine and file system for fast media.
 #[derive(Parser)]
-#[command(name = "nodup", version, about, propagate_version = true)]
+#[command(
+    name = "nodup",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("NODUP_COMMIT"), ")"),
+    about,
+    propagate_version = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -658,3 +658,26 @@ fn list_shows_the_mount_and_the_daemon_logs() {
     f.write_all(b"").unwrap();
     fs::remove_file(fx.mnt.join(".keep")).unwrap();
 }
+
+#[test]
+fn version_names_the_commit_it_was_built_from() {
+    // "nodup 0.1.0 (commit 1a2b3c4)", "-dirty" when built from changed sources, "unknown"
+    // outside a git checkout: benchmark reports quote it to name the code behind a figure.
+    let v = ok(nodup(&["--version"]));
+    let (_, rest) = v
+        .trim()
+        .split_once(" (commit ")
+        .unwrap_or_else(|| panic!("{v}"));
+    let id = rest.strip_suffix(')').unwrap_or_else(|| panic!("{v}"));
+    let hex = id.strip_suffix("-dirty").unwrap_or(id);
+    assert!(
+        id == "unknown" || (hex.len() >= 7 && hex.chars().all(|c| c.is_ascii_hexdigit())),
+        "{v}"
+    );
+    if let Ok(o) = Command::new("git").args(["rev-parse", "HEAD"]).output() {
+        let head = String::from_utf8_lossy(&o.stdout);
+        if o.status.success() && id != "unknown" {
+            assert!(head.starts_with(hex), "{v} vs HEAD {head}");
+        }
+    }
+}
