@@ -221,8 +221,18 @@ fn group_blocks(fs: &FileSystem, m: &MemMedium) -> Vec<u64> {
         .collect()
 }
 
-#[test]
-fn fsck_finds_a_damaged_fingerprint_group_and_repair_rebuilds_the_groups() {
+/// A `smart` file system on 96 MiB with a 64 KiB budget after [`unique_then_shuffled`]
+/// (file `b` in `order`), settled and consistent, with the blocks of its fingerprint groups.
+struct Settled {
+    m: Arc<MemMedium>,
+    o: FsOptions,
+    fs: FileSystem,
+    b: u64,
+    order: Vec<u64>,
+    groups: Vec<u64>,
+}
+
+fn settled_with_groups() -> Settled {
     let m = Arc::new(MemMedium::new(96 << 20));
     let o = opts(SmartOptions::default(), 64 << 10);
     let fs = format(&m, &o);
@@ -232,6 +242,26 @@ fn fsck_finds_a_damaged_fingerprint_group_and_repair_rebuilds_the_groups() {
     let groups = group_blocks(&fs, &m);
     assert!(groups.len() > 8, "{} group blocks", groups.len());
     assert_eq!(groups.len() as u64, fs.engine().store_owned_blocks());
+    Settled {
+        m,
+        o,
+        fs,
+        b,
+        order,
+        groups,
+    }
+}
+
+#[test]
+fn fsck_finds_a_damaged_fingerprint_group_and_repair_rebuilds_the_groups() {
+    let Settled {
+        m,
+        o,
+        fs,
+        b,
+        order,
+        groups,
+    } = settled_with_groups();
     fs.shutdown().unwrap();
     drop(fs);
     // One byte of one record of one group, behind the file system's back.
@@ -297,13 +327,13 @@ fn fsck_finds_a_fingerprint_group_block_free_in_the_allocator() {
     // The allocator gives back one block of a group behind the store's back: the store still
     // holds it, so more blocks are held than allocated. fsck says so (and the group's check
     // names the block); --repair rebuilds the allocator and the groups.
-    let m = Arc::new(MemMedium::new(96 << 20));
-    let o = opts(SmartOptions::default(), 64 << 10);
-    let fs = format(&m, &o);
-    let (_, b, order) = unique_then_shuffled(&fs);
-    fs.smart_settle().unwrap();
-    assert!(fsck::check(&fs, false).unwrap().consistent());
-    let groups = group_blocks(&fs, &m);
+    let Settled {
+        fs,
+        b,
+        order,
+        groups,
+        ..
+    } = settled_with_groups();
     fs.engine().allocator().free(groups[0]).unwrap();
     let rep = fsck::check(&fs, false).unwrap();
     assert_eq!(rep.problems.len(), 2, "{:?}", rep.problems);
@@ -328,11 +358,14 @@ fn a_read_only_open_with_another_budget_writes_nothing_and_sees_every_group() {
     // with the budget recorded at mkfs, as `nodup fsck` and `nodup stats IMAGE` do: nothing is
     // written, every group is read at the width it was saved with (a damaged one is found),
     // and only a read-write open rewrites them for the narrower prefixes.
-    let m = Arc::new(MemMedium::new(96 << 20));
-    let small = opts(SmartOptions::default(), 64 << 10);
-    let fs = format(&m, &small);
-    let (_, b, order) = unique_then_shuffled(&fs);
-    fs.smart_settle().unwrap();
+    let Settled {
+        m,
+        o: small,
+        fs,
+        b,
+        order,
+        ..
+    } = settled_with_groups();
     fs.shutdown().unwrap();
     drop(fs);
     let bits = |fs: &FileSystem| {
