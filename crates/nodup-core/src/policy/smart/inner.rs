@@ -400,6 +400,7 @@ impl Inner {
             nblocks: l.disk_blocks,
         });
         let mut buf = std::mem::take(&mut self.merge);
+        let tombs_before = self.tombs.len();
         match io.merge(bits, p, old, add, &mut self.tombs, &mut buf) {
             Ok(len) => self.set_disk(p, &buf.chain, len),
             Err(MergeError::Damaged(e)) => {
@@ -414,7 +415,10 @@ impl Inner {
             }
             Err(MergeError::Failed(e)) => {
                 io.note(&e);
-                self.st.dropped += l.disk_len as u64 + add.len() as u64;
+                // Records the merge found tombstoned (and took the tombstones out for) were
+                // deleted, not lost.
+                let deleted = (tombs_before - self.tombs.len()) as u64;
+                self.st.dropped += (l.disk_len as u64).saturating_sub(deleted) + add.len() as u64;
                 self.set_disk(p, &[], 0);
             }
         }

@@ -417,3 +417,37 @@ fn groups_of_many_blocks_are_rebucketed_for_another_width() {
         w = s2.save_words().unwrap().unwrap();
     }
 }
+
+#[test]
+fn a_merge_that_cannot_allocate_counts_only_live_records_lost() {
+    // One prefix only: 3000 records saved to its group, 10 of them removed (tombstones), the
+    // allocator exhausted, then new records until an eviction merges into the group, which
+    // must grow and cannot: every record is then in memory, on the medium, removed, or
+    // counted lost, and the removed ones are not counted lost too.
+    let (s, a, _m) = store(8 << 10, 6, Eviction::GroupLru);
+    let mut ours = (0u64..)
+        .map(|k| k.wrapping_mul(0x2545_F491_4F6C_DD1D))
+        .filter(|&fp| crate::index::mix(fp) >> 58 == 5);
+    let first: Vec<u64> = ours.by_ref().take(3000).collect();
+    for (i, &fp) in first.iter().enumerate() {
+        s.insert(fp, 32 * (i as u64 + 1));
+    }
+    s.save_words().unwrap();
+    assert_eq!(s.held(), (0, 3000));
+    for (i, &fp) in first.iter().enumerate().take(10) {
+        s.remove(fp, 32 * (i as u64 + 1));
+    }
+    assert_eq!(s.tomb_room().0, 10);
+    let mut pool = 0;
+    while a.alloc(&mut pool).is_ok() {}
+    let merges = s.counters().merges;
+    let mut added = 0u64;
+    while s.counters().merges == merges {
+        s.insert(ours.next().unwrap(), 1 << 40 | added);
+        added += 1;
+    }
+    let (mem, disk) = s.held();
+    assert_eq!(disk, 0, "the group could not be written");
+    assert_eq!(s.tomb_room().0, 0, "every tombstone was met");
+    assert_eq!(3000 + added - 10, mem + disk + s.counters().dropped);
+}
