@@ -229,6 +229,8 @@ fn stats_and_fsck_leave_the_image_byte_identical() {
         js["smart"]["engine"]["store"]["fingerprints_on_media"],
         3000
     );
+    let text = ok(nodup(&["stats", img]));
+    assert!(text.contains("prefix bits as saved"), "{text}");
     ok(fx.fsck());
     assert!(
         sha(&fx.img) == before,

@@ -240,11 +240,21 @@ fn policy_lines(v: &Value) -> Vec<String> {
     if sm.is_object() {
         let (mem, st, eng) = (&sm["memory"], &sm["engine"]["store"], &sm["engine"]);
         o.push(String::new());
+        let (bits, want) = (
+            u(st, "prefix_bits"),
+            u(&eng["policy"]["budget"], "prefix_bits"),
+        );
+        // An image read with another budget than the one it was saved with keeps the saved
+        // width (and the tree's memory that goes with it) until it is mounted.
+        let width = if want != 0 && bits != want {
+            format!("{bits} prefix bits as saved, {want} once mounted with this budget")
+        } else {
+            format!("{bits} prefix bits")
+        };
         o.push(format!(
-            "Smart (memory budget {}, {} eviction, {} prefix bits):",
+            "Smart (memory budget {}, {} eviction, {width}):",
             bytes(u(mem, "budget_bytes")),
             st["eviction"].as_str().unwrap_or("?"),
-            u(st, "prefix_bits")
         ));
         o.push(format!(
             "  dedup memory     {}: fingerprint store {} (merge scratch {}), skipped buffer {}, read cache {}, worker {}",
