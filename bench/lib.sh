@@ -5,7 +5,7 @@
 # the code that produced them; the checkout's HEAD when the binary does not say.
 bench_tree() {
   local v
-  v=$("${NODUP:-target/release/nodup}" --version 2>/dev/null | sed -n 's/.*(commit \([^)]*\)).*/\1/p')
+  v=$("${NODUP:-target/release/nodup}" --version 2>/dev/null | sed -n 's/.*(commit \([^)]*\)).*/\1/p' || true)
   if [[ -n $v && $v != unknown ]]; then echo "$v"; else git rev-parse --short HEAD 2>/dev/null || echo unknown; fi
 }
 

@@ -17,7 +17,7 @@ MODES=${MODES:-batch}
 OUT=${OUT:-docs/results/trace.md}
 # The shared samples beside the repository (a clean clone with ../shared next to it).
 SAMPLES=${FIU_DIR:-$PWD/../shared/data/fiu}
-[[ -d $SAMPLES ]] || SAMPLES=/work/shared/data/fiu
+[[ -n ${FIU_DIR:-} || -d $SAMPLES ]] || SAMPLES=/work/shared/data/fiu
 NODUP=$PWD/target/release/nodup
 WORK=/dev/shm/nodup-trace-gen
 MNT=/tmp/nodup-trace-gen-mnt

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-docs/results/trace-replay.md}
 # The shared samples beside the repository (a clean clone with ../shared next to it).
 SAMPLES=${FIU_DIR:-$PWD/../shared/data/fiu}
-[[ -d $SAMPLES ]] || SAMPLES=/work/shared/data/fiu
+[[ -n ${FIU_DIR:-} || -d $SAMPLES ]] || SAMPLES=/work/shared/data/fiu
 NODUP=$PWD/target/release/nodup
 WORK=/dev/shm/nodup-trace-replay
 DISK=/var/tmp/nodup-trace-replay

@@ -27,7 +27,7 @@ SYSTEMS=${SYSTEMS:-$([[ $QUICK == 1 ]] && echo "none light smart zfs-4k ext4 pas
 MODES=${MODES:-block batch}
 # The shared samples beside the repository (a clean clone with ../shared next to it).
 SAMPLES=${FIU_DIR:-$PWD/../shared/data/fiu}
-[[ -d $SAMPLES ]] || SAMPLES=/work/shared/data/fiu
+[[ -n ${FIU_DIR:-} || -d $SAMPLES ]] || SAMPLES=/work/shared/data/fiu
 OUT=docs/results
 say() { echo "trace: $*" >&2; }
 

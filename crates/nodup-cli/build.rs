@@ -1,6 +1,6 @@
 //! Records the commit the binary is built from (`nodup --version`), so that a benchmark's
 //! figures name the code that produced them, not whatever the checkout holds when they are
-//! written up. `unknown` outside a git checkout; `-dirty` when tracked files differ from it.
+//! written up. `unknown` outside a git checkout; `-dirty` when tracked sources (crates, Cargo files) differ from it.
 
 use std::path::Path;
 use std::process::Command;
@@ -16,8 +16,19 @@ fn main() {
     let commit = git(&["rev-parse", "--short=7", "HEAD"]);
     let id = match &commit {
         Some(c) => {
-            let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
-                .is_some_and(|s| !s.is_empty());
+            // Only what the rerun below watches (bench results and docs do not make the code
+            // dirty); without optional locks, so the index is not rewritten under a build.
+            let dirty = git(&[
+                "--no-optional-locks",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ":(top)crates",
+                ":(top)Cargo.toml",
+                ":(top)Cargo.lock",
+            ])
+            .is_some_and(|s| !s.is_empty());
             format!("{c}{}", if dirty { "-dirty" } else { "" })
         }
         None => "unknown".into(),
