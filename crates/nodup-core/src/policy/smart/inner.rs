@@ -474,18 +474,23 @@ impl Inner {
         self.st.tomb_flushes += 1;
     }
 
-    /// Rewrite the groups saved with `old_bits` for this tree's prefixes, streaming in
-    /// fingerprint order (prefix order is fingerprint order for both widths; `ondisk/stream.rs`).
-    /// An old group's blocks go back once it has been read; a damaged one keeps what its
-    /// validated blocks held.
-    pub(super) fn rebucket(&mut self, old_bits: u32, groups: &[(u32, u32, u64)]) {
+    /// Rewrite every on-media group for `bits`-bit prefixes (the tree takes that width),
+    /// streaming in fingerprint order (prefix order is fingerprint order for both widths;
+    /// `ondisk/stream.rs`). An old group's blocks go back once it has been read; a damaged one
+    /// keeps what its validated blocks held.
+    pub(super) fn rebucket(&mut self, bits: u32) {
+        let old_bits = self.tree.bits();
+        let groups = self.media_groups();
+        self.tree = PrefixTree::new(bits);
+        self.disk_total = 0;
         // Taken out so that finished groups can be recorded while blocks are read through it.
         let Some(mut io) = self.io.take() else {
             return;
         };
         let bits = self.tree.bits();
         let mut w: Option<GroupWriter> = None;
-        for &(op, len, head) in groups {
+        for (op, l) in groups {
+            let (len, head) = (l.disk_len, l.disk_head);
             let nb = blocks_for(len as usize) as u32;
             let mut got = 0u64;
             let read = io.read_each(old_bits, op, head, nb, |io, recs| {

@@ -21,9 +21,10 @@
 //! | 3+2k | group k: first block of its chain                            |
 //!
 //! Opened with other prefix bits (a different budget), the groups are rewritten for the new
-//! prefixes in one streaming pass once the image is opened for writing ([`FpStore::begin_writes`];
-//! a read-only open keeps the saved width). After a crash the groups are not trusted at all: failure
-//! recovery rebuilds them from the entries ([`FpStore::load`]).
+//! prefixes in one streaming pass once the image is opened for writing
+//! ([`FpStore::begin_writes`]; a read-only open keeps the saved width). After a crash the
+//! groups are not trusted at all: failure recovery rebuilds them from the entries
+//! ([`FpStore::load`]).
 
 use std::collections::HashSet;
 
@@ -347,21 +348,13 @@ impl FpStore for SmartStore {
 
     fn begin_writes(&self) {
         let mut g = self.inner.lock();
-        let old_bits = g.tree.bits();
-        if old_bits == self.bits {
+        if g.tree.bits() == self.bits {
             return;
         }
         // Nothing is in memory after a read-only open, but should anything be, it goes to the
         // medium first: the rebucketing pass reads only on-media groups.
         g.merge_all_to_media();
-        let groups: Vec<(u32, u32, u64)> = g
-            .media_groups()
-            .into_iter()
-            .map(|(p, l)| (p, l.disk_len, l.disk_head))
-            .collect();
-        g.tree = PrefixTree::new(self.bits);
-        g.disk_total = 0;
-        g.rebucket(old_bits, &groups);
+        g.rebucket(self.bits);
     }
 
     fn locations(&self) -> Vec<u64> {

@@ -3,8 +3,8 @@
 //! order, which is fingerprint order for both widths, and their records are appended to the new
 //! width's groups as they come, on blocks taken from the allocator (each old group's blocks go
 //! back once it has been read, so later groups may reuse them: the image is marked in use
-//! first, see `Engine::begin_use`). Memory: a block's records on each side and the chains' block numbers, not a
-//! group (groups grow with the data at a fixed budget).
+//! first, see `Engine::begin_use`). Memory: a block's records on each side and the chains'
+//! block numbers, not a group (groups grow with the data at a fixed budget).
 
 use super::{off, GroupIo, Rec, PER_BLOCK};
 use crate::codec::le_u64;
