@@ -146,6 +146,7 @@ impl FileSystem {
         let worker = mem(&fsr, "/scratch_bytes");
         let budget = mem(&eng, "/policy/budget/total");
         let transient = mem(&eng, "/policy/budget/transient");
+        let thread = mem(&eng, "/policy/budget/worker_thread");
         Some(serde_json::json!({
             "engine": eng,
             "fs": fsr,
@@ -156,6 +157,7 @@ impl FileSystem {
                 "read_cache_bytes": rc,
                 "worker_scratch_bytes": worker,
                 "transient_reserve_bytes": transient,
+                "worker_thread_reserve_bytes": thread,
                 "merge_scratch_bytes": mem(&eng, "/store/memory/merge_scratch_bytes"),
                 "total_bytes": store + skipped + rc + worker,
             },

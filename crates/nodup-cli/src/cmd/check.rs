@@ -265,6 +265,11 @@ fn policy_lines(v: &Value) -> Vec<String> {
             bytes(u(mem, "read_cache_bytes")),
             bytes(u(mem, "worker_scratch_bytes"))
         ));
+        o.push(format!(
+            "  left unassigned  {} for transient buffers, {} for the worker thread's stack and arena",
+            bytes(u(mem, "transient_reserve_bytes")),
+            bytes(u(mem, "worker_thread_reserve_bytes"))
+        ));
         let c = &st["counters"];
         o.push(format!(
             "  fingerprints     {} in memory, {} on media in {} groups; {} promoted, {} merges, {} lost",

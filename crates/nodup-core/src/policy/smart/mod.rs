@@ -76,6 +76,10 @@ pub struct BudgetSplit {
     /// allocator's slack around them (measured at 2 GiB with 512 KiB before the merge buffers
     /// were kept: -0.03 to +0.11 MiB beyond the structures' accounting).
     pub transient: u64,
+    /// Left unassigned for the worker thread itself, which the file system without dedup does
+    /// not have: its stack and the allocator arena glibc gives a new thread (session 20's
+    /// `smaps` of a settled daemon: about 150 KiB more in thread stacks and non-FUSE arenas).
+    pub worker_thread: u64,
     /// Prefix bits of the tree.
     pub prefix_bits: u32,
 }
@@ -92,22 +96,29 @@ pub fn prefix_bits_for(budget: u64, medium_blocks: u64) -> u32 {
 /// nothing but longer steps).
 pub const WORKER_MAX: u64 = 48 << 10;
 
+/// Budget bytes left for the worker thread's own stack and arena (at most a quarter of the
+/// budget).
+pub const WORKER_THREAD_RESERVE: u64 = 128 << 10;
+
 /// The split of `budget` (0 = [`DEFAULT_BUDGET`]): an eighth each to the skipped buffer and
 /// the read cache (when on), a sixteenth (at most [`WORKER_MAX`]) each to the worker's scratch
-/// and to transient use, the rest to the fingerprint store.
+/// and to transient use, [`WORKER_THREAD_RESERVE`] (at most a quarter) to the worker thread,
+/// the rest to the fingerprint store.
 pub fn split(budget: u64, medium_blocks: u64, read_cache: bool) -> BudgetSplit {
     let total = if budget == 0 { DEFAULT_BUDGET } else { budget };
     let skipped = total / 8;
     let rc = if read_cache { total / 8 } else { 0 };
     let worker = (total / 16).min(WORKER_MAX);
     let transient = (total / 16).min(WORKER_MAX);
+    let worker_thread = (total / 4).min(WORKER_THREAD_RESERVE);
     BudgetSplit {
         total,
-        store: total - skipped - rc - worker - transient,
+        store: total - skipped - rc - worker - transient - worker_thread,
         skipped,
         read_cache: rc,
         worker,
         transient,
+        worker_thread,
         prefix_bits: prefix_bits_for(total, medium_blocks),
     }
 }
@@ -226,10 +237,16 @@ mod tests {
         assert_eq!(prefix_bits_for(40 << 20, 4096), 10);
         let s = split(3 << 20, big, true);
         assert_eq!(
-            s.store + s.skipped + s.read_cache + s.worker + s.transient,
+            s.store + s.skipped + s.read_cache + s.worker + s.transient + s.worker_thread,
             s.total
         );
         assert_eq!(s.worker, WORKER_MAX);
+        assert_eq!(s.worker_thread, WORKER_THREAD_RESERVE);
+        // The smallest budget still leaves the store more than a third of it.
+        let s = split(MIN_BUDGET, big, true);
+        assert_eq!(s.worker_thread, MIN_BUDGET / 4);
+        assert_eq!(s.store, 24 << 10);
+        assert_eq!(split(512 << 10, big, true).store, 192 << 10);
         assert_eq!(split(512 << 10, big, true).worker, 32 << 10);
         assert_eq!(split(0, big, false).total, DEFAULT_BUDGET);
     }
