@@ -94,12 +94,15 @@ for name, title in (("copy", "the quick tree"), ("copy-ktree", "the Linux kernel
         out.append(f"| {s} | {f(med(c[s]['copy1_s']), '%.2f')} | {f(med(c[s]['copy2_s']), '%.2f')} | "
                    f"{f(u2)} | {f(per_gib, '%.1f')} |")
     if "light" in c and "zfs" in c:
-        copies[name] = (med(c["light"]["copy1_s"]), med(c["light"]["copy2_s"]),
-                        med(c["zfs"]["copy2_s"]))
-        l2, z2 = med(c["light"]["copy2_s"]), med(c["zfs"]["copy2_s"])
+        l1, l2, z2 = (med(c["light"]["copy1_s"]), med(c["light"]["copy2_s"]),
+                      med(c["zfs"]["copy2_s"]))
         lu, zu = med(c["light"]["used2_mib"]), med(c["zfs"]["used2_mib"])
-        out += ["", f"light against zfs-fuse dedup=on: second copy {l2 / z2:.2f} × its time, "
-                f"{lu / zu:.2f} × its space."]
+        # A copy that failed leaves its column empty: no ratio is made of it.
+        if None not in (l1, l2, z2) and z2 and l1:
+            copies[name] = (l1, l2, z2)
+        if None not in (l2, z2, lu, zu) and z2 and zu:
+            out += ["", f"light against zfs-fuse dedup=on: second copy {l2 / z2:.2f} × its "
+                    f"time, {lu / zu:.2f} × its space."]
     if name == "copy":
         out += ["", "On a tree this small the daemons' fixed memory dominates the per-GiB "
                 "column; the kernel tree below is the one to read."]

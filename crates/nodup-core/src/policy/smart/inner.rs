@@ -297,10 +297,11 @@ impl Inner {
     }
 
     /// Forget the on-media group of `p` after it failed validation (the error already noted):
-    /// its fingerprints are counted lost, and its blocks stay allocated (their chain is not
+    /// its fingerprints are counted lost but for the `deleted` ones (a merge met their
+    /// tombstones before the damage), and its blocks stay allocated (their chain is not
     /// trustworthy) until the next failure recovery or fsck --repair rebuilds the allocator.
-    fn drop_disk(&mut self, p: u32) {
-        self.st.dropped += self.leaf(p).disk_len as u64;
+    fn drop_disk(&mut self, p: u32, deleted: u64) {
+        self.st.dropped += (self.leaf(p).disk_len as u64).saturating_sub(deleted);
         self.set_disk(p, &[], 0);
     }
 
@@ -313,7 +314,7 @@ impl Inner {
                 if let Some(io) = self.io.as_mut() {
                     io.note(&e);
                 }
-                self.drop_disk(p);
+                self.drop_disk(p, 0);
                 Vec::new()
             }
         }
@@ -401,13 +402,17 @@ impl Inner {
         });
         let mut buf = std::mem::take(&mut self.merge);
         let tombs_before = self.tombs.len();
-        match io.merge(bits, p, old, add, &mut self.tombs, &mut buf) {
+        let r = io.merge(bits, p, old, add, &mut self.tombs, &mut buf);
+        // Records the merge found tombstoned (and took the tombstones out for) were deleted,
+        // not lost, whatever happened after.
+        let deleted = (tombs_before - self.tombs.len()) as u64;
+        match r {
             Ok(len) => self.set_disk(p, &buf.chain, len),
             Err(MergeError::Damaged(e)) => {
                 // As a whole-group read that fails: the group is forgotten, the records added
                 // make a new one.
                 io.note(&e);
-                self.drop_disk(p);
+                self.drop_disk(p, deleted);
                 let mut chain = std::mem::take(&mut buf.chain);
                 chain.clear();
                 self.store_group(p, &mut chain, add);
@@ -415,9 +420,6 @@ impl Inner {
             }
             Err(MergeError::Failed(e)) => {
                 io.note(&e);
-                // Records the merge found tombstoned (and took the tombstones out for) were
-                // deleted, not lost.
-                let deleted = (tombs_before - self.tombs.len()) as u64;
                 self.st.dropped += (l.disk_len as u64).saturating_sub(deleted) + add.len() as u64;
                 self.set_disk(p, &[], 0);
             }
