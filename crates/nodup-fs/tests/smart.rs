@@ -461,9 +461,11 @@ fn a_crash_while_groups_are_rebucketed_recovers_with_whole_groups() {
     points.push(sim.crash_point());
     drop(fs);
     assert!(points.len() >= 2, "{} crash points", points.len());
-    let every = points.len().div_ceil(24);
+    // A handful of fences (the open's, each followed by the pending stores of its epoch, which
+    // the random modes persist in part): every one is tested.
+    assert!(points.len() <= 64, "{} crash points", points.len());
     let mut kinds = std::collections::BTreeSet::new();
-    for (i, p) in points.iter().enumerate().step_by(every) {
+    for (i, p) in points.iter().enumerate() {
         let seed = i as u64;
         for mode in [
             CrashMode::DropAll,
@@ -482,7 +484,11 @@ fn a_crash_while_groups_are_rebucketed_recovers_with_whole_groups() {
             fs.shutdown().unwrap();
         }
     }
-    assert!(kinds.contains("failure"), "{kinds:?}");
+    // Both sides of the mark: states that lost it reopen clean, the rest recover.
+    assert!(
+        kinds.contains("failure") && kinds.contains("clean"),
+        "{kinds:?}"
+    );
 }
 
 #[test]
