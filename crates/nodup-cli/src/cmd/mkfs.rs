@@ -55,8 +55,8 @@ pub struct MkfsArgs {
     /// with unique data, as the region layout's per-region counters do; else region).
     #[arg(long, value_parser = ["region", "entry", "hashtable"])]
     pub meta_layout: Option<String>,
-    /// Memory budget of the `smart` policy's dedup structures (fingerprint store, skipped
-    /// buffer, read cache), e.g. 3M; default 3.5M. Recorded in the image; `mount` may override.
+    /// Memory budget of the `smart` policy (fingerprint store, skipped buffer, read cache,
+    /// worker), e.g. 3M; default 3.5M. Recorded in the image; `mount` may override.
     #[arg(long, value_name = "SIZE")]
     pub mem_budget: Option<String>,
     /// Encrypt the image at rest (AES-256: XTS for data, CTR for metadata) with the key in

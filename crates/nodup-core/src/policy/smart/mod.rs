@@ -26,8 +26,8 @@ use crate::store::{FpStore, StoreParams};
 pub const DEFAULT_BUDGET: u64 = (3 << 20) + (512 << 10);
 /// Smallest budget accepted.
 pub const MIN_BUDGET: u64 = 64 << 10;
-/// Budget bytes per prefix-tree leaf: the paper's 14-bit prefix for 3 MB and 18 bits for
-/// 40 MB both come out of `floor(log2(budget / 160))`.
+/// Fingerprint-store bytes per prefix-tree leaf: the paper's 14-bit prefix for a 3 MB store
+/// and 18 bits for 40 MB both come out of `floor(log2(store / 160))`.
 const BYTES_PER_PREFIX: u64 = 160;
 
 /// Per-mount options of `smart` (experiments and operators).
@@ -80,12 +80,12 @@ pub struct BudgetSplit {
     /// not have: its stack and the allocator arena glibc gives a new thread (session 20's
     /// `smaps` of a settled daemon: about 150 KiB more in thread stacks and non-FUSE arenas).
     pub worker_thread: u64,
-    /// Prefix bits of the tree.
+    /// Prefix bits of the tree (from the store's share, as the paper's from its store size).
     pub prefix_bits: u32,
 }
 
-/// Prefix bits for a budget on a medium of `medium_blocks` blocks (at most one prefix per four
-/// blocks, so the saved directory always fits the save area).
+/// Prefix bits for a fingerprint store of `budget` bytes on a medium of `medium_blocks` blocks
+/// (at most one prefix per four blocks, so the saved directory always fits the save area).
 pub fn prefix_bits_for(budget: u64, medium_blocks: u64) -> u32 {
     let by_budget = (budget / BYTES_PER_PREFIX).max(1).ilog2();
     let by_medium = (medium_blocks / 4).max(64).ilog2();
@@ -111,15 +111,19 @@ pub fn split(budget: u64, medium_blocks: u64, read_cache: bool) -> BudgetSplit {
     let worker = (total / 16).min(WORKER_MAX);
     let transient = (total / 16).min(WORKER_MAX);
     let worker_thread = (total / 4).min(WORKER_THREAD_RESERVE);
+    let store = total - skipped - rc - worker - transient - worker_thread;
     BudgetSplit {
         total,
-        store: total - skipped - rc - worker - transient - worker_thread,
+        store,
         skipped,
         read_cache: rc,
         worker,
         transient,
         worker_thread,
-        prefix_bits: prefix_bits_for(total, medium_blocks),
+        // The paper sizes the tree by the fingerprint store's memory (3 MB: 14 bits), not by
+        // the whole budget: groups then hold as many records per prefix as the paper's, which
+        // is what a group eviction amortizes its read-merge-write over.
+        prefix_bits: prefix_bits_for(store, medium_blocks),
     }
 }
 
@@ -246,7 +250,11 @@ mod tests {
         let s = split(MIN_BUDGET, big, true);
         assert_eq!(s.worker_thread, MIN_BUDGET / 4);
         assert_eq!(s.store, 24 << 10);
-        assert_eq!(split(512 << 10, big, true).store, 192 << 10);
+        let s = split(512 << 10, big, true);
+        assert_eq!((s.store, s.prefix_bits), (192 << 10, 10));
+        // A store of about the paper's 3 MB (2.8 MiB of a 4 MiB budget): 14 bits.
+        let s = split(4 << 20, big, true);
+        assert_eq!((s.store, s.prefix_bits), (2_916_352, 14));
         assert_eq!(split(512 << 10, big, true).worker, 32 << 10);
         assert_eq!(split(0, big, false).total, DEFAULT_BUDGET);
     }
