@@ -21,8 +21,9 @@ use super::{Decision, Policy, PolicyKind, PrefetchMode};
 use crate::fingerprint::FpKind;
 use crate::store::{FpStore, StoreParams};
 
-/// Budget of a `smart` image formatted without `--mem-budget`: the paper's 3.5 MB cap
-/// (3 MB fingerprint store and 0.5 MB skipped buffer, §4).
+/// Budget of a `smart` image formatted without `--mem-budget`: the paper's 3.5 MB cap (§4,
+/// there a 3 MB fingerprint store and a 0.5 MB skipped buffer; here the read cache and the
+/// worker take shares too, so the store keeps 2.4 MiB and its tree 13 prefix bits, not 14).
 pub const DEFAULT_BUDGET: u64 = (3 << 20) + (512 << 10);
 /// Smallest budget accepted.
 pub const MIN_BUDGET: u64 = 64 << 10;
@@ -84,12 +85,12 @@ pub struct BudgetSplit {
     pub prefix_bits: u32,
 }
 
-/// Prefix bits for a fingerprint store of `budget` bytes on a medium of `medium_blocks` blocks
+/// Prefix bits for a fingerprint store of `store` bytes on a medium of `medium_blocks` blocks
 /// (at most one prefix per four blocks, so the saved directory always fits the save area).
-pub fn prefix_bits_for(budget: u64, medium_blocks: u64) -> u32 {
-    let by_budget = (budget / BYTES_PER_PREFIX).max(1).ilog2();
+pub fn prefix_bits_for(store: u64, medium_blocks: u64) -> u32 {
+    let by_store = (store / BYTES_PER_PREFIX).max(1).ilog2();
     let by_medium = (medium_blocks / 4).max(64).ilog2();
-    by_budget.min(by_medium).clamp(6, 24)
+    by_store.min(by_medium).clamp(6, 24)
 }
 
 /// Most budget bytes the worker's scratch takes (a step of a few hundred blocks; more buys
@@ -255,6 +256,8 @@ mod tests {
         // A store of about the paper's 3 MB (2.8 MiB of a 4 MiB budget): 14 bits.
         let s = split(4 << 20, big, true);
         assert_eq!((s.store, s.prefix_bits), (2_916_352, 14));
+        let s = split(0, big, true);
+        assert_eq!((s.store, s.prefix_bits), (2_523_136, 13));
         assert_eq!(split(512 << 10, big, true).worker, 32 << 10);
         assert_eq!(split(0, big, false).total, DEFAULT_BUDGET);
     }

@@ -2,7 +2,7 @@
 //! The old chain is read one block at a time and the merged records are written over it as
 //! they fill blocks, so a merge holds a block of the old group, one block being filled and the
 //! records it adds, never the whole group: with a fixed budget the groups grow with the data
-//! (at 512 KiB, a group passes four blocks at about 8 GiB of unique data), and a merge buffer
+//! (at 512 KiB, a group passes four blocks at about 4 GiB of unique data), and a merge buffer
 //! sized by the largest group would grow with them.
 //!
 //! Output block `k` is written over old block `k`, so old blocks up to `k` are always read
