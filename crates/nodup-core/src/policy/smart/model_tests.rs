@@ -418,12 +418,15 @@ fn groups_of_many_blocks_are_rebucketed_for_another_width() {
     }
 }
 
-#[test]
-fn a_merge_into_a_damaged_group_counts_only_live_records_lost() {
-    // One prefix's group of 3000 records, its 10 smallest removed (tombstones, met in its first
-    // block), its last block damaged; new records until an eviction merges into the group,
-    // which meets the tombstones and then the damage: the group is dropped, and the removed
-    // records are not counted lost with it.
+/// One prefix's group of 3000 records saved to the medium, its 10 smallest removed (tombstones,
+/// met in the group's first block); the store, its allocator and medium, and more records of
+/// that prefix.
+fn one_group_ten_removed() -> (
+    SmartStore,
+    Arc<Allocator>,
+    Arc<dyn Medium>,
+    impl Iterator<Item = u64>,
+) {
     let (s, a, m) = store(8 << 10, 6, Eviction::GroupLru);
     let mut ours = (0u64..)
         .map(|k| k.wrapping_mul(0x2545_F491_4F6C_DD1D))
@@ -439,53 +442,45 @@ fn a_merge_into_a_damaged_group_counts_only_live_records_lost() {
         s.remove(fp, 32 * (i as u64 + 1));
     }
     assert_eq!(s.tomb_room().0, 10);
+    (s, a, m, ours)
+}
+
+/// New records until an eviction merges into the group; then every record must be in memory,
+/// on the medium, removed (the 10) or counted lost, and every tombstone met.
+fn merge_once_and_count(s: &SmartStore, more: &mut impl Iterator<Item = u64>) -> u64 {
+    let merges = s.counters().merges;
+    let mut added = 0u64;
+    while s.counters().merges == merges {
+        s.insert(more.next().unwrap(), 1 << 40 | added);
+        added += 1;
+    }
+    let (mem, disk) = s.held();
+    assert_eq!(s.tomb_room().0, 0, "every tombstone was met");
+    assert_eq!(3000 + added - 10, mem + disk + s.counters().dropped);
+    disk
+}
+
+#[test]
+fn a_merge_into_a_damaged_group_counts_only_live_records_lost() {
+    // The group's last block damaged: the merge meets the tombstones, then the damage, and
+    // drops the group; the removed records are not counted lost with it.
+    let (s, a, m, mut more) = one_group_ten_removed();
     let last = (16..BLOCKS).rev().find(|&b| a.is_allocated(b)).unwrap();
     let at = last * BLOCK_SIZE as u64 + 100;
     let mut x = [0u8; 1];
     m.read(at, &mut x).unwrap();
     m.write(at, &[x[0] ^ 0x10]).unwrap();
-    let merges = s.counters().merges;
-    let mut added = 0u64;
-    while s.counters().merges == merges {
-        s.insert(ours.next().unwrap(), 1 << 40 | added);
-        added += 1;
-    }
-    let (mem, disk) = s.held();
-    assert_eq!(s.tomb_room().0, 0, "every tombstone was met");
+    let disk = merge_once_and_count(&s, &mut more);
     assert!(disk < 3000, "the damaged group was dropped");
-    assert_eq!(3000 + added - 10, mem + disk + s.counters().dropped);
 }
 
 #[test]
 fn a_merge_that_cannot_allocate_counts_only_live_records_lost() {
-    // One prefix only: 3000 records saved to its group, 10 of them removed (tombstones), the
-    // allocator exhausted, then new records until an eviction merges into the group, which
-    // must grow and cannot: every record is then in memory, on the medium, removed, or
-    // counted lost, and the removed ones are not counted lost too.
-    let (s, a, _m) = store(8 << 10, 6, Eviction::GroupLru);
-    let mut ours = (0u64..)
-        .map(|k| k.wrapping_mul(0x2545_F491_4F6C_DD1D))
-        .filter(|&fp| crate::index::mix(fp) >> 58 == 5);
-    let first: Vec<u64> = ours.by_ref().take(3000).collect();
-    for (i, &fp) in first.iter().enumerate() {
-        s.insert(fp, 32 * (i as u64 + 1));
-    }
-    s.save_words().unwrap();
-    assert_eq!(s.held(), (0, 3000));
-    for (i, &fp) in first.iter().enumerate().take(10) {
-        s.remove(fp, 32 * (i as u64 + 1));
-    }
-    assert_eq!(s.tomb_room().0, 10);
+    // The allocator exhausted: the merge must grow the group and cannot; the removed records
+    // are not counted lost with it.
+    let (s, a, _m, mut more) = one_group_ten_removed();
     let mut pool = 0;
     while a.alloc(&mut pool).is_ok() {}
-    let merges = s.counters().merges;
-    let mut added = 0u64;
-    while s.counters().merges == merges {
-        s.insert(ours.next().unwrap(), 1 << 40 | added);
-        added += 1;
-    }
-    let (mem, disk) = s.held();
+    let disk = merge_once_and_count(&s, &mut more);
     assert_eq!(disk, 0, "the group could not be written");
-    assert_eq!(s.tomb_room().0, 0, "every tombstone was met");
-    assert_eq!(3000 + added - 10, mem + disk + s.counters().dropped);
 }
