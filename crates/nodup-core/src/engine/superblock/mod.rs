@@ -545,6 +545,22 @@ impl Superblock {
         {
             return Err(corrupt("geometry larger than the medium"));
         }
+        // Every area inside the image before anything uses one (the encrypted media take the
+        // client area's offset before the geometry is checked against the plan).
+        for (name, start, blocks) in [
+            ("client", sb.client_start, sb.client_blocks),
+            ("reverse map", sb.revmap_start, sb.revmap_blocks),
+            ("layout", sb.layout_start, sb.layout_blocks),
+            ("save", sb.save_start, sb.save_blocks),
+            ("data", sb.data_start, sb.data_blocks),
+        ] {
+            if start
+                .checked_add(blocks)
+                .is_none_or(|end| end > sb.total_blocks)
+            {
+                return Err(corrupt(&format!("the {name} area ends past the image")));
+            }
+        }
         Ok(sb)
     }
 

@@ -262,3 +262,28 @@ fn key_parameters_round_trip_and_are_refused_without_a_cipher() {
         .to_string();
     assert!(e.contains("out of range"), "{e}");
 }
+
+#[test]
+fn an_area_past_the_image_is_refused_before_use() {
+    // Each area's start pushed to where its end overflows or passes the image (the fuzzer's
+    // encrypted-image case: the client area's offset was multiplied before any check).
+    let sb = planned(params());
+    for (name, field) in [
+        ("client", off::CLIENT_START),
+        ("reverse map", off::REVMAP_START),
+        ("layout", off::LAYOUT_START),
+        ("save", off::SAVE_START),
+        ("data", off::DATA_START),
+    ] {
+        for start in [u64::MAX - 1, u64::MAX / 4096, sb.total_blocks] {
+            let mut b = sb.encode();
+            b[field..field + 8].copy_from_slice(&start.to_le_bytes());
+            reseal(&mut b, 264);
+            assert_eq!(
+                err(&b),
+                format!("corrupt image: engine superblock: the {name} area ends past the image"),
+                "{name} at {start}"
+            );
+        }
+    }
+}
