@@ -1,6 +1,7 @@
 //! Records the commit the binary is built from (`nodup --version`), so that a benchmark's
 //! figures name the code that produced them, not whatever the checkout holds when they are
-//! written up. `unknown` outside a git checkout; `-dirty` when tracked sources (crates, Cargo files) differ from it.
+//! written up. `unknown` outside a git checkout; `-dirty` when tracked sources (crates, Cargo
+//! files) differ from it.
 
 use std::path::Path;
 use std::process::Command;
