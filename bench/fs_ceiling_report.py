@@ -16,6 +16,8 @@ from collections import defaultdict
 
 NAMES = {"null": "null", "pass": "passthrough", "light": "light", "none": "none",
          "zfs": "zfs-fuse", "tmpfs": "tmpfs"}
+# The null file system's transport with a reference data path behind it (FLOORS=1).
+SINKS = {"sink-copy": "copy", "sink-land": "land", "sink-store": "store"}
 
 
 def load(path):
@@ -115,11 +117,45 @@ def fio(tsv, cmd, bdi):
         x, (bs, dup, wb, jobs) = min(gaps)
         out += ["", f"Farthest from the ceiling: light at bs {bs}, {dup} % duplicates, writeback "
                 f"cache {'on' if wb else 'off'}, {jobs} job(s): {x:.3f} of null."]
+    out += floors(runs, cells, totals)
     if bdi.strip():
         parts = ", ".join(f"{NAMES[s]} {mib} MiB" for s, mib in (ln.split() for ln in bdi.splitlines()))
         out += ["", "Kernel dirty-page limit of the mount with the writeback cache "
                 f"(/sys/class/bdi/DEV/max_bytes): {parts}."]
     out += ["", f"Every run: `fs-ceiling/{os.path.basename(tsv)}`.", ""]
+    return out
+
+
+def floors(runs, cells, totals):
+    """The table of the reference data paths, for the cells where they ran."""
+    have = [c for c in cells if any(runs.med(c, s) is not None for s in SINKS)]
+    if not have:
+        return []
+    out = ["", "### The data path behind the transport", "",
+           "The null file system's own transport (`nodup-uring-null --classic --threads 4`, "
+           "classic /dev/fuse like fuser's) with a reference data path behind it "
+           "(crates/nodup-uring-null/src/sink.rs): **copy** reads each request into a buffer, "
+           "then fingerprints (xxh3) and copies every 4 KiB block into memory backed already (a "
+           "mapped /dev/shm file reused every 64 MiB): the CPU work of a dedup daemon's new data; "
+           "**land** reads the request with readv(2) so its data lands straight in that memory, "
+           "then fingerprints it in place (one copy fewer: what reading requests into the image "
+           "would save); **store** fingerprints and pwrite(2)s the data into a sparse /dev/shm "
+           "file, never at the same place twice: the cheapest way to keep new data in /dev/shm "
+           "(the kernel provides a page for every 4 KiB, not zeroed first). Same rounds, "
+           "interleaved with the systems above.", "",
+           "| bs | dups | MiB | null | copy | land | store | light | copy / null | land / null | "
+           "store / null | light / null | light / store |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in have:
+        bs, dup, _, _ = c
+        m = {s: runs.med(c, s) for s in ("null", "sink-copy", "sink-land", "sink-store", "light")}
+        out.append(f"| {bs} | {dup} % | {totals[c]} | {f(m['null'])} | {f(m['sink-copy'])} | "
+                   f"{f(m['sink-land'])} | {f(m['sink-store'])} | {f(m['light'])} | "
+                   f"{r3(runs.ratio(c, 'sink-copy', c, 'null'))} | "
+                   f"{r3(runs.ratio(c, 'sink-land', c, 'null'))} | "
+                   f"{r3(runs.ratio(c, 'sink-store', c, 'null'))} | "
+                   f"**{r3(runs.ratio(c, 'light', c, 'null'))}** | "
+                   f"{r3(runs.ratio(c, 'light', c, 'sink-store'))} |")
     return out
 
 

@@ -1,13 +1,16 @@
 # The file systems the bench scripts compare, each brought up empty at $MNT and taken down again
 # (sourced, not run; bench/lib.sh first). The caller defines a `say` function for progress,
 # sets IMG_SIZE, and calls `systems_setup NAME [PACKAGE:COMMAND...]`, which installs what is
-# missing, builds the binaries unless NODUP and FUSEREF name them, and sets W (a work directory
+# missing, builds the binaries unless NODUP, FUSEREF and URING_NULL name them, and sets W (a work directory
 # in /dev/shm, removed at exit), MNT, IMG (nodup image path), SRC (a directory for the
 # passthrough systems), ZPOOL, ZPID, EXCL and SHARED (the CPU wrappers, or empty).
 # Systems: null, pass (nodup-fuseref null / passthrough), the nodup policies (none, light,
 # strong, weak-verify, smart, selective), zfs (dedup=on, 128 KiB records), zfs-off (dedup=off),
 # zfs-4k (dedup=on, 4 KiB records), ext4 and btrfs (on a loop image), bindfs (over a /dev/shm
-# directory), tmpfs (a plain /dev/shm directory, reference only).
+# directory), tmpfs (a plain /dev/shm directory, reference only), and sink-copy, sink-land,
+# sink-store (`nodup-uring-null --classic --sink KIND`: the null file system's transport with a
+# reference data path behind it, crates/nodup-uring-null/src/sink.rs; classic /dev/fuse, 4
+# threads).
 
 NODUP_POLICIES="none light strong weak-verify smart selective"
 
@@ -23,11 +26,12 @@ systems_setup() {
   for pkg in "$@"; do
     command -v "${pkg#*:}" >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkg%%:*}" >/dev/null 2>&1 || true
   done
-  if [[ -z ${NODUP:-} || -z ${FUSEREF:-} ]]; then
-    $SHARED cargo build --release -q -p nodup-cli -p nodup-fuseref
+  if [[ -z ${NODUP:-} || -z ${FUSEREF:-} || -z ${URING_NULL:-} ]]; then
+    $SHARED cargo build --release -q -p nodup-cli -p nodup-fuseref -p nodup-uring-null
     local t=${CARGO_TARGET_DIR:-$PWD/target}/release
     NODUP=${NODUP:-$t/nodup}
     FUSEREF=${FUSEREF:-$t/nodup-fuseref}
+    URING_NULL=${URING_NULL:-$t/nodup-uring-null}
   fi
   W=$(mktemp -d "/dev/shm/nodup-$name.XXXXXX")
   MNT=$W/mnt
@@ -82,6 +86,21 @@ fuseref() {
   FPID=$!
   wait_mounted
 }
+# sinkfs KIND WB: start nodup-uring-null with sink KIND at $MNT in the background, and wait
+# for it to serve (its sinks are set up before it says `ready`).
+sinkfs() {
+  local extra=() i
+  [[ $2 == 1 ]] && extra=(--writeback-cache)
+  "$URING_NULL" "$MNT" --classic --threads 4 --sink "$1" "${extra[@]}" >"$W/sink.out" &
+  FPID=$!
+  for ((i = 0; i < 800; i++)); do
+    grep -q '^ready' "$W/sink.out" 2>/dev/null && return 0
+    kill -0 "$FPID" 2>/dev/null || break
+    sleep 0.025
+  done
+  echo "nodup-uring-null --sink $1 did not start" >&2
+  return 1
+}
 stop_fuseref() {
   kill -TERM "$FPID"
   wait "$FPID"
@@ -94,6 +113,7 @@ nodup_mount() { "$NODUP" mount "$IMG" "$MNT" --writeback-cache="$([[ $1 == 1 ]] 
 up() {
   case $1 in
     null) fuseref null "$2" ;;
+    sink-copy | sink-land | sink-store) sinkfs "${1#sink-}" "$2" ;;
     pass) rm -rf "$SRC" && mkdir -p "$SRC" && fuseref passthrough "$2" "$SRC" ;;
     zfs | zfs-off | zfs-4k)
       local props=(-O dedup=on)
@@ -119,7 +139,7 @@ up() {
 }
 down() {
   case $1 in
-    null | pass) stop_fuseref ;;
+    null | pass | sink-*) stop_fuseref ;;
     zfs | zfs-off | zfs-4k) zfs_destroy && rm -f "$W/zvdev" ;;
     ext4 | btrfs) umount "$MNT" && rm -f "$W/loopimg" ;;
     bindfs) fusermount3 -u "$MNT" 2>/dev/null || fusermount -u "$MNT"; rm -rf "$SRC" ;;

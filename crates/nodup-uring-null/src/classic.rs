@@ -1,10 +1,12 @@
 //! The classic transport: a thread blocks in read(2) on its /dev/fuse descriptor, gets one
 //! whole request, and answers with one write(2). Used for the `--classic` mode and, in ring
-//! mode, for what the kernel still sends that way (FORGET, INTERRUPT).
+//! mode, for what the kernel still sends that way (FORGET, INTERRUPT). With a [`Sink`], WRITE
+//! data goes through one of the reference data paths of [`crate::sink`].
 
 use crate::abi::{self, Wire};
 use crate::init::{MAX_WRITE, READ_BUF};
 use crate::nullfs::{NullFs, Reply};
+use crate::sink::{Sink, SinkKind};
 use crate::{Served, Via};
 use std::fs::File;
 use std::io::{self, IoSlice, Read, Write};
@@ -14,10 +16,26 @@ static ZEROS: [u8; MAX_WRITE as usize] = [0; MAX_WRITE as usize];
 
 /// Serve requests from `dev` until the connection ends (unmount: ENODEV). `served` counts the
 /// requests handled.
-pub fn serve(mut dev: &File, fs: &NullFs, served: &Served) -> io::Result<()> {
+pub fn serve(dev: &File, fs: &NullFs, served: &Served) -> io::Result<()> {
+    serve_into(dev, fs, served, None)
+}
+
+/// [`serve`], with WRITE data given to `sink` (none: discarded).
+pub fn serve_into(
+    mut dev: &File,
+    fs: &NullFs,
+    served: &Served,
+    mut sink: Option<Sink>,
+) -> io::Result<()> {
     let mut buf = vec![0u8; READ_BUF];
     loop {
-        let n = match dev.read(&mut buf) {
+        // A WRITE read by `read_landing` is fingerprinted already: its fold.
+        let mut landed = None;
+        let got = match sink.as_mut() {
+            Some(s) if s.kind() == SinkKind::Land => read_landing(dev, s, &mut buf, &mut landed),
+            _ => dev.read(&mut buf),
+        };
+        let n = match got {
             Ok(n) => n,
             Err(e) => match e.raw_os_error() {
                 // ENOENT: the request was interrupted before we read it.
@@ -29,6 +47,15 @@ pub fn serve(mut dev: &File, fs: &NullFs, served: &Served) -> io::Result<()> {
         let Some(h) = abi::InHeader::read(&buf[..n]) else {
             return Err(io::Error::other(format!("short request ({n} bytes)")));
         };
+        if let Some(s) = sink.as_mut() {
+            if h.opcode == abi::op::WRITE && n > WRITE_HEAD {
+                let fold = match landed.take() {
+                    Some(f) => f,
+                    None => s.take(&buf[WRITE_HEAD..n])?,
+                };
+                served.note_sink(fold, (n - WRITE_HEAD) as u64);
+            }
+        }
         let body = &buf[40..n.min(h.len as usize).max(40)];
         let (op_in, extra) = body.split_at(abi::op_in_size(h.opcode).min(body.len()));
         let reply = fs.handle(&h, op_in, extra);
@@ -37,6 +64,45 @@ pub fn serve(mut dev: &File, fs: &NullFs, served: &Served) -> io::Result<()> {
             return Ok(());
         }
     }
+}
+
+/// Bytes of a WRITE request before its data: the header and `fuse_write_in`, 40 bytes each.
+const WRITE_HEAD: usize = 80;
+
+/// Read one request for a `land` sink: readv(2) with the first [`WRITE_HEAD`] bytes into `buf`
+/// and the rest into the sink's next slot, so a WRITE's data lands there and is fingerprinted
+/// in place. Another request's body is copied back behind its head in `buf`. A WRITE's data
+/// is then not in `buf` (the handler only checks its length), and `landed` gets its fold.
+fn read_landing(
+    dev: &File,
+    sink: &mut Sink,
+    buf: &mut [u8],
+    landed: &mut Option<u64>,
+) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let (head, rest) = buf.split_at_mut(WRITE_HEAD);
+    let slot = sink.slot(MAX_WRITE as usize);
+    let iov = [
+        libc::iovec {
+            iov_base: head.as_mut_ptr().cast(),
+            iov_len: head.len(),
+        },
+        libc::iovec {
+            iov_base: slot.as_mut_ptr().cast(),
+            iov_len: slot.len(),
+        },
+    ];
+    // SAFETY: two valid, disjoint, writable buffers of the lengths given.
+    let r = unsafe { libc::readv(dev.as_raw_fd(), iov.as_ptr(), 2) };
+    let n = usize::try_from(r).map_err(|_| io::Error::last_os_error())?;
+    let body = n.saturating_sub(WRITE_HEAD);
+    if abi::InHeader::read(head).is_some_and(|h| h.opcode == abi::op::WRITE) {
+        *landed = Some(sink.landed(body));
+    } else {
+        let slot = sink.slot(MAX_WRITE as usize);
+        rest[..body].copy_from_slice(&slot[..body]);
+    }
+    Ok(n)
 }
 
 /// Write one reply; false when the connection is gone.

@@ -1,12 +1,14 @@
 //! `nodup-uring-null MOUNTPOINT [--classic]`: mount the null file system (root only) and serve
 //! it until SIGTERM/SIGINT/SIGHUP or an unmount. Prints `ready ...` on stdout once the mount
-//! serves requests, and `served ring=N classic=M ops=OPCODE:COUNT,...` at the end.
+//! serves requests, and `served ring=N classic=M ops=OPCODE:COUNT,... sink_bytes=N
+//! sink_fold=HEX` at the end.
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use nodup_uring_null::abi::init_flags;
 use nodup_uring_null::init::{self, Wanted};
 use nodup_uring_null::ring::{self, QueueSetup, TaskRun};
+use nodup_uring_null::sink::{Sink, SinkKind};
 use nodup_uring_null::{classic, mount, nullfs::NullFs, Served};
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -34,6 +36,10 @@ struct Args {
     /// How the rings run the kernel's task work.
     #[arg(long, value_enum, default_value = "default")]
     taskrun: TaskRun,
+    /// Where WRITE data goes with --classic: discard (the null file system) or a reference
+    /// data path (see `sink.rs`: copy, land, store).
+    #[arg(long, value_enum, default_value = "discard")]
+    sink: SinkKind,
     /// Let the scheduler place the queue threads instead of pinning each to its CPU.
     #[arg(long)]
     no_pin: bool,
@@ -76,6 +82,9 @@ fn main() {
 }
 
 fn run(args: &Args) -> Result<()> {
+    if args.sink != SinkKind::Discard && !args.classic {
+        bail!("--sink needs --classic (the ring transport only discards)");
+    }
     let set = block_signals();
     let dev = mount::mount(&args.mountpoint).with_context(|| {
         format!(
@@ -128,17 +137,19 @@ fn serve(args: &Args, dev: &std::fs::File, flags: u64, set: libc::sigset_t) -> R
                 } else {
                     mount::clone_fd(dev)?
                 };
+                // Made before serving, so a run does not time its set-up.
+                let sink = Sink::new(args.sink).context("setting up the sink")?;
                 let (fs, served, mnt) = (&fs, &served, &args.mountpoint);
                 workers.push(s.spawn(move || {
                     fail_fast(
                         mnt,
                         "classic thread",
                         served,
-                        classic::serve(&fd, fs, served),
+                        classic::serve_into(&fd, fs, served, sink),
                     )
                 }));
             }
-            format!("classic threads={}", args.threads)
+            format!("classic threads={} sink={:?}", args.threads, args.sink)
         } else {
             let queues = ring::possible_cpus()?;
             let (tx, rx) = mpsc::channel();

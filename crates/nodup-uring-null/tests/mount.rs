@@ -10,6 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use nodup_uring_null::sink::fold;
+
 const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
 
 fn can_mount() -> bool {
@@ -97,7 +99,20 @@ impl Drop for Daemon {
 }
 
 /// SIGTERM the daemon; returns its `served ring=N classic=M` counts once it has unmounted.
-fn stop(mut d: Daemon, mnt: &Path) -> (u64, u64) {
+fn stop(d: Daemon, mnt: &Path) -> (u64, u64) {
+    let line = stop_line(d, mnt);
+    (field(&line, "ring="), field(&line, "classic="))
+}
+
+/// The number after `key` in the daemon's `served ...` line.
+fn field(line: &str, key: &str) -> u64 {
+    let v = line.split_whitespace().find_map(|w| w.strip_prefix(key));
+    v.and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+}
+
+/// SIGTERM the daemon; its `served ...` line once it has unmounted.
+fn stop_line(mut d: Daemon, mnt: &Path) -> String {
     // SAFETY: kill on the pid of a child we started and have not reaped.
     unsafe { libc::kill(d.child.id() as i32, libc::SIGTERM) };
     let status = d.child.wait().expect("wait for the daemon");
@@ -107,17 +122,9 @@ fn stop(mut d: Daemon, mnt: &Path) -> (u64, u64) {
         !mounts.contains(&format!(" {} ", mnt.display())),
         "still mounted"
     );
-    let line = d
-        .lines
+    d.lines
         .recv_timeout(Duration::from_secs(5))
-        .expect("served line");
-    let count = |key: &str| -> u64 {
-        let field = line.split_whitespace().find_map(|w| w.strip_prefix(key));
-        field
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
-    };
-    (count("ring="), count("classic="))
+        .expect("served line")
 }
 
 /// Write (a 1 MiB block at an offset, then a short tail), fsync, stat, read back, and the
@@ -206,4 +213,46 @@ fn classic_round_trip() {
     let (ring, classic) = stop(d, dir.path());
     assert_eq!(ring, 0);
     assert!(classic >= 8, "only {classic} requests served");
+}
+
+/// Each reference data path (`--sink`) takes every byte written, whatever request carried it
+/// and whichever thread read it: the XOR of the fingerprints its daemon reports equals that of
+/// the data written. Name operations between the writes go through `land`'s readv too, and
+/// must get their whole request.
+#[test]
+fn sinks_take_every_byte() {
+    if !can_mount() {
+        return;
+    }
+    // Distinct blocks: identical ones would cancel out in the XOR.
+    let data: Vec<u8> = (0..(3u64 << 20) / 8)
+        .flat_map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_le_bytes())
+        .collect();
+    let tail = b"an odd-sized tail";
+    let want = fold(&data) ^ fold(tail);
+    for (sink, shown) in [("copy", "Copy"), ("land", "Land"), ("store", "Store")] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = start(dir.path(), &["--classic", "--threads", "2", "--sink", sink]);
+        assert!(d.ready.contains(&format!("sink={shown}")), "{}", d.ready);
+        let path = dir.path().join("data");
+        let f = File::create(&path).expect("create");
+        f.write_all_at(&data, 0).expect("write 3 MiB");
+        // A name long enough that its requests run past the first 80 bytes read (`land` reads
+        // those into its slot and must copy them back).
+        let other = dir.path().join("n".repeat(200));
+        File::create(&other).expect("create other");
+        fs::remove_file(&other).expect("unlink other");
+        f.write_all_at(tail, data.len() as u64).expect("write tail");
+        f.sync_all().expect("fsync");
+        let len = (data.len() + tail.len()) as u64;
+        assert_eq!(fs::metadata(&path).expect("stat").len(), len);
+        drop(f);
+        let line = stop_line(d, dir.path());
+        assert_eq!(field(&line, "sink_bytes="), len, "{sink}: {line}");
+        let got = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("sink_fold="))
+            .and_then(|v| u64::from_str_radix(v, 16).ok());
+        assert_eq!(got, Some(want), "{sink}: {line}");
+    }
 }
