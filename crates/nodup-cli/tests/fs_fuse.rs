@@ -269,7 +269,7 @@ fn fio_verify() {
     }
 }
 
-/// One writer of 1 MiB requests, each split across threads (the default) or not: the same
+/// One writer of 1 MiB requests, each split across threads or not (the default): the same
 /// bytes read back and the same blocks shared either way (every other MiB repeats an earlier
 /// one, so exactly half the data is stored).
 #[test]

@@ -76,7 +76,7 @@ fn defaults(image: PathBuf, mountpoint: PathBuf) -> MountArgs {
         selective: Default::default(),
         encrypt_key_file: None,
         threads: 4,
-        split_writes: 0,
+        split_writes: 1,
         atime: "relatime".into(),
         nonempty: false,
         log_file: None,

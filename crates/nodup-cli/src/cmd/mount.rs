@@ -56,8 +56,9 @@ pub struct MountArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub threads: u16,
     /// Parts one large write request is split into, each written by its own thread (0 = one
-    /// per core, 1 = never split); requests under 256 KiB are never split.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=8))]
+    /// per core, 1 = never split, the default: on 2 cores splitting measured slower, see
+    /// docs/choices.md); requests under 256 KiB are never split.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(0..=8))]
     pub split_writes: u16,
     /// Mount even over a directory that is not empty or is already a mount point (what is
     /// there stays hidden until unmount).
