@@ -173,10 +173,14 @@ pub trait FpStore: Send + Sync {
         0
     }
 
-    /// [`FpStore::owned_blocks`] and `f()` read together, while the store can neither take
-    /// blocks nor give any back (fsck compares the two with the allocator's count).
-    fn owned_blocks_with(&self, f: &mut dyn FnMut() -> u64) -> (u64, u64) {
-        (self.owned_blocks(), f())
+    /// The blocks of [`FpStore::owned_blocks`] one by one, appended to `out`, then
+    /// `f(out, unlisted)` called while the store can neither take blocks nor give any back
+    /// (fsck's per-block check compares them with the allocator there). `unlisted` counts the
+    /// blocks it could not list (a damaged on-media structure is listed up to its damage); the
+    /// default lists none of them.
+    fn list_owned_blocks(&self, out: Vec<u64>, f: &mut dyn FnMut(&[u64], u64)) {
+        let unlisted = self.owned_blocks();
+        f(&out, unlisted)
     }
 
     /// The store's own figures for `nodup stats` (memory per structure, I/O).

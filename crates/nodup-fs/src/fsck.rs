@@ -74,14 +74,32 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
                 "{free_meta} file-system metadata blocks are free in the allocator"
             ));
         }
-        match leaked_blocks(fs) {
-            Leak::None => {}
-            Leak::Leaked(n) => rep.problems.push(format!(
-                "{n} allocated blocks are held by no file, metadata or fingerprint store (leaked space; fsck --repair frees them)"
-            )),
-            Leak::HeldTwice(n) => rep.problems.push(format!(
-                "{n} block(s) more held than allocated: a block held twice (by a file or the file-system metadata, and by the engine's metadata layout or fingerprint store), or one of the engine's blocks free in the allocator (fsck --repair rebuilds the allocator and the fingerprint groups; it refuses an image where a file maps a block of the metadata layout)"
-            )),
+        let h = block_holders(fs);
+        if h.leaked > 0 {
+            let behind = if h.unlisted > 0 {
+                format!(
+                    " beyond the {} blocks of damaged fingerprint groups, which cannot be listed",
+                    h.unlisted
+                )
+            } else {
+                String::new()
+            };
+            rep.problems.push(format!(
+                "{} allocated blocks are held by no file, metadata or fingerprint store{behind} (leaked space; fsck --repair frees them)",
+                h.leaked
+            ));
+        }
+        if h.twice > 0 {
+            rep.problems.push(format!(
+                "{} block(s) held twice: by a file or the file-system metadata and by the engine's metadata layout or fingerprint store, or twice by those (fsck --repair rebuilds the allocator and the fingerprint groups; it refuses an image where a file maps a block of the metadata layout)",
+                h.twice
+            ));
+        }
+        if h.engine_free > 0 {
+            rep.problems.push(format!(
+                "{} block(s) of the engine's metadata layout or fingerprint store are free in the allocator (fsck --repair rebuilds the allocator and the fingerprint groups)",
+                h.engine_free
+            ));
         }
     }
     // Engine-side view: every distinct referenced block must be counted as in use.
@@ -129,25 +147,28 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
     Ok(rep)
 }
 
-/// What [`leaked_blocks`] found.
-enum Leak {
-    None,
-    /// Allocated blocks nothing holds.
-    Leaked(u64),
-    /// More blocks held than allocated: some block is held twice, or one the engine holds
-    /// is free.
-    HeldTwice(u64),
+/// What [`block_holders`] found, in blocks; each count but `unlisted` is a problem.
+struct Holding {
+    /// Allocated blocks of the data area that nothing holds, beyond `unlisted`.
+    leaked: u64,
+    /// Blocks the engine holds that a file or the file system's metadata holds too, or that
+    /// the engine lists twice.
+    twice: u64,
+    /// Blocks the engine holds that are free in the allocator.
+    engine_free: u64,
+    /// Blocks of damaged fingerprint groups that could not be listed (held, but not known
+    /// which): a leak no larger than this cannot be told from them.
+    unlisted: u64,
 }
 
-/// Blocks the allocator holds that nothing accounts for: not mapped by a file, not the file
-/// system's metadata, not a release deferred to the next sync, not the metadata layout's
-/// regions, not the fingerprint store's (a `smart` group dropped as damaged keeps its blocks
-/// until failure recovery rebuilds the allocator). Counted under the gate, so no file
-/// operation moves blocks in between, and the store's own count is read with the allocator's;
-/// a mount's background work (deferred releases at sync, a checkpoint's writes) runs outside
-/// the gate, so on a live mount the figure is only as good as its quiet moment. The two
-/// directions are netted: a leak and a block held twice can hide each other.
-fn leaked_blocks(fs: &FileSystem) -> Leak {
+/// Who holds each block of the data area: files, the file system's metadata, releases
+/// deferred to the next sync, the metadata layout's regions and the fingerprint store's
+/// blocks (a `smart` group dropped as damaged keeps its blocks until failure recovery
+/// rebuilds the allocator). Block by block, so a leak and a block held twice cannot hide each
+/// other. Taken under the gate, so no file operation moves blocks in between; a mount's
+/// background work (deferred releases at sync, a checkpoint's writes) runs outside the gate,
+/// so on a live mount the figures are only as good as its quiet moment.
+fn block_holders(fs: &FileSystem) -> Holding {
     let eng = fs.engine();
     let alloc = eng.allocator();
     let (start, len) = eng.data_area();
@@ -155,16 +176,29 @@ fn leaked_blocks(fs: &FileSystem) -> Leak {
     let mut held: HashSet<u64> = fs.tables.read().data_refs().into_iter().collect();
     held.extend(fs.meta_blocks());
     held.extend(fs.pending.lock().iter().copied());
-    let held = held
-        .into_iter()
-        .filter(|&b| b >= start && b < start + len && alloc.is_allocated(b))
-        .count() as u64;
-    let (used, engine) = eng.allocated_and_engine_owned();
-    match used.cmp(&(held + engine)) {
-        std::cmp::Ordering::Equal => Leak::None,
-        std::cmp::Ordering::Greater => Leak::Leaked(used - held - engine),
-        std::cmp::Ordering::Less => Leak::HeldTwice(held + engine - used),
-    }
+    let mut h = Holding {
+        leaked: 0,
+        twice: 0,
+        engine_free: 0,
+        unlisted: 0,
+    };
+    // The allocator is read inside, while the store's blocks cannot change.
+    eng.with_engine_owned_blocks(&mut |engine, unlisted| {
+        h.unlisted = unlisted;
+        let mut engine_held = HashSet::with_capacity(engine.len());
+        for &b in engine {
+            if held.contains(&b) || !engine_held.insert(b) {
+                h.twice += 1;
+            } else if !alloc.is_allocated(b) {
+                h.engine_free += 1;
+            }
+        }
+        let loose = (start..start + len)
+            .filter(|&b| alloc.is_allocated(b) && !held.contains(&b) && !engine_held.contains(&b))
+            .count() as u64;
+        h.leaked = loose.saturating_sub(unlisted);
+    });
+    h
 }
 
 /// Detailed messages kept per kind of refcount problem (the rest are only counted).

@@ -109,16 +109,14 @@ impl Engine {
         self.store.dyn_store().owned_blocks()
     }
 
-    /// Allocated blocks, and how many of them the engine itself holds (the metadata layout's
-    /// regions and the store's on-media part), read together: the store's blocks cannot change
-    /// in between. The layout grows only under a write, which the caller keeps out.
-    pub fn allocated_and_engine_owned(&self) -> (u64, u64) {
-        let layout = self.layout_owned_blocks();
-        let (store, used) = self
-            .store
-            .dyn_store()
-            .owned_blocks_with(&mut || self.alloc.len() - self.alloc.free_blocks());
-        (used, layout + store)
+    /// `f(blocks, unlisted)` with the blocks the engine itself holds (the metadata layout's
+    /// regions and the store's on-media part) one by one, called while the store cannot take
+    /// or give back any; `unlisted` counts the store's blocks it could not list (behind damage
+    /// to a group's chain). fsck's per-block check; call it while no writer is active (the
+    /// layout grows only under a write).
+    pub fn with_engine_owned_blocks(&self, f: &mut dyn FnMut(&[BlockNr], u64)) {
+        let layout = self.layout.owned_blocks();
+        self.store.dyn_store().list_owned_blocks(layout, f);
     }
 
     /// Problems with what the policy's fingerprint store keeps on the medium (its groups read

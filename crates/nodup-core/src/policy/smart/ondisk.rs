@@ -136,9 +136,14 @@ impl GroupIo {
     }
 
     fn check_block(&self, b: BlockNr) -> Result<()> {
+        self.check_block_as(b, true)
+    }
+
+    /// [`GroupIo::check_block`]; with `need_allocated` false only the range is checked.
+    fn check_block_as(&self, b: BlockNr, need_allocated: bool) -> Result<()> {
         if b < self.alloc.start()
             || b >= self.alloc.start() + self.alloc.len()
-            || !self.alloc.is_allocated(b)
+            || (need_allocated && !self.alloc.is_allocated(b))
         {
             return Err(Error::Corrupt(format!(
                 "fingerprint group names block {b}, not an allocated data-area block"
@@ -158,8 +163,22 @@ impl GroupIo {
         seq: usize,
         last: Option<Rec>,
     ) -> Result<usize> {
+        self.read_block_as(b, bits, prefix, seq, last, true)
+    }
+
+    /// [`GroupIo::read_block`]; with `need_allocated` false a block the allocator counts free
+    /// is read and validated too (fsck's listing of the group's blocks).
+    fn read_block_as(
+        &mut self,
+        b: BlockNr,
+        bits: u32,
+        prefix: u32,
+        seq: usize,
+        last: Option<Rec>,
+        need_allocated: bool,
+    ) -> Result<usize> {
         let corrupt = |m: String| Error::Corrupt(format!("fingerprint group {prefix}: {m}"));
-        self.check_block(b)?;
+        self.check_block_as(b, need_allocated)?;
         self.medium.read(b * BLOCK_SIZE as u64, &mut self.buf)?;
         self.read_bytes += BLOCK_SIZE as u64;
         let x = &self.buf;
@@ -230,6 +249,27 @@ impl GroupIo {
             )));
         }
         Ok(())
+    }
+
+    /// The blocks of the group of `prefix` (as [`GroupIo::read`]), appended to `out`: each
+    /// block whose contents validate as the group's block at its position, whether or not the
+    /// allocator counts it in use (fsck asks exactly that), up to the first that does not.
+    pub(crate) fn list_chain(
+        &mut self,
+        bits: u32,
+        prefix: u32,
+        head: BlockNr,
+        nblocks: u32,
+        out: &mut Vec<BlockNr>,
+    ) {
+        let mut last: Option<Rec> = None;
+        // An error only ends the listing: what follows the damage is not known.
+        let _ = self.walk(prefix, head, nblocks, |io, b, seq| {
+            let n = io.read_block_as(b, bits, prefix, seq, last, false)?;
+            out.push(b);
+            last = Some(io.record(n - 1));
+            Ok(Some(le_u64(&io.buf, off::NEXT)))
+        });
     }
 
     /// The locations recorded for mixed fingerprint `h` in the group of `prefix` (as

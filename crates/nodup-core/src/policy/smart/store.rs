@@ -415,14 +415,29 @@ impl FpStore for SmartStore {
     }
 
     fn owned_blocks(&self) -> u64 {
-        self.owned_blocks_with(&mut || 0).0
-    }
-
-    fn owned_blocks_with(&self, f: &mut dyn FnMut() -> u64) -> (u64, u64) {
         // Group blocks are taken and given back only under this lock.
         let g = self.inner.lock();
-        let owned = g.tree.leaves().map(|(_, l)| l.disk_blocks as u64).sum();
-        (owned, f())
+        g.tree.leaves().map(|(_, l)| l.disk_blocks as u64).sum()
+    }
+
+    fn list_owned_blocks(&self, mut out: Vec<u64>, f: &mut dyn FnMut(&[u64], u64)) {
+        // Group blocks are taken and given back only under this lock, held until `f` returns.
+        let mut g = self.inner.lock();
+        let bits = g.tree.bits();
+        let owned: u64 = g.tree.leaves().map(|(_, l)| l.disk_blocks as u64).sum();
+        let groups = g.media_groups();
+        let listed = g.uncounted(|g| {
+            let Some(io) = g.io.as_mut() else {
+                return 0;
+            };
+            let before = out.len();
+            for (p, l) in groups {
+                // A damaged chain is listed up to its damage; the rest stays unlisted.
+                io.list_chain(bits, p, l.disk_head, l.disk_blocks, &mut out);
+            }
+            (out.len() - before) as u64
+        });
+        f(&out, owned.saturating_sub(listed));
     }
 
     fn clear(&self) {
