@@ -17,7 +17,8 @@ from collections import defaultdict
 NAMES = {"null": "null", "pass": "passthrough", "light": "light", "none": "none",
          "zfs": "zfs-fuse", "tmpfs": "tmpfs"}
 # The null file system's transport with a reference data path behind it (FLOORS=1).
-SINKS = {"sink-copy": "copy", "sink-land": "land", "sink-store": "store"}
+SINKS = {"sink-discard": "discard", "sink-copy": "copy", "sink-land": "land",
+         "sink-store": "store"}
 
 
 def load(path):
@@ -132,8 +133,8 @@ def floors(runs, cells, totals):
     if not have:
         return []
     out = ["", "### The data path behind the transport", "",
-           "The null file system's own transport (`nodup-uring-null --classic --threads 4`, "
-           "classic /dev/fuse like fuser's) with a reference data path behind it "
+           "`nodup-uring-null --classic --threads 4` (its own classic /dev/fuse loop) alone "
+           "(**discard**) and with a reference data path behind it "
            "(crates/nodup-uring-null/src/sink.rs): **copy** reads each request into a buffer, "
            "then fingerprints (xxh3) and copies every 4 KiB block into memory backed already (a "
            "mapped /dev/shm file reused every 64 MiB): the CPU work of a dedup daemon's new data; "
@@ -141,19 +142,22 @@ def floors(runs, cells, totals):
            "then fingerprints it in place (one copy fewer: what reading requests into the image "
            "would save); **store** fingerprints and pwrite(2)s the data into a sparse /dev/shm "
            "file, never at the same place twice: the cheapest way to keep new data in /dev/shm "
-           "(the kernel provides a page for every 4 KiB, not zeroed first). Same rounds, "
-           "interleaved with the systems above.", "",
-           "| bs | dups | MiB | null | copy | land | store | light | copy / null | land / null | "
-           "store / null | light / null | light / store |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "(the kernel provides a page for every 4 KiB, not zeroed first). The sinks are read "
+           "against *discard* (same transport); light against null (fuser, as light). Same "
+           "rounds, interleaved with the systems above.", "",
+           "| bs | dups | MiB | null | discard | copy | land | store | light | discard / null | "
+           "copy / discard | land / discard | store / discard | light / null | light / store |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in have:
         bs, dup, _, _ = c
-        m = {s: runs.med(c, s) for s in ("null", "sink-copy", "sink-land", "sink-store", "light")}
-        out.append(f"| {bs} | {dup} % | {totals[c]} | {f(m['null'])} | {f(m['sink-copy'])} | "
-                   f"{f(m['sink-land'])} | {f(m['sink-store'])} | {f(m['light'])} | "
-                   f"{r3(runs.ratio(c, 'sink-copy', c, 'null'))} | "
-                   f"{r3(runs.ratio(c, 'sink-land', c, 'null'))} | "
-                   f"{r3(runs.ratio(c, 'sink-store', c, 'null'))} | "
+        m = {s: runs.med(c, s) for s in ("null", "light", *SINKS)}
+        d = "sink-discard"
+        out.append(f"| {bs} | {dup} % | {totals[c]} | {f(m['null'])} | {f(m[d])} | "
+                   f"{f(m['sink-copy'])} | {f(m['sink-land'])} | {f(m['sink-store'])} | "
+                   f"{f(m['light'])} | {r3(runs.ratio(c, d, c, 'null'))} | "
+                   f"{r3(runs.ratio(c, 'sink-copy', c, d))} | "
+                   f"{r3(runs.ratio(c, 'sink-land', c, d))} | "
+                   f"{r3(runs.ratio(c, 'sink-store', c, d))} | "
                    f"**{r3(runs.ratio(c, 'light', c, 'null'))}** | "
                    f"{r3(runs.ratio(c, 'light', c, 'sink-store'))} |")
     return out

@@ -1,16 +1,17 @@
 # The file systems the bench scripts compare, each brought up empty at $MNT and taken down again
 # (sourced, not run; bench/lib.sh first). The caller defines a `say` function for progress,
 # sets IMG_SIZE, and calls `systems_setup NAME [PACKAGE:COMMAND...]`, which installs what is
-# missing, builds the binaries unless NODUP, FUSEREF and URING_NULL name them, and sets W (a work directory
+# missing, builds the binaries unless NODUP and FUSEREF name them (nodup-uring-null for the
+# sink-* systems when first needed, unless URING_NULL names it), and sets W (a work directory
 # in /dev/shm, removed at exit), MNT, IMG (nodup image path), SRC (a directory for the
 # passthrough systems), ZPOOL, ZPID, EXCL and SHARED (the CPU wrappers, or empty).
 # Systems: null, pass (nodup-fuseref null / passthrough), the nodup policies (none, light,
 # strong, weak-verify, smart, selective), zfs (dedup=on, 128 KiB records), zfs-off (dedup=off),
 # zfs-4k (dedup=on, 4 KiB records), ext4 and btrfs (on a loop image), bindfs (over a /dev/shm
-# directory), tmpfs (a plain /dev/shm directory, reference only), and sink-copy, sink-land,
-# sink-store (`nodup-uring-null --classic --sink KIND`: the null file system's transport with a
-# reference data path behind it, crates/nodup-uring-null/src/sink.rs; classic /dev/fuse, 4
-# threads).
+# directory), tmpfs (a plain /dev/shm directory, reference only), and sink-discard, sink-copy,
+# sink-land, sink-store (`nodup-uring-null --classic --sink KIND`: its own null transport, alone
+# or with a reference data path behind it, crates/nodup-uring-null/src/sink.rs; classic
+# /dev/fuse, 4 threads).
 
 NODUP_POLICIES="none light strong weak-verify smart selective"
 
@@ -26,13 +27,15 @@ systems_setup() {
   for pkg in "$@"; do
     command -v "${pkg#*:}" >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkg%%:*}" >/dev/null 2>&1 || true
   done
-  if [[ -z ${NODUP:-} || -z ${FUSEREF:-} || -z ${URING_NULL:-} ]]; then
-    $SHARED cargo build --release -q -p nodup-cli -p nodup-fuseref -p nodup-uring-null
-    local t=${CARGO_TARGET_DIR:-$PWD/target}/release
+  local t=${CARGO_TARGET_DIR:-$PWD/target}/release
+  if [[ -z ${NODUP:-} || -z ${FUSEREF:-} ]]; then
+    $SHARED cargo build --release -q -p nodup-cli -p nodup-fuseref
     NODUP=${NODUP:-$t/nodup}
     FUSEREF=${FUSEREF:-$t/nodup-fuseref}
-    URING_NULL=${URING_NULL:-$t/nodup-uring-null}
   fi
+  # Built when a sink-* system first comes up, unless given.
+  URING_NULL_GIVEN=${URING_NULL:+1}
+  URING_NULL=${URING_NULL:-$t/nodup-uring-null}
   W=$(mktemp -d "/dev/shm/nodup-$name.XXXXXX")
   MNT=$W/mnt
   SRC=$W/src
@@ -90,6 +93,10 @@ fuseref() {
 # for it to serve (its sinks are set up before it says `ready`).
 sinkfs() {
   local extra=() i
+  if [[ -z $URING_NULL_GIVEN ]]; then
+    $SHARED cargo build --release -q -p nodup-uring-null
+    URING_NULL_GIVEN=1
+  fi
   [[ $2 == 1 ]] && extra=(--writeback-cache)
   "$URING_NULL" "$MNT" --classic --threads 4 --sink "$1" "${extra[@]}" >"$W/sink.out" &
   FPID=$!
@@ -113,7 +120,7 @@ nodup_mount() { "$NODUP" mount "$IMG" "$MNT" --writeback-cache="$([[ $1 == 1 ]] 
 up() {
   case $1 in
     null) fuseref null "$2" ;;
-    sink-copy | sink-land | sink-store) sinkfs "${1#sink-}" "$2" ;;
+    sink-discard | sink-copy | sink-land | sink-store) sinkfs "${1#sink-}" "$2" ;;
     pass) rm -rf "$SRC" && mkdir -p "$SRC" && fuseref passthrough "$2" "$SRC" ;;
     zfs | zfs-off | zfs-4k)
       local props=(-O dedup=on)

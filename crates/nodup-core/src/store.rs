@@ -177,7 +177,7 @@ pub trait FpStore: Send + Sync {
     /// `f(out, unlisted)` called while the store can neither take blocks nor give any back
     /// (fsck's per-block check compares them with the allocator there). `unlisted` counts the
     /// blocks it could not list (a damaged on-media structure is listed up to its damage); the
-    /// default lists none of them.
+    /// default lists none of them. `f` must not call back into the store.
     fn list_owned_blocks(&self, out: Vec<u64>, f: &mut dyn FnMut(&[u64], u64)) {
         let unlisted = self.owned_blocks();
         f(&out, unlisted)

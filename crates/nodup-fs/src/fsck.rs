@@ -151,8 +151,9 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
 struct Holding {
     /// Allocated blocks of the data area that nothing holds, beyond `unlisted`.
     leaked: u64,
-    /// Blocks the engine holds that a file or the file system's metadata holds too, or that
-    /// the engine lists twice.
+    /// Extra holds of blocks the engine holds: by a file, the file system's metadata or a
+    /// deferred release too, or listed twice by the engine (a block with three holders counts
+    /// two).
     twice: u64,
     /// Blocks the engine holds that are free in the allocator.
     engine_free: u64,
@@ -163,9 +164,9 @@ struct Holding {
 
 /// Who holds each block of the data area: files, the file system's metadata, releases
 /// deferred to the next sync, the metadata layout's regions and the fingerprint store's
-/// blocks (a `smart` group dropped as damaged keeps its blocks until failure recovery
-/// rebuilds the allocator). Block by block, so a leak and a block held twice cannot hide each
-/// other. Taken under the gate, so no file operation moves blocks in between; a mount's
+/// blocks (the blocks of a `smart` group dropped as damaged are no longer the store's: they
+/// show as leaked until failure recovery or --repair rebuilds the allocator). Block by block,
+/// so a leak and a block held twice cannot hide each other. Taken under the gate, so no file operation moves blocks in between; a mount's
 /// background work (deferred releases at sync, a checkpoint's writes) runs outside the gate,
 /// so on a live mount the figures are only as good as its quiet moment.
 fn block_holders(fs: &FileSystem) -> Holding {
@@ -182,22 +183,33 @@ fn block_holders(fs: &FileSystem) -> Holding {
         engine_free: 0,
         unlisted: 0,
     };
-    // The allocator is read inside, while the store's blocks cannot change.
-    eng.with_engine_owned_blocks(&mut |engine, unlisted| {
+    // The store's blocks and the allocator are copied together, while the store can neither
+    // take blocks nor give any back; the counting happens after its lock is released.
+    let mut engine = Vec::new();
+    let mut words = Vec::new();
+    eng.with_engine_owned_blocks(&mut |blocks, unlisted| {
+        engine.extend_from_slice(blocks);
+        words = alloc.save_words();
         h.unlisted = unlisted;
-        let mut engine_held = HashSet::with_capacity(engine.len());
-        for &b in engine {
-            if held.contains(&b) || !engine_held.insert(b) {
-                h.twice += 1;
-            } else if !alloc.is_allocated(b) {
-                h.engine_free += 1;
-            }
-        }
-        let loose = (start..start + len)
-            .filter(|&b| alloc.is_allocated(b) && !held.contains(&b) && !engine_held.contains(&b))
-            .count() as u64;
-        h.leaked = loose.saturating_sub(unlisted);
     });
+    // The saved bitmap counts from the allocator's first block.
+    let first = alloc.start();
+    let allocated = |b: u64| {
+        let i = b.wrapping_sub(first) as usize;
+        b >= first && words.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+    };
+    let mut engine_held = HashSet::with_capacity(engine.len());
+    for b in engine {
+        if held.contains(&b) || !engine_held.insert(b) {
+            h.twice += 1;
+        } else if !allocated(b) {
+            h.engine_free += 1;
+        }
+    }
+    let loose = (start..start + len)
+        .filter(|&b| allocated(b) && !held.contains(&b) && !engine_held.contains(&b))
+        .count() as u64;
+    h.leaked = loose.saturating_sub(h.unlisted);
     h
 }
 

@@ -325,8 +325,8 @@ fn fsck_finds_a_damaged_fingerprint_group_and_repair_rebuilds_the_groups() {
 #[test]
 fn fsck_finds_a_fingerprint_group_block_free_in_the_allocator() {
     // The allocator gives back one block of a group behind the store's back: the store still
-    // holds it, so more blocks are held than allocated. fsck says so (and the group's check
-    // names the block); --repair rebuilds the allocator and the groups.
+    // holds it, so one of the engine's blocks is free in the allocator. fsck says so (and the
+    // group's check names the block); --repair rebuilds the allocator and the groups.
     let Settled {
         fs,
         b,
@@ -387,6 +387,9 @@ fn fsck_tells_a_leak_from_a_group_block_freed_at_the_same_time() {
         "{:?}",
         rep.problems
     );
+    // The group's own check names the block.
+    let named = format!("names block {}, not an allocated", groups[0]);
+    assert!(rep.problems[2].contains(&named), "{:?}", rep.problems);
     let rep = fsck::check(&fs, true).unwrap();
     assert!(rep.consistent(), "{:?}", rep.problems);
     assert!(!alloc.is_allocated(loose));

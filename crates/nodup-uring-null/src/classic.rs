@@ -66,7 +66,8 @@ pub fn serve_into(
     }
 }
 
-/// Bytes of a WRITE request before its data: the header and `fuse_write_in`, 40 bytes each.
+/// Bytes of a WRITE request before its data: the header and `fuse_write_in`, 40 bytes each
+/// (protocol 7.9 and later: Linux 2.6.26 on).
 const WRITE_HEAD: usize = 80;
 
 /// Read one request for a `land` sink: readv(2) with the first [`WRITE_HEAD`] bytes into `buf`
@@ -100,6 +101,8 @@ fn read_landing(
         *landed = Some(sink.landed(body));
     } else {
         let slot = sink.slot(MAX_WRITE as usize);
+        // The kernel sends at most 80 + max_write bytes, which both buffers hold.
+        let body = body.min(slot.len()).min(rest.len());
         rest[..body].copy_from_slice(&slot[..body]);
     }
     Ok(n)

@@ -131,14 +131,19 @@ fn serve(args: &Args, dev: &std::fs::File, flags: u64, set: libc::sigset_t) -> R
     let outcome = std::thread::scope(|s| -> Result<()> {
         let mut workers = Vec::new();
         let transport = if args.classic {
+            // Every descriptor and sink first: a failure then returns before any thread
+            // waits in read(2) (the scope would wait for them, and nothing would unmount).
+            let mut parts = Vec::new();
             for i in 0..args.threads {
                 let fd = if i == 0 {
                     dev.try_clone()?
                 } else {
                     mount::clone_fd(dev)?
                 };
-                // Made before serving, so a run does not time its set-up.
                 let sink = Sink::new(args.sink).context("setting up the sink")?;
+                parts.push((fd, sink));
+            }
+            for (fd, sink) in parts {
                 let (fs, served, mnt) = (&fs, &served, &args.mountpoint);
                 workers.push(s.spawn(move || {
                     fail_fast(

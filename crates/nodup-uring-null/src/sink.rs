@@ -16,6 +16,7 @@
 use memmap2::MmapMut;
 use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
 /// The data path under test.
@@ -70,6 +71,12 @@ impl Sink {
             None
         } else {
             file.set_len(RECYCLED as u64)?;
+            // Allocated first: a full /dev/shm is then an error here, not a SIGBUS below.
+            // SAFETY: fallocate on our own descriptor, mode 0, inside the file's length.
+            let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, RECYCLED as libc::off_t) };
+            if r != 0 {
+                return Err(io::Error::last_os_error());
+            }
             // SAFETY: the file is unlinked and ours alone; nothing else maps or truncates it.
             let mut map = unsafe { MmapMut::map_mut(&file)? };
             for page in map.chunks_mut(4096) {
@@ -86,12 +93,12 @@ impl Sink {
     }
 
     /// The data path this sink runs.
-    pub fn kind(&self) -> SinkKind {
+    pub(crate) fn kind(&self) -> SinkKind {
         self.kind
     }
 
     /// The next `len` bytes of the mapping (wrapping to its start); empty without one.
-    pub fn slot(&mut self, len: usize) -> &mut [u8] {
+    pub(crate) fn slot(&mut self, len: usize) -> &mut [u8] {
         let Some(map) = self.map.as_mut() else {
             return &mut [];
         };
@@ -103,7 +110,7 @@ impl Sink {
 
     /// `land`: fingerprint the `len` bytes that arrived at the slot and move past them; their
     /// [`fold`].
-    pub fn landed(&mut self, len: usize) -> u64 {
+    pub(crate) fn landed(&mut self, len: usize) -> u64 {
         let Some(map) = self.map.as_ref() else {
             return 0;
         };
@@ -113,7 +120,7 @@ impl Sink {
     }
 
     /// `copy` and `store`: take one WRITE's data; its [`fold`].
-    pub fn take(&mut self, data: &[u8]) -> io::Result<u64> {
+    pub(crate) fn take(&mut self, data: &[u8]) -> io::Result<u64> {
         let mut h = 0;
         match self.kind {
             SinkKind::Copy => {

@@ -59,7 +59,7 @@ pub struct OpenOptions {
     /// The key file of an encrypted image (refused for a plain one).
     pub key: Option<KeyFile>,
     /// How a large write call is split across threads (off by default: a library caller may
-    /// already run one writer per core; the file system turns it on).
+    /// already run one writer per core; `nodup mount --split-writes 0` turns it on).
     pub write_split: super::SplitOptions,
 }
 
