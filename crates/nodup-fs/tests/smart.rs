@@ -352,6 +352,46 @@ fn fsck_finds_a_fingerprint_group_block_free_in_the_allocator() {
     fs.shutdown().unwrap();
 }
 
+#[test]
+fn fsck_tells_a_leak_beyond_the_blocks_of_a_damaged_group() {
+    // A group damaged mid-chain cannot list its blocks past the damage: those are allocated
+    // and held, but not known which, so fsck does not call them leaked (the group's own check
+    // reports the damage). Blocks taken behind everyone's back on top of them are reported,
+    // exactly as many, with the damaged group's share named.
+    let Settled {
+        m, o, fs, groups, ..
+    } = settled_with_groups();
+    fs.shutdown().unwrap();
+    drop(fs);
+    let at = groups[groups.len() / 2] * BLOCK_SIZE as u64 + 1000;
+    let mut x = [0u8; 1];
+    m.read(at, &mut x).unwrap();
+    m.write(at, &[x[0] ^ 0x40]).unwrap();
+    let fs = FileSystem::open(m.clone(), &o).unwrap();
+    let rep = fsck::check(&fs, false).unwrap();
+    assert_eq!(rep.problems.len(), 1, "{:?}", rep.problems);
+    let alloc = fs.engine().allocator();
+    let (start, len) = fs.engine().data_area();
+    let loose: Vec<u64> = (start..start + len)
+        .filter(|&x| !alloc.is_allocated(x))
+        .take(3)
+        .collect();
+    for &b in &loose {
+        assert!(alloc.mark_used(b).unwrap());
+    }
+    let rep = fsck::check(&fs, false).unwrap();
+    assert_eq!(rep.problems.len(), 2, "{:?}", rep.problems);
+    assert!(
+        rep.problems[0].starts_with("3 allocated blocks are held by no file")
+            && rep.problems[0].contains("beyond the"),
+        "{:?}",
+        rep.problems
+    );
+    let rep = fsck::check(&fs, true).unwrap();
+    assert!(rep.consistent(), "{:?}", rep.problems);
+    fs.shutdown().unwrap();
+}
+
 /// How fsck's message about engine blocks free in the allocator starts.
 const ENGINE_FREE: &str =
     "1 block(s) of the engine's metadata layout or fingerprint store are free in the allocator";
@@ -392,7 +432,6 @@ fn fsck_tells_a_leak_from_a_group_block_freed_at_the_same_time() {
     assert!(rep.problems[2].contains(&named), "{:?}", rep.problems);
     let rep = fsck::check(&fs, true).unwrap();
     assert!(rep.consistent(), "{:?}", rep.problems);
-    assert!(!alloc.is_allocated(loose));
     assert!(fsck::check(&fs, false).unwrap().consistent());
     check_file(&fs, b, &order);
     fs.shutdown().unwrap();
