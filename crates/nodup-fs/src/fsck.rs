@@ -7,6 +7,7 @@ use crate::error::Result;
 use crate::fs::FileSystem;
 use crate::inode::{Kind, ROOT_INO};
 use crate::state::Tables;
+use nodup_core::alloc::bitmap::Bitmap;
 use nodup_core::BLOCK_SIZE;
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -166,9 +167,10 @@ struct Holding {
 /// deferred to the next sync, the metadata layout's regions and the fingerprint store's
 /// blocks (the blocks of a `smart` group dropped as damaged are no longer the store's: they
 /// show as leaked until failure recovery or --repair rebuilds the allocator). Block by block,
-/// so a leak and a block held twice cannot hide each other. Taken under the gate, so no file operation moves blocks in between; a mount's
-/// background work (deferred releases at sync, a checkpoint's writes) runs outside the gate,
-/// so on a live mount the figures are only as good as its quiet moment.
+/// so a leak and a block held twice cannot hide each other. Taken under the gate, so no file
+/// operation moves blocks in between; a mount's background work (deferred releases at sync, a
+/// checkpoint's writes) runs outside the gate, so on a live mount the figures are only as good
+/// as its quiet moment.
 fn block_holders(fs: &FileSystem) -> Holding {
     let eng = fs.engine();
     let alloc = eng.allocator();
@@ -186,17 +188,17 @@ fn block_holders(fs: &FileSystem) -> Holding {
     // The store's blocks and the allocator are copied together, while the store can neither
     // take blocks nor give any back; the counting happens after its lock is released.
     let mut engine = Vec::new();
-    let mut words = Vec::new();
+    let mut snap = Bitmap::new(0);
     eng.with_engine_owned_blocks(&mut |blocks, unlisted| {
         engine.extend_from_slice(blocks);
-        words = alloc.save_words();
+        snap = alloc.snapshot();
         h.unlisted = unlisted;
     });
-    // The saved bitmap counts from the allocator's first block.
+    // The snapshot counts from the allocator's first block.
     let first = alloc.start();
     let allocated = |b: u64| {
-        let i = b.wrapping_sub(first) as usize;
-        b >= first && words.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+        b.checked_sub(first)
+            .is_some_and(|i| i < snap.len() as u64 && snap.get(i as usize))
     };
     let mut engine_held = HashSet::with_capacity(engine.len());
     for b in engine {

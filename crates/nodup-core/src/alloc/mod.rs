@@ -243,6 +243,13 @@ impl Allocator {
         out
     }
 
+    /// A copy of the allocation bitmap of the whole data area (bit `b - start` set when block
+    /// `b` is in use): fsck reads it at leisure, after the moment that had to be consistent.
+    pub fn snapshot(&self) -> Bitmap {
+        Bitmap::from_words(self.len as usize, self.save_words())
+            .expect("save_words gives one bit per block")
+    }
+
     /// Reload the bitmap saved by [`Allocator::save_words`].
     pub fn load_words(&self, words: &[u64]) -> Result<()> {
         if words.len() != (self.len as usize).div_ceil(64) {

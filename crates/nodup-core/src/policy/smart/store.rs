@@ -167,6 +167,11 @@ impl SmartStore {
     }
 }
 
+/// Blocks of the data area held by the on-media groups (under the store's lock).
+fn group_blocks(g: &Inner) -> u64 {
+    g.tree.leaves().map(|(_, l)| l.disk_blocks as u64).sum()
+}
+
 impl FpStore for SmartStore {
     fn find(&self, fp: u64, check: &mut dyn FnMut(u64) -> bool) -> Option<u64> {
         let cands = self.inner.lock().mem_candidates(mix(fp));
@@ -416,15 +421,14 @@ impl FpStore for SmartStore {
 
     fn owned_blocks(&self) -> u64 {
         // Group blocks are taken and given back only under this lock.
-        let g = self.inner.lock();
-        g.tree.leaves().map(|(_, l)| l.disk_blocks as u64).sum()
+        group_blocks(&self.inner.lock())
     }
 
     fn list_owned_blocks(&self, mut out: Vec<u64>, f: &mut dyn FnMut(&[u64], u64)) {
         // Group blocks are taken and given back only under this lock, held until `f` returns.
         let mut g = self.inner.lock();
         let bits = g.tree.bits();
-        let owned: u64 = g.tree.leaves().map(|(_, l)| l.disk_blocks as u64).sum();
+        let owned = group_blocks(&g);
         let groups = g.media_groups();
         let listed = g.uncounted(|g| {
             let Some(io) = g.io.as_mut() else {
