@@ -149,3 +149,7 @@ fn main() {
         std::process::exit(1);
     }
 }
+
+/// fuser's request buffers on huge pages (cheaper for the kernel to copy WRITE data into).
+#[global_allocator]
+static ALLOC: nodup_fs::fuse::RequestBufferAlloc = nodup_fs::fuse::RequestBufferAlloc;

@@ -308,6 +308,39 @@ fn one_large_writer_split_or_not() {
     }
 }
 
+/// Each serving thread's request buffer is a mapping advised for huge pages (`hg` in smaps), so
+/// the kernel pins one huge page instead of 256 small ones per 1 MiB WRITE. Fails when fuser's
+/// buffer no longer has the size `RequestBufferAlloc` looks for.
+#[test]
+fn request_buffers_sit_on_huge_pages() {
+    use nodup_fs::fuse::request_buffer::REQUEST_BUFFER_MAPPING;
+    if !fuse_available() {
+        return;
+    }
+    let fx = Fixture::new("hugebuf", "64M", &[]);
+    fx.mount(&["--threads", "4"]);
+    fs::write(fx.path("f"), vec![5u8; 4 << 20]).unwrap();
+    let smaps = fs::read_to_string(format!("/proc/{}/smaps", daemon_pid(&fx.img))).unwrap();
+    let (mut size, mut advised) = (0u64, 0u64);
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((a, b)) = first.split_once('-') {
+            if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
+                size = b - a;
+            }
+        } else if let Some(flags) = line.strip_prefix("VmFlags:") {
+            if flags.split_whitespace().any(|f| f == "hg") {
+                advised += size;
+            }
+        }
+    }
+    assert!(
+        advised >= 4 * REQUEST_BUFFER_MAPPING as u64,
+        "{advised} bytes advised for huge pages, want 4 request buffers of {REQUEST_BUFFER_MAPPING}"
+    );
+    fx.umount_clean("");
+}
+
 /// Several threads write identical content to different files at once.
 #[test]
 fn parallel_identical_writers() {

@@ -161,3 +161,7 @@ fn run(cli: Cli) -> Result<()> {
         }
     }
 }
+
+/// fuser's request buffers on huge pages, as in `nodup` (the ceiling has what nodup has).
+#[global_allocator]
+static ALLOC: nodup_fs::fuse::RequestBufferAlloc = nodup_fs::fuse::RequestBufferAlloc;

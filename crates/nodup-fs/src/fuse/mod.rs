@@ -7,11 +7,13 @@
 mod caller;
 pub mod kernel;
 mod ops;
+pub mod request_buffer;
 mod session;
 mod space;
 mod xattr;
 
 use self::caller::killed_suidgid;
+pub use self::request_buffer::RequestBufferAlloc;
 pub use self::session::{serve, MountOptions};
 
 use self::space::{SpaceGuard, WRITER_FH};
