@@ -34,6 +34,14 @@ for r in $(seq 1 "$ROUNDS"); do
       --no-variants --json >"$W/$side-$r.json"
   done
 done
+# Name each side's binary and the commit it was built from (its --version), so a table pasted
+# elsewhere still says what was compared.
+for side in "${sides[@]}"; do
+  c=$("${exe[$side]}" --version 2>/dev/null | sed -n 's/.*(commit \([^)]*\)).*/\1/p' || true)
+  echo "- $side: \`${exe[$side]}\` (commit ${c:-unknown: built before --version named it})"
+done
+echo "- $ROUNDS rounds, $SIZE per point, ${METRIC:-wall} MiB/s"
+echo
 python3 - "$W" "$ROUNDS" "${sides[*]}" "${METRIC:-wall}" <<'PY'
 import json, statistics, sys
 w, rounds, sides = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
