@@ -309,19 +309,34 @@ fn one_large_writer_split_or_not() {
 }
 
 /// Each serving thread's request buffer is a mapping advised for huge pages (`hg` in smaps), so
-/// the kernel pins one huge page instead of 256 small ones per 1 MiB WRITE. Fails when fuser's
-/// buffer no longer has the size `RequestBufferAlloc` looks for.
+/// the kernel pins one huge page instead of 256 small ones per 1 MiB WRITE; with
+/// `--huge-buffers=false`, advised against them (`nh`). Fails when fuser's buffer no longer has
+/// the size `RequestBufferAlloc` looks for.
 #[test]
 fn request_buffers_sit_on_huge_pages() {
     use nodup_fs::fuse::request_buffer::REQUEST_BUFFER_MAPPING;
     if !fuse_available() {
         return;
     }
-    let fx = Fixture::new("hugebuf", "64M", &[]);
-    fx.mount(&["--threads", "4"]);
-    fs::write(fx.path("f"), vec![5u8; 4 << 20]).unwrap();
-    let smaps = fs::read_to_string(format!("/proc/{}/smaps", daemon_pid(&fx.img))).unwrap();
-    let (mut size, mut advised) = (0u64, 0u64);
+    for (opt, flag) in [(None, "hg"), (Some("--huge-buffers=false"), "nh")] {
+        let fx = Fixture::new("hugebuf", "64M", &[]);
+        let mut args = vec!["--threads", "4"];
+        args.extend(opt);
+        fx.mount(&args);
+        fs::write(fx.path("f"), vec![5u8; 4 << 20]).unwrap();
+        let smaps = fs::read_to_string(format!("/proc/{}/smaps", daemon_pid(&fx.img))).unwrap();
+        let advised = smaps_bytes_flagged(&smaps, flag);
+        assert!(
+            advised >= 4 * REQUEST_BUFFER_MAPPING as u64,
+            "{opt:?}: {advised} bytes flagged {flag}, want 4 request buffers of {REQUEST_BUFFER_MAPPING}"
+        );
+        fx.umount_clean("");
+    }
+}
+
+/// Bytes of the mappings in `smaps` whose VmFlags include `flag`.
+fn smaps_bytes_flagged(smaps: &str, flag: &str) -> u64 {
+    let (mut size, mut total) = (0u64, 0u64);
     for line in smaps.lines() {
         let first = line.split_whitespace().next().unwrap_or("");
         if let Some((a, b)) = first.split_once('-') {
@@ -329,16 +344,12 @@ fn request_buffers_sit_on_huge_pages() {
                 size = b - a;
             }
         } else if let Some(flags) = line.strip_prefix("VmFlags:") {
-            if flags.split_whitespace().any(|f| f == "hg") {
-                advised += size;
+            if flags.split_whitespace().any(|f| f == flag) {
+                total += size;
             }
         }
     }
-    assert!(
-        advised >= 4 * REQUEST_BUFFER_MAPPING as u64,
-        "{advised} bytes advised for huge pages, want 4 request buffers of {REQUEST_BUFFER_MAPPING}"
-    );
-    fx.umount_clean("");
+    total
 }
 
 /// Several threads write identical content to different files at once.

@@ -77,6 +77,7 @@ fn defaults(image: PathBuf, mountpoint: PathBuf) -> MountArgs {
         encrypt_key_file: None,
         threads: 4,
         split_writes: 1,
+        huge_buffers: true,
         atime: "relatime".into(),
         nonempty: false,
         log_file: None,
@@ -85,7 +86,8 @@ fn defaults(image: PathBuf, mountpoint: PathBuf) -> MountArgs {
 }
 
 /// What `-o` accepts (the error for an unknown option lists it).
-const KNOWN: &str = "prefetch=, threads=, split_writes=, writeback_cache, nonempty, log_file=, \
+const KNOWN: &str =
+    "prefetch=, threads=, split_writes=, huge_buffers=, writeback_cache, nonempty, log_file=, \
     mem_budget=, encrypt_key_file=, fp_cache=, prefetch_cache=, refresh_ms=, refresh_ops=, \
     eviction=, selectivity=, min_run=, read_cache=, worker_rate=, relatime, strictatime, noatime";
 
@@ -115,6 +117,8 @@ fn parse_options(m: &mut MountArgs, opts: &[String], sloppy: bool) -> Result<()>
                 Ok(n) if n <= 8 => m.split_writes = n,
                 _ => bail!("split_writes={v}: a number from 0 (one per core) to 8"),
             },
+            ("huge_buffers", None) => m.huge_buffers = true,
+            ("huge_buffers", Some(v)) => m.huge_buffers = boolean(k, v)?,
             ("writeback_cache", None) => m.writeback_cache = Some(true),
             ("writeback_cache", Some(v)) => m.writeback_cache = Some(boolean(k, v)?),
             ("nonempty", None) => m.nonempty = true,
@@ -175,7 +179,7 @@ mod tests {
         let m = parse(
             "rw,noatime,mem_budget=3M,eviction=lru,selectivity=adaptive,min-run=2,\
              read_cache=off,worker_rate=0,fp_cache=64K,prefetch-cache=0,refresh_ms=500,\
-             refresh_ops=1000,split_writes=2,writeback_cache,x-systemd.automount",
+             refresh_ops=1000,split_writes=2,huge-buffers=off,writeback_cache,x-systemd.automount",
             false,
         )
         .unwrap();
@@ -191,6 +195,7 @@ mod tests {
         assert_eq!(m.selective.refresh_ms, Some(500));
         assert_eq!(m.selective.refresh_ops, Some(1000));
         assert_eq!(m.split_writes, 2);
+        assert!(!m.huge_buffers);
         assert_eq!(m.writeback_cache, Some(true));
     }
 

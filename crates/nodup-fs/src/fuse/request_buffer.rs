@@ -12,11 +12,14 @@
 //! CPU, and one writer ran 4-5 % faster (`docs/choices.md`).
 //!
 //! Only allocations of exactly that size are mapped here (2 MiB-aligned, `MADV_HUGEPAGE`);
-//! everything else goes to the system allocator unchanged. A buffer whose first 2 MiB are
-//! touched costs 2 MiB of memory even for small requests: 8 MiB for a 4-thread mount.
+//! everything else goes to the system allocator unchanged. A buffer costs 2 MiB of memory as
+//! soon as it serves any request: 8 MiB for a 4-thread mount, where 4 KiB pages cost what the
+//! largest request touched. `nodup mount --huge-buffers=false` ([`set_huge_pages`]) keeps them
+//! on 4 KiB pages (`MADV_NOHUGEPAGE`, also where THP is on for everything).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Size of fuser 0.18's per-thread request buffer (its `MAX_WRITE_SIZE`, 16 MiB, plus 4 KiB
 /// for the request header). A fuser that changes it shows in the mount test that looks for
@@ -30,8 +33,17 @@ const HUGE_PAGE: usize = 2 << 20;
 /// Bytes of the mapping behind one request buffer.
 pub const REQUEST_BUFFER_MAPPING: usize = FUSER_REQUEST_BUFFER.div_ceil(HUGE_PAGE) * HUGE_PAGE;
 
+/// Whether request buffers mapped from now on are advised for huge pages.
+static HUGE_PAGES: AtomicBool = AtomicBool::new(true);
+
+/// Advise request buffers mapped from now on for huge pages (the default) or against them.
+/// Set it before the session starts: fuser maps its buffers when its threads start.
+pub fn set_huge_pages(on: bool) {
+    HUGE_PAGES.store(on, Ordering::Relaxed);
+}
+
 /// The system allocator, except that fuser's request buffers get 2 MiB-aligned mappings
-/// advised for transparent huge pages.
+/// advised for transparent huge pages (unless [`set_huge_pages`] said otherwise).
 pub struct RequestBufferAlloc;
 
 fn is_request_buffer(layout: Layout) -> bool {
@@ -70,7 +82,12 @@ fn map_huge() -> *mut u8 {
             libc::munmap((start + len) as *mut libc::c_void, tail);
         }
         // Advice only: without THP (or with it off) the buffer works on 4 KiB pages.
-        libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+        let advice = if HUGE_PAGES.load(Ordering::Relaxed) {
+            libc::MADV_HUGEPAGE
+        } else {
+            libc::MADV_NOHUGEPAGE
+        };
+        libc::madvise(start as *mut libc::c_void, len, advice);
     }
     start as *mut u8
 }

@@ -25,6 +25,9 @@ pub struct MountOptions {
     pub allow_other: bool,
     /// When reads and listings update access times.
     pub atime: AtimeMode,
+    /// Request buffers on 2 MiB pages ([`super::request_buffer`]; a binary without
+    /// [`super::RequestBufferAlloc`] installed keeps fuser's own buffers either way).
+    pub huge_buffers: bool,
 }
 
 /// Mount `fs` at `mountpoint` and serve it until unmounted (or SIGTERM/SIGINT/SIGHUP, which
@@ -37,6 +40,7 @@ pub fn serve(
     ready: impl FnOnce(),
 ) -> crate::Result<()> {
     let set = block_signals();
+    super::request_buffer::set_huge_pages(opts.huge_buffers);
     // The type shows as `fuse.nodup` in /proc/mounts (`nodup list`, `mount -t fuse.nodup`).
     let mut config = session_config(&opts.fsname, "nodup", opts.allow_other, opts.threads);
     if opts.atime == AtimeMode::Noatime {
