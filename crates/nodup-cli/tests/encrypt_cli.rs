@@ -31,7 +31,9 @@ fn encrypted_image_through_a_mount() {
     fs::write(&wrong, [0xecu8; 32]).unwrap();
     let k = key.to_str().unwrap();
     let f = Fixture::new("enc", "128M", &["--encrypt-key-file", k]);
-    f.mount(&["--encrypt-key-file", k]);
+    let log = dir.join("log");
+    let l = log.to_str().unwrap();
+    f.mount(&["--encrypt-key-file", k, "--log-file", l]);
     let text: Vec<u8> = b"TOP-SECRET-PAYLOAD-0042 ".repeat(40_000);
     fs::write(f.path("classified-report.txt"), &text).unwrap();
     fs::write(f.path("copy.txt"), &text).unwrap();
@@ -65,9 +67,22 @@ fn encrypted_image_through_a_mount() {
     assert!(ok(nodup(&["fsck", i, "--encrypt-key-file", k])).contains("consistent"));
     let st = ok(nodup(&["stats", i, "--encrypt-key-file", k]));
     assert!(st.contains("encrypted  AES-256"), "{st}");
-    f.mount(&["--encrypt-key-file", k]);
+    // Encrypted images default to stores + flushes; streaming, when asked for, reads back too.
+    let said = fs::read_to_string(&log).unwrap();
+    assert!(said.contains("stores + cache-line flushes"), "{said}");
+    fs::remove_file(&log).unwrap();
+    f.mount(&["--encrypt-key-file", k, "--stream-data", "--log-file", l]);
     assert_eq!(fs::read(f.path("classified-report.txt")).unwrap(), text);
     assert_eq!(fs::read(f.path("copy.txt")).unwrap(), text);
+    let more: Vec<u8> = b"STREAMED-AND-ENCRYPTED ".repeat(50_000);
+    fs::write(f.path("streamed.txt"), &more).unwrap();
     f.umount();
+    assert!(fs::read_to_string(&log)
+        .unwrap()
+        .contains("non-temporal stores"));
+    f.mount(&["--encrypt-key-file", k]);
+    assert_eq!(fs::read(f.path("streamed.txt")).unwrap(), more);
+    f.umount();
+    assert!(ok(nodup(&["fsck", i, "--encrypt-key-file", k])).contains("consistent"));
     let _ = fs::remove_dir_all(&dir);
 }

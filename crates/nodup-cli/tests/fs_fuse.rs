@@ -269,19 +269,31 @@ fn fio_verify() {
     }
 }
 
-/// One writer of 1 MiB requests, each split across threads or not (the default): the same
-/// bytes read back and the same blocks shared either way (every other MiB repeats an earlier
-/// one, so exactly half the data is stored).
+/// One writer of 1 MiB requests, each split across threads or not (the default), new data
+/// written with non-temporal stores (the default) or stores + flushes: the same bytes read back,
+/// also from a fresh mount, and the same blocks shared either way (every other MiB repeats an
+/// earlier one, so exactly half the data is stored).
 #[test]
-fn one_large_writer_split_or_not() {
+fn one_large_writer_in_every_write_mode() {
     if !fuse_available() {
         return;
     }
     let mut rng = StdRng::seed_from_u64(11);
     let uniq: Vec<Vec<u8>> = (0..16).map(|_| content(&mut rng, 1 << 20, false)).collect();
-    for split in ["0", "1", "4"] {
+    for (split, stream) in [("0", "true"), ("1", "true"), ("1", "false"), ("4", "false")] {
+        let case = format!("split {split}, stream-data {stream}");
         let fx = Fixture::new("split", "256M", &[]);
-        fx.mount(&["--split-writes", split]);
+        let stream_opt = format!("--stream-data={stream}");
+        let log = fx.img.with_extension("log");
+        let log_arg = log.to_str().unwrap();
+        let opts = [
+            "--split-writes",
+            split,
+            stream_opt.as_str(),
+            "--log-file",
+            log_arg,
+        ];
+        fx.mount(&opts);
         let p = fx.path("big");
         let mut f = File::create(&p).unwrap();
         let mut want = Vec::new();
@@ -296,15 +308,29 @@ fn one_large_writer_split_or_not() {
         }
         f.sync_all().unwrap();
         drop(f);
-        assert!(fs::read(&p).unwrap() == want, "split {split}: content");
+        assert!(fs::read(&p).unwrap() == want, "{case}: content");
         let s = fx.stats();
         assert_eq!(s["logical_bytes"].as_u64().unwrap(), 32 << 20, "{s}");
         assert_eq!(
             s["physical_bytes"].as_u64().unwrap(),
             16 << 20,
-            "split {split}: {s}"
+            "{case}: {s}"
         );
-        fx.umount_clean("");
+        fx.umount_clean(&case);
+        fx.mount(&opts);
+        assert!(
+            fs::read(&p).unwrap() == want,
+            "{case}: content after remount"
+        );
+        fx.umount_clean(&case);
+        let said = fs::read_to_string(&log).unwrap();
+        let _ = fs::remove_file(&log);
+        let mode = if stream == "true" {
+            "non-temporal stores"
+        } else {
+            "stores + cache-line flushes"
+        };
+        assert!(said.contains(mode), "{case}: the log names {mode}: {said}");
     }
 }
 

@@ -3,7 +3,7 @@
 
 use crate::error::{FsError, Result};
 use crate::superblock::{self, MediumKind};
-use nodup_core::media::{BlockFile, BlockFileOptions, Medium, Pmem};
+use nodup_core::media::{BlockFile, BlockFileOptions, Medium, Pmem, PmemOptions};
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
@@ -69,6 +69,23 @@ pub fn create(path: &Path, len: u64, kind: MediumKind) -> Result<Arc<dyn Medium>
 /// a file that is not a nodup image is rejected before anything opens it for writing).
 pub fn open(path: &Path) -> Result<(Arc<dyn Medium>, MediumKind)> {
     open_with(path, false)
+}
+
+/// [`open`] for a mount: with `stream_data`, a pmem image's new data blocks are written with
+/// non-temporal stores instead of stores + cache-line flushes (`PmemOptions::stream_data`;
+/// `nodup mount --stream-data`, docs/choices.md). Block-file images ignore it.
+pub fn open_for_mount(path: &Path, stream_data: bool) -> Result<(Arc<dyn Medium>, MediumKind)> {
+    let (sb, _, _) = superblock::probe_file(path)?;
+    match sb.medium_kind() {
+        MediumKind::Pmem => {
+            let opts = PmemOptions {
+                stream_data,
+                ..PmemOptions::default()
+            };
+            Ok((Arc::new(Pmem::open_with(path, opts)?), MediumKind::Pmem))
+        }
+        MediumKind::BlockFile => open(path),
+    }
 }
 
 /// [`open`], read-only when `read_only` (the file is opened without write access and every

@@ -62,9 +62,11 @@ pub struct PmemOptions {
     /// tmpfs file do not land in measurements (real pmem has none).
     pub populate: bool,
     /// Write whole blocks ([`Medium::write_stream`]) with non-temporal stores, as NOVA and
-    /// PMDK do, instead of ordinary stores + cache-line flush. Off by default: on DRAM-backed
-    /// images it doubles plain-write speed, but the rewrite of deduplicated data then reads
-    /// every compared block from memory (measured: light's rewrite fell below its first write).
+    /// PMDK do, instead of ordinary stores + cache-line flush. Off by default for the engine:
+    /// on DRAM-backed images it doubles plain-write speed, but the rewrite of deduplicated data
+    /// then reads every compared block from memory (measured: light's rewrite fell below its
+    /// first write). `nodup mount` turns it on for unencrypted images (`--stream-data`): through
+    /// FUSE, new data gained 8-11 % and rewrites stayed level (docs/choices.md).
     pub stream_data: bool,
 }
 
