@@ -73,8 +73,12 @@ pub fn open(path: &Path) -> Result<(Arc<dyn Medium>, MediumKind)> {
 
 /// [`open`] for a mount: with `stream_data`, a pmem image's new data blocks are written with
 /// non-temporal stores instead of stores + cache-line flushes (`PmemOptions::stream_data`;
-/// `nodup mount --stream-data`, docs/choices.md). Block-file images ignore it.
-pub fn open_for_mount(path: &Path, stream_data: bool) -> Result<(Arc<dyn Medium>, MediumKind)> {
+/// `nodup mount --stream-data`, docs/choices.md). Block-file images ignore it. The third value
+/// says whether the medium streams (false where the CPU or the mapping cannot).
+pub fn open_for_mount(
+    path: &Path,
+    stream_data: bool,
+) -> Result<(Arc<dyn Medium>, MediumKind, bool)> {
     let (sb, _, _) = superblock::probe_file(path)?;
     match sb.medium_kind() {
         MediumKind::Pmem => {
@@ -82,9 +86,14 @@ pub fn open_for_mount(path: &Path, stream_data: bool) -> Result<(Arc<dyn Medium>
                 stream_data,
                 ..PmemOptions::default()
             };
-            Ok((Arc::new(Pmem::open_with(path, opts)?), MediumKind::Pmem))
+            let p = Pmem::open_with(path, opts)?;
+            let streams = p.streams_data();
+            Ok((Arc::new(p), MediumKind::Pmem, streams))
         }
-        MediumKind::BlockFile => open(path),
+        MediumKind::BlockFile => {
+            let (m, kind) = open(path)?;
+            Ok((m, kind, false))
+        }
     }
 }
 

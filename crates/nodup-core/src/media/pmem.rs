@@ -261,12 +261,17 @@ impl Pmem {
         Ok(())
     }
 
-    /// Streaming stores can replace store + flush at `[off, off+len)`: x86_64, a mapping whose
-    /// durability comes from the CPU (not msync), whole cache lines.
+    /// Whether whole data blocks are written with non-temporal stores: asked for
+    /// ([`PmemOptions::stream_data`]), on x86_64, on a mapping whose durability comes from the
+    /// CPU (not msync). What a mount reports, rather than what it asked for.
+    pub fn streams_data(&self) -> bool {
+        cfg!(target_arch = "x86_64") && self.opts.stream_data && !self.needs_msync()
+    }
+
+    /// Streaming stores can replace store + flush at `[off, off+len)`: [`Pmem::streams_data`],
+    /// whole cache lines.
     fn streams(&self, off: u64, len: usize) -> bool {
-        cfg!(target_arch = "x86_64")
-            && self.opts.stream_data
-            && !self.needs_msync()
+        self.streams_data()
             && off.is_multiple_of(CACHE_LINE)
             && (len as u64).is_multiple_of(CACHE_LINE)
     }

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Size of fuser 0.18's per-thread request buffer (its `MAX_WRITE_SIZE`, 16 MiB, plus 4 KiB
 /// for the request header). A fuser that changes it shows in the mount test that looks for
 /// these mappings (`crates/nodup-cli/tests/fs_fuse.rs`,
-/// `request_buffers_sit_on_huge_pages`).
+/// `request_buffers_are_advised_for_huge_pages`).
 pub const FUSER_REQUEST_BUFFER: usize = (16 << 20) + 4096;
 
 /// The transparent huge page size on x86-64 and arm64 with 4 KiB base pages.
@@ -127,6 +127,9 @@ unsafe impl GlobalAlloc for RequestBufferAlloc {
     unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: the caller guarantees `layout.align()` with `new_size` is a valid layout.
         let new = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        if is_request_buffer(layout) && is_request_buffer(new) {
+            return p;
+        }
         if !is_request_buffer(layout) && !is_request_buffer(new) {
             // SAFETY: forwarded: `p` is the system allocator's, with this layout.
             return unsafe { System.realloc(p, layout, new_size) };
@@ -170,15 +173,29 @@ mod tests {
     }
 
     #[test]
-    fn other_sizes_stay_with_the_system_allocator() {
+    fn only_the_request_buffer_size_is_mapped_here() {
+        assert!(is_request_buffer(buffer_layout()));
+        for size in [
+            FUSER_REQUEST_BUFFER - 1,
+            FUSER_REQUEST_BUFFER + 1,
+            4096,
+            64 << 20,
+        ] {
+            assert!(
+                !is_request_buffer(Layout::array::<u8>(size).unwrap()),
+                "{size}"
+            );
+        }
+        // Aligned beyond a huge page: the system allocator's business.
+        let wide = Layout::from_size_align(FUSER_REQUEST_BUFFER, 2 * HUGE_PAGE).unwrap();
+        assert!(!is_request_buffer(wide));
         let a = RequestBufferAlloc;
         let big = Layout::array::<u8>(FUSER_REQUEST_BUFFER + 1).unwrap();
-        // SAFETY: non-zero layouts, each freed once with the layout it was allocated with.
+        // SAFETY: a non-zero layout, freed once with the layout it was allocated with.
         unsafe {
             let p = a.alloc(big);
             assert!(!p.is_null());
-            // glibc's large blocks follow a header: never on a 2 MiB boundary.
-            assert_ne!(p as usize % HUGE_PAGE, 0);
+            *p.add(FUSER_REQUEST_BUFFER) = 1;
             a.dealloc(p, big);
         }
     }
@@ -195,6 +212,8 @@ mod tests {
             assert_eq!(q as usize % HUGE_PAGE, 0);
             assert!(std::slice::from_raw_parts(q, 4096).iter().all(|&b| b == 7));
             *q.add(FUSER_REQUEST_BUFFER - 1) = 9;
+            // Same size: the same mapping.
+            assert_eq!(a.realloc(q, buffer_layout(), FUSER_REQUEST_BUFFER), q);
             let r = a.realloc(q, buffer_layout(), 8192);
             assert!(std::slice::from_raw_parts(r, 4096).iter().all(|&b| b == 7));
             a.dealloc(r, Layout::array::<u8>(8192).unwrap());
