@@ -87,10 +87,10 @@ fn defaults(image: PathBuf, mountpoint: PathBuf) -> MountArgs {
 }
 
 /// What `-o` accepts (the error for an unknown option lists it).
-const KNOWN: &str =
-    "prefetch=, threads=, split_writes=, huge_buffers=, stream_data=, writeback_cache, nonempty, log_file=, \
-    mem_budget=, encrypt_key_file=, fp_cache=, prefetch_cache=, refresh_ms=, refresh_ops=, \
-    eviction=, selectivity=, min_run=, read_cache=, worker_rate=, relatime, strictatime, noatime";
+const KNOWN: &str = "prefetch=, threads=, split_writes=, huge_buffers=, stream_data=, \
+    writeback_cache, nonempty, log_file=, mem_budget=, encrypt_key_file=, fp_cache=, \
+    prefetch_cache=, refresh_ms=, refresh_ops=, eviction=, selectivity=, min_run=, read_cache=, \
+    worker_rate=, relatime, strictatime, noatime";
 
 /// Apply mount(8)'s `-o` options to `m` (`sloppy`: ignore unknown ones, as `-s` asks).
 fn parse_options(m: &mut MountArgs, opts: &[String], sloppy: bool) -> Result<()> {
@@ -182,7 +182,8 @@ mod tests {
         let m = parse(
             "rw,noatime,mem_budget=3M,eviction=lru,selectivity=adaptive,min-run=2,\
              read_cache=off,worker_rate=0,fp_cache=64K,prefetch-cache=0,refresh_ms=500,\
-             refresh_ops=1000,split_writes=2,huge-buffers=off,stream_data=no,writeback_cache,x-systemd.automount",
+             refresh_ops=1000,split_writes=2,huge-buffers=off,stream_data=no,writeback_cache,\
+             x-systemd.automount",
             false,
         )
         .unwrap();
