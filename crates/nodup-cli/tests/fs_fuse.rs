@@ -487,28 +487,6 @@ fn crash_during_copy_recovers() {
     }
 }
 
-fn daemon_pid(img: &Path) -> i32 {
-    let want = img.to_str().unwrap();
-    for e in fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        if let Ok(cmd) = fs::read(format!("/proc/{pid}/cmdline")) {
-            let args: Vec<String> = cmd
-                .split(|&b| b == 0)
-                .map(|s| String::from_utf8_lossy(s).into_owned())
-                .collect();
-            if args.iter().any(|a| a == "mount")
-                && args.iter().any(|a| a == want)
-                && args.iter().any(|a| a == "--ready-fd")
-            {
-                return pid;
-            }
-        }
-    }
-    panic!("daemon of {want} not found");
-}
-
 /// Not a nodup image, a newer version, a corrupted image: one clear error, non-zero exit,
 /// nothing written to the image.
 #[test]

@@ -79,41 +79,44 @@ pub fn open_for_mount(
     path: &Path,
     stream_data: bool,
 ) -> Result<(Arc<dyn Medium>, MediumKind, bool)> {
+    open_medium(path, false, stream_data)
+}
+
+/// [`open`], read-only when `read_only` (the file is opened without write access and every
+/// store is refused), for checks that must leave the image byte-identical.
+pub fn open_with(path: &Path, read_only: bool) -> Result<(Arc<dyn Medium>, MediumKind)> {
+    let (m, kind, _) = open_medium(path, read_only, false)?;
+    Ok((m, kind))
+}
+
+/// The image's medium as its superblock records it, read-only or not, pmem streaming new data
+/// when asked ([`open_for_mount`]'s third value says whether it does).
+fn open_medium(
+    path: &Path,
+    read_only: bool,
+    stream_data: bool,
+) -> Result<(Arc<dyn Medium>, MediumKind, bool)> {
     let (sb, _, _) = superblock::probe_file(path)?;
-    match sb.medium_kind() {
-        MediumKind::Pmem => {
+    let kind = sb.medium_kind();
+    Ok(match (kind, read_only) {
+        (MediumKind::Pmem, false) => {
             let opts = PmemOptions {
                 stream_data,
                 ..PmemOptions::default()
             };
             let p = Pmem::open_with(path, opts)?;
             let streams = p.streams_data();
-            Ok((Arc::new(p), MediumKind::Pmem, streams))
+            (Arc::new(p), kind, streams)
         }
-        MediumKind::BlockFile => {
-            let (m, kind) = open(path)?;
-            Ok((m, kind, false))
-        }
-    }
-}
-
-/// [`open`], read-only when `read_only` (the file is opened without write access and every
-/// store is refused), for checks that must leave the image byte-identical.
-pub fn open_with(path: &Path, read_only: bool) -> Result<(Arc<dyn Medium>, MediumKind)> {
-    let (sb, _, _) = superblock::probe_file(path)?;
-    let kind = sb.medium_kind();
-    let m: Arc<dyn Medium> = match (kind, read_only) {
-        (MediumKind::Pmem, false) => Arc::new(Pmem::open(path)?),
-        (MediumKind::Pmem, true) => Arc::new(Pmem::open_read_only(path)?),
-        (MediumKind::BlockFile, ro) => Arc::new(BlockFile::open(
-            path,
-            BlockFileOptions {
+        (MediumKind::Pmem, true) => (Arc::new(Pmem::open_read_only(path)?), kind, false),
+        (MediumKind::BlockFile, ro) => {
+            let opts = BlockFileOptions {
                 read_only: ro,
                 ..BlockFileOptions::default()
-            },
-        )?),
-    };
-    Ok((m, kind))
+            };
+            (Arc::new(BlockFile::open(path, opts)?), kind, false)
+        }
+    })
 }
 
 /// What a path given to mkfs holds.

@@ -27,8 +27,8 @@ pub fn serve_into(
     served: &Served,
     mut sink: Option<Sink>,
 ) -> io::Result<()> {
-    let mut map = request_buffer()?;
-    let buf = &mut map[..];
+    let (mut map, start) = request_buffer()?;
+    let buf = &mut map[start..start + READ_BUF];
     loop {
         // A WRITE read by `read_landing` is fingerprinted already: its fold.
         let mut landed = None;
@@ -73,33 +73,15 @@ const WRITE_HEAD: usize = 80;
 
 /// The request buffer: on a transparent huge page, as nodup's (`nodup_fs::fuse::request_buffer`
 /// says why), so the null measured here has what nodup has. The mapping is one huge page
-/// longer than the buffer and the slice returned starts at its first 2 MiB boundary.
-fn request_buffer() -> io::Result<HugeSlice> {
+/// longer than the buffer; the buffer is the [`READ_BUF`] bytes from the offset returned, its
+/// first 2 MiB boundary.
+fn request_buffer() -> io::Result<(memmap2::MmapMut, usize)> {
     const HUGE: usize = 2 << 20;
     let map = memmap2::MmapMut::map_anon(READ_BUF.div_ceil(HUGE) * HUGE + HUGE)?;
     let start = (map.as_ptr() as usize).next_multiple_of(HUGE) - map.as_ptr() as usize;
     // Advice only: on 4 KiB pages the buffer works the same, a little slower.
     let _ = map.advise_range(memmap2::Advice::HugePage, start, map.len() - start);
-    Ok(HugeSlice { map, start })
-}
-
-/// A [`READ_BUF`]-byte window of a mapping, from `start`.
-struct HugeSlice {
-    map: memmap2::MmapMut,
-    start: usize,
-}
-
-impl std::ops::Deref for HugeSlice {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.map[self.start..self.start + READ_BUF]
-    }
-}
-
-impl std::ops::DerefMut for HugeSlice {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.map[self.start..self.start + READ_BUF]
-    }
+    Ok((map, start))
 }
 
 /// Read one request for a `land` sink: readv(2) with the first [`WRITE_HEAD`] bytes into `buf`
