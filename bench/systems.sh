@@ -6,7 +6,7 @@
 # in /dev/shm, removed at exit), MNT, IMG (nodup image path), SRC (a directory for the
 # passthrough systems), ZPOOL, ZPID, EXCL and SHARED (the CPU wrappers, or empty).
 # Systems: null, pass (nodup-fuseref null / passthrough), the nodup policies (none, light,
-# strong, weak-verify, smart, selective), zfs (dedup=on, 128 KiB records), zfs-off (dedup=off),
+# strong, weak-verify, smart, selective; light-async = light mounted with --async-writes), zfs (dedup=on, 128 KiB records), zfs-off (dedup=off),
 # zfs-4k (dedup=on, 4 KiB records), ext4 and btrfs (on a loop image), bindfs (over a /dev/shm
 # directory), tmpfs (a plain /dev/shm directory, reference only), and sink-discard, sink-copy,
 # sink-land, sink-store (`nodup-uring-null --classic --sink KIND`: its own null transport, alone
@@ -113,7 +113,7 @@ stop_fuseref() {
   wait "$FPID"
   FPID=
 }
-nodup_mount() { "$NODUP" mount "$IMG" "$MNT" --writeback-cache="$([[ $1 == 1 ]] && echo true || echo false)" >/dev/null; }
+nodup_mount() { "$NODUP" mount "$IMG" "$MNT" --writeback-cache="$([[ $1 == 1 ]] && echo true || echo false)" "${@:2}" >/dev/null; }
 
 # up SYSTEM WB: a fresh, empty SYSTEM, writeback cache on when WB is 1 (FUSE systems that have
 # the switch); `dir SYSTEM` is where it is.
@@ -136,6 +136,11 @@ up() {
       ;;
     bindfs) rm -rf "$SRC" && mkdir -p "$SRC" && bindfs "$SRC" "$MNT" ;;
     tmpfs) rm -rf "$W/tmpfs" && mkdir -p "$W/tmpfs" ;;
+    light-async)
+      rm -f "$IMG"
+      "$NODUP" mkfs "$IMG" --size "$IMG_SIZE" --policy light >/dev/null
+      nodup_mount "$2" --async-writes
+      ;;
     *)
       is_nodup "$1" || { echo "unknown system $1" >&2; return 1; }
       rm -f "$IMG"

@@ -63,17 +63,25 @@ impl FileSystem {
     /// Write `data` at `off`: whole blocks go to the engine in one call, partial edge blocks are
     /// read-modify-write; one log record; replaced blocks are released after it is durable.
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {
-        self.write_as(ino, off, data, true)
+        self.write_as(ino, off, data, true, None::<fn()>)
     }
 
     /// [`FileSystem::write`] of data the kernel flushes from its page cache (the writeback
     /// cache): no writer waits for it, so a large one is not split across threads (the
     /// writers are busy on the other cores filling the cache).
     pub fn write_back(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {
-        self.write_as(ino, off, data, false)
+        self.write_as(ino, off, data, false, None::<fn()>)
     }
 
-    fn write_as(&self, ino: u64, off: u64, data: &[u8], waited: bool) -> Result<usize> {
+    /// The write itself; `admitted`, when given, runs as [`FileSystem::write_admitted`] says.
+    pub(crate) fn write_as(
+        &self,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+        waited: bool,
+        admitted: Option<impl FnOnce()>,
+    ) -> Result<usize> {
         if data.is_empty() {
             return Ok(0);
         }
@@ -124,6 +132,11 @@ impl FileSystem {
                 slices.push(&data[s..s + BLOCK_SIZE]);
             }
         }
+        // Held to the end: the reserve is given back once the write is stored or has failed.
+        let _admission = match admitted {
+            Some(answer) => self.reserve_admitted(nblocks).inspect(|_| answer()),
+            None => None,
+        };
         let (phys, misses) = self.engine_write_misses(&slices, waited)?;
         let rec = Record::Write {
             ino,

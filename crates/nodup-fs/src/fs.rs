@@ -160,6 +160,8 @@ pub struct FileSystem {
     pub(crate) ckpt_stats: Mutex<CkptStats>,
     /// Blocks a server-side copy shared instead of writing.
     pub(crate) copy_shared: AtomicU64,
+    /// Blocks reserved by writes answered before they are stored (`admit`).
+    pub(crate) admitted_blocks: AtomicU64,
     /// Working vectors of the cut, kept between checkpoints.
     pub(crate) cut_scratch: Mutex<crate::checkpoint::CutScratch>,
     /// Released blocks waiting for the next sync before they go back (blockfile images).
@@ -222,6 +224,7 @@ impl FileSystem {
             ckpt_lock: Mutex::new(()),
             ckpt_stats: Mutex::new(CkptStats::default()),
             copy_shared: AtomicU64::new(0),
+            admitted_blocks: AtomicU64::new(0),
             cut_scratch: Mutex::new(Default::default()),
             pending: Mutex::new(Vec::new()),
             ctxs: Mutex::new(Vec::new()),

@@ -35,6 +35,7 @@
 //! - **Stats from a mount**: the virtual xattr [`ctl::STATS_XATTR`] on the root directory.
 
 pub mod acl;
+pub mod admit;
 pub mod atime;
 pub mod attrs;
 pub mod blockmap;

@@ -41,6 +41,8 @@ pub struct Kill9Config {
 pub struct Kill9Stats {
     /// Completed kill -9 cycles (kill, detach, remount, verify, umount, fsck).
     pub cycles: u64,
+    /// Of those, cycles whose mount answered large writes early (`--async-writes`).
+    pub async_cycles: u64,
     /// Files whose fsync had returned that were missing or differed after recovery.
     pub lost_fsynced: u64,
     /// Files verified after recovery.
@@ -81,8 +83,13 @@ pub(crate) fn run(cmd: &mut Command) -> Result<String, String> {
     }
 }
 
-fn mount(cfg: &Kill9Config, img: &Path, mp: &Path) -> Result<i32, String> {
+/// Mount `img` for a cycle; `async_writes` answers large writes before they are stored (only
+/// fsynced files are checked, and fsync must wait for them).
+fn mount(cfg: &Kill9Config, img: &Path, mp: &Path, async_writes: bool) -> Result<i32, String> {
     let mut extra = key_args(cfg, img);
+    if async_writes {
+        extra.push("--async-writes".into());
+    }
     if img.to_string_lossy().contains("selective") {
         // Caches small enough to evict and refresh all the time.
         for a in [
@@ -163,7 +170,13 @@ fn driver(
             return;
         }
         let name = format!("c{cycle}-{k}");
-        let blocks = rng.gen_range(1..=12);
+        // One file in eight is written in requests large enough to be answered early on a
+        // mount with --async-writes (128 KiB and up).
+        let blocks = if rng.gen_ratio(1, 8) {
+            rng.gen_range(32..=64)
+        } else {
+            rng.gen_range(1..=12)
+        };
         let mut data = Vec::with_capacity(blocks * 4096);
         for _ in 0..blocks {
             let id = if rng.gen_bool(0.6) {
@@ -330,7 +343,8 @@ pub fn campaign(cfg: &Kill9Config, deadline: Instant, max_cycles: u64) -> Kill9S
         st.fail(format!("trace gen: {e}"));
         return st;
     }
-    // Four images: pmem semantics (durable on return), blockfile (durable at fsync), policy
+    // Four images: pmem semantics (durable on return; every other round of it mounted with
+    // --async-writes, durable at fsync), blockfile (durable at fsync), policy
     // `smart` on pmem with a small budget (its worker remaps while the writer is killed), and
     // an encrypted `selective` image on pmem with small caches.
     if let Err(e) = std::fs::write(cfg.workdir.join("k9.key"), [0xcbu8; 32]) {
@@ -379,9 +393,15 @@ pub fn campaign(cfg: &Kill9Config, deadline: Instant, max_cycles: u64) -> Kill9S
     while Instant::now() < deadline && st.cycles < max_cycles {
         let (img, mp, done) = &images[(cycle % images.len() as u64) as usize];
         cycle += 1;
-        let what = format!("cycle {cycle} ({})", img.display());
+        // Every other round of the plain pmem image (the first) answers large writes early.
+        let async_writes = (cycle - 1) % (2 * images.len() as u64) == images.len() as u64;
+        let what = format!(
+            "cycle {cycle} ({}{})",
+            img.display(),
+            if async_writes { ", async writes" } else { "" }
+        );
         // 1. Mount (failure recovery after the previous kill) and verify fsynced files.
-        let pid = match mount(cfg, img, mp) {
+        let pid = match mount(cfg, img, mp, async_writes) {
             Ok(p) => p,
             Err(e) => {
                 st.fail(format!("{what}: mount: {e}"));
@@ -425,7 +445,7 @@ pub fn campaign(cfg: &Kill9Config, deadline: Instant, max_cycles: u64) -> Kill9S
         }
         detach(mp);
         // 3. Remount (failure recovery), verify, clean unmount, fsck must be clean.
-        match mount(cfg, img, mp) {
+        match mount(cfg, img, mp, false) {
             Ok(_) => {
                 verify(mp, done, &mut st);
                 if let Err(e) = run(Command::new(&cfg.nodup).arg("umount").arg(mp)) {
@@ -447,6 +467,7 @@ pub fn campaign(cfg: &Kill9Config, deadline: Instant, max_cycles: u64) -> Kill9S
             st.fail(format!("{what}: fsck after recovery: {e}"));
         }
         st.cycles += 1;
+        st.async_cycles += u64::from(async_writes);
     }
     for (img, mp, _) in &images {
         detach(mp);

@@ -79,6 +79,7 @@ fn defaults(image: PathBuf, mountpoint: PathBuf) -> MountArgs {
         split_writes: 1,
         huge_buffers: true,
         stream_data: None,
+        async_writes: false,
         atime: "relatime".into(),
         nonempty: false,
         log_file: None,
@@ -88,7 +89,7 @@ fn defaults(image: PathBuf, mountpoint: PathBuf) -> MountArgs {
 
 /// What `-o` accepts (the error for an unknown option lists it).
 const KNOWN: &str = "prefetch=, threads=, split_writes=, huge_buffers=, stream_data=, \
-    writeback_cache, nonempty, log_file=, mem_budget=, encrypt_key_file=, fp_cache=, \
+    async_writes, writeback_cache, nonempty, log_file=, mem_budget=, encrypt_key_file=, fp_cache=, \
     prefetch_cache=, refresh_ms=, refresh_ops=, eviction=, selectivity=, min_run=, read_cache=, \
     worker_rate=, relatime, strictatime, noatime";
 
@@ -122,6 +123,8 @@ fn parse_options(m: &mut MountArgs, opts: &[String], sloppy: bool) -> Result<()>
             ("huge_buffers", Some(v)) => m.huge_buffers = boolean(k, v)?,
             ("stream_data", None) => m.stream_data = Some(true),
             ("stream_data", Some(v)) => m.stream_data = Some(boolean(k, v)?),
+            ("async_writes", None) => m.async_writes = true,
+            ("async_writes", Some(v)) => m.async_writes = boolean(k, v)?,
             ("writeback_cache", None) => m.writeback_cache = Some(true),
             ("writeback_cache", Some(v)) => m.writeback_cache = Some(boolean(k, v)?),
             ("nonempty", None) => m.nonempty = true,
@@ -183,7 +186,7 @@ mod tests {
             "rw,noatime,mem_budget=3M,eviction=lru,selectivity=adaptive,min-run=2,\
              read_cache=off,worker_rate=0,fp_cache=64K,prefetch-cache=0,refresh_ms=500,\
              refresh_ops=1000,split_writes=2,huge-buffers=off,stream_data=no,writeback_cache,\
-             x-systemd.automount",
+             async-writes,x-systemd.automount",
             false,
         )
         .unwrap();
@@ -202,6 +205,7 @@ mod tests {
         assert!(!m.huge_buffers);
         assert_eq!(m.stream_data, Some(false));
         assert_eq!(m.writeback_cache, Some(true));
+        assert!(m.async_writes);
     }
 
     #[test]

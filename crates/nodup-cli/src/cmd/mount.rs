@@ -71,6 +71,13 @@ pub struct MountArgs {
     /// deduplicated data level (docs/choices.md). Block-file images ignore it.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub stream_data: Option<bool>,
+    /// Answer large writes (128 KiB and up, without the writeback cache) before they are
+    /// stored, so the daemon's work overlaps the writer's next write (about 13 % faster at
+    /// 1 MiB, docs/choices.md). Such data is durable at fsync or close, as on ext4, not when
+    /// write(2) returns; room for it is reserved first, so a full file system still fails the
+    /// write itself. Off by default.
+    #[arg(long, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_name = "BOOL")]
+    pub async_writes: bool,
     /// Mount even over a directory that is not empty or is already a mount point (what is
     /// there stays hidden until unmount).
     #[arg(long)]
@@ -367,6 +374,7 @@ fn spawn_daemon(a: &MountArgs) -> Result<()> {
         "--split-writes",
         &a.split_writes.to_string(),
         &format!("--huge-buffers={}", a.huge_buffers),
+        &format!("--async-writes={}", a.async_writes),
         "--atime",
         &a.atime,
         "--ready-fd",
@@ -494,6 +502,12 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
             }
         ));
     }
+    if a.async_writes {
+        logging::info(&format!(
+            "{img}: writes of {} KiB and up answered before they are stored (--async-writes): durable at fsync or close",
+            nodup_fs::fuse::ASYNC_MIN >> 10
+        ));
+    }
     let opts = FsOptions {
         open: open_options(a)?,
         image_path: Some(a.image.clone()),
@@ -529,6 +543,7 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
         atime: AtimeMode::from_name(&a.atime)
             .ok_or_else(|| anyhow!("--atime {}: relatime, strictatime or noatime", a.atime))?,
         huge_buffers: a.huge_buffers,
+        async_writes: a.async_writes,
     };
     let fs = Arc::new(fs);
     let mut ready_taken = ready.take();

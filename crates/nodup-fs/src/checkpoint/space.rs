@@ -86,7 +86,12 @@ impl FileSystem {
         }
         for attempt in 0..2 {
             let reserve_ok = !grows || self.top_up_reserve();
-            let free = self.engine.allocator().free_blocks();
+            // Blocks reserved by writes already answered are as good as used.
+            let free = self
+                .engine
+                .allocator()
+                .free_blocks()
+                .saturating_sub(self.admitted_reserve());
             let data_ok =
                 data_blocks == 0 || free >= data_blocks.saturating_add(crate::fs::LOG_HEADROOM);
             if reserve_ok && data_ok && self.log_room(log_bytes) {

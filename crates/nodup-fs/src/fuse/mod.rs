@@ -4,6 +4,7 @@
 //! This module holds the adapter itself and what its requests share (attribute replies, the
 //! kernel's caches, set-id clearing); the requests are in `ops`, the mount in `session`.
 
+mod answered;
 mod caller;
 pub mod kernel;
 mod ops;
@@ -12,6 +13,7 @@ mod session;
 mod space;
 mod xattr;
 
+pub use self::answered::ASYNC_MIN;
 use self::caller::killed_suidgid;
 pub use self::request_buffer::RequestBufferAlloc;
 pub use self::session::{serve, MountOptions};
@@ -44,6 +46,10 @@ pub struct Adapter {
     atime: AtimeMode,
     /// Room for the kernel's dirty pages (writeback cache): ENOSPC at write(2).
     space: Arc<SpaceGuard>,
+    /// Large direct writes are answered before they are stored ([`answered`]).
+    async_writes: bool,
+    /// Errors of such writes found after the answer.
+    deferred: answered::Deferred,
 }
 
 fn err(e: FsError) -> Errno {
@@ -74,7 +80,12 @@ fn time(t: Option<TimeOrNow>) -> Option<Ts> {
 
 impl Adapter {
     /// An adapter serving `fs`.
-    pub fn new(fs: Arc<FileSystem>, writeback: bool, atime: AtimeMode) -> Adapter {
+    pub fn new(
+        fs: Arc<FileSystem>,
+        writeback: bool,
+        atime: AtimeMode,
+        async_writes: bool,
+    ) -> Adapter {
         Adapter {
             fs,
             writeback,
@@ -82,6 +93,8 @@ impl Adapter {
             notifier: Arc::new(OnceLock::new()),
             atime,
             space: Arc::new(SpaceGuard::default()),
+            async_writes,
+            deferred: answered::Deferred::default(),
         }
     }
 

@@ -294,10 +294,13 @@ impl Filesystem for Adapter {
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if self.async_writes && super::answered::qualifies(data.len(), write_flags, flags) {
+            return self.write_answered(ino.0, offset, data, reply);
+        }
         let r = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
             self.fs.write_back(ino.0, offset, data)
         } else {
@@ -320,11 +323,18 @@ impl Filesystem for Adapter {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _lo: LockOwner,
         reply: ReplyEmpty,
     ) {
+        if self.async_writes {
+            // close(2) reports what failed after an early answer, as fsync does.
+            return match self.settle(ino.0) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            };
+        }
         // Nothing is buffered here at close (writes reach the engine before they return, and
         // the kernel writes its own dirty pages back before it would send FLUSH), so ENOSYS:
         // the kernel then stops sending FLUSH at all, one round trip less per close(2).
@@ -353,11 +363,14 @@ impl Filesystem for Adapter {
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if let Err(e) = self.settle(ino.0) {
+            return reply.error(e);
+        }
         match self.fs.sync() {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),

@@ -28,6 +28,9 @@ pub struct MountOptions {
     /// Request buffers on 2 MiB pages ([`super::request_buffer`]; a binary without
     /// [`super::RequestBufferAlloc`] installed keeps fuser's own buffers either way).
     pub huge_buffers: bool,
+    /// Answer large direct writes before they are stored (durable at fsync or close, as on
+    /// ext4; see `answered`).
+    pub async_writes: bool,
 }
 
 /// Mount `fs` at `mountpoint` and serve it until unmounted (or SIGTERM/SIGINT/SIGHUP, which
@@ -47,7 +50,12 @@ pub fn serve(
         // Shown in /proc/mounts; the updates themselves are ours (FUSE inodes are S_NOATIME).
         config.mount_options.push(MountOption::NoAtime);
     }
-    let adapter = Adapter::new(fs.clone(), opts.writeback_cache, opts.atime);
+    let adapter = Adapter::new(
+        fs.clone(),
+        opts.writeback_cache,
+        opts.atime,
+        opts.async_writes,
+    );
     let notifier = adapter.notifier.clone();
     let space = adapter.space.clone();
     let mut session = fuser::Session::new(adapter, mountpoint, &config)?;
