@@ -14,11 +14,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 from reading import reading  # noqa: E402
 
 tsv, cmd, versions, machine, tree, secs, outdir = sys.argv[1:8]
-ORDER = ["null", "pass", "none", "light", "strong", "weak-verify", "smart", "selective",
+ORDER = ["null", "pass", "none", "light", "light-async", "strong", "weak-verify", "smart", "selective",
          "zfs-off", "zfs", "zfs-4k", "ext4", "btrfs", "bindfs"]
 LABEL = {
     "null": "null FUSE (ceiling)", "pass": "passthrough FUSE", "none": "nodup none",
-    "light": "nodup light", "strong": "nodup strong", "weak-verify": "nodup weak-verify",
+    "light": "nodup light", "light-async": "nodup light, --async-writes",
+    "strong": "nodup strong", "weak-verify": "nodup weak-verify",
     "smart": "nodup smart", "selective": "nodup selective", "zfs-off": "zfs-fuse dedup=off",
     "zfs": "zfs-fuse dedup=on 128K", "zfs-4k": "zfs-fuse dedup=on 4K", "ext4": "ext4 (loop)",
     "btrfs": "btrfs (loop)", "bindfs": "bindfs",
@@ -28,11 +29,11 @@ PEERS = ["zfs-off", "zfs", "zfs-4k", "ext4", "btrfs", "bindfs", "pass"]
 # in greens, FUSE references in greys and browns.
 COLOR = {
     "null": "black", "pass": "#7f7f7f", "bindfs": "#8c564b", "none": "#ff9896",
-    "light": "#d62728", "strong": "#9467bd", "weak-verify": "#e377c2", "smart": "#ff7f0e",
+    "light": "#d62728", "light-async": "#7b0d0d", "strong": "#9467bd", "weak-verify": "#e377c2", "smart": "#ff7f0e",
     "selective": "#bcbd22", "zfs-off": "#9ecae1", "zfs": "#1f77b4", "zfs-4k": "#17becf",
     "ext4": "#2ca02c", "btrfs": "#98df8a",
 }
-NODUP = ("none", "light", "strong", "weak-verify", "smart", "selective")
+NODUP = ("none", "light", "light-async", "strong", "weak-verify", "smart", "selective")
 
 mibs = defaultdict(list)
 saved = defaultdict(list)
@@ -98,6 +99,22 @@ for bs, jobs, d in cells:
     out.append(f"| {bs} | {d} % | {lt:.0f} | {bp} | {bv:.0f} | {lt / bv:.2f} | "
                f"{fmt(lt / z if z else None, '%.2f')} | {fmt(lt / z4 if z4 else None, '%.2f')} | "
                f"{fmt(lt / nl if nl else None, '%.2f')} |")
+# The opt-in early answers next to light (1 MiB only: smaller writes are never answered early).
+async_rows = [(bs, d) for bs, jobs, d in cells if jobs == 1 and mibs[(bs, 1, d, "light-async")]]
+if async_rows:
+    out += ["", "## nodup light mounted with `--async-writes` (one job)", "",
+            "Writes of 128 KiB and up answered once admitted and stored after the answer, so the "
+            "daemon's work overlaps the writer's next write; such data is durable at fsync or "
+            "close instead of when write(2) returns (docs/choices.md). Off by default.", "",
+            "| bs | dups | light MiB/s | light-async MiB/s | light-async / light | "
+            "light-async / zfs dedup=on 128K | light-async / null |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
+    for bs, d in async_rows:
+        lt, la = med(mibs[(bs, 1, d, "light")]), med(mibs[(bs, 1, d, "light-async")])
+        z, nl = med(mibs[(bs, 1, d, "zfs")]), med(mibs[(bs, 1, d, "null")])
+        out.append(f"| {bs} | {d} % | {fmt(lt, '%.0f')} | {la:.0f} | "
+                   f"{fmt(la / lt if lt else None, '%.2f')} | {fmt(la / z if z else None, '%.2f')} | "
+                   f"{fmt(la / nl if nl else None, '%.2f')} |")
 out += ["", "Every run: `sweep/sweep.tsv`.", "",
         "![bs 1m](sweep/sweep-1m.png)", "", "![bs 4k](sweep/sweep-4k.png)", ""]
 # The hand-written reading of the numbers (update it when they change).

@@ -66,7 +66,7 @@ systems_available() {
   done
 }
 
-is_nodup() { [[ " $NODUP_POLICIES " == *" $1 "* ]]; }
+is_nodup() { [[ " $NODUP_POLICIES light-async " == *" $1 "* ]]; }
 is_zfs() { [[ $1 == zfs || $1 == zfs-off || $1 == zfs-4k ]]; }
 
 wait_mounted() {

@@ -11,6 +11,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
+use std::os::unix::io::IntoRawFd;
 use std::path::Path;
 use std::process::Command;
 
@@ -37,6 +38,14 @@ fn logical_bytes(p: &Path) -> u64 {
     assert!(n > 0, "getxattr: {}", std::io::Error::last_os_error());
     let v: serde_json::Value = serde_json::from_slice(&buf[..n as usize]).unwrap();
     v["logical_bytes"].as_u64().unwrap()
+}
+
+/// Writes the mount answered before storing them (the stats' `writes_answered_early`).
+fn early(fx: &Fixture) -> u64 {
+    let s = fx.stats();
+    s["writes_answered_early"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no writes_answered_early in {s}"))
 }
 
 /// `len` bytes of a file as whole blocks (what `logical_bytes` counts).
@@ -90,6 +99,7 @@ fn answered_writes_are_seen_at_once_and_kept() {
     drop(f);
     assert!(fs::read(&p).unwrap() == want, "content");
     let s = fx.stats();
+    assert!(early(&fx) >= 20, "most 1 MiB writes answered early: {s}");
     assert_eq!(s["logical_bytes"].as_u64().unwrap(), in_blocks(want.len()));
     assert!(
         s["dedup_hits"].as_u64().unwrap() >= 8 * 256,
@@ -106,6 +116,65 @@ fn answered_writes_are_seen_at_once_and_kept() {
         said.contains("answered before they are stored"),
         "the log names the mode: {said}"
     );
+}
+
+/// The kernel flags every write of a caller without CAP_FSETID for dropping set-id bits: such
+/// writes are answered early unless the file has a bit to drop, which must be gone when the
+/// write returns.
+#[test]
+fn unprivileged_writers_are_answered_early_unless_a_set_id_bit_must_drop() {
+    use std::os::unix::fs::{chown, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid cannot fail.
+    if !fuse_available() || unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: needs root to write as another user");
+        return;
+    }
+    let fx = Fixture::new("async-user", "128M", &[]);
+    fx.mount(&["--async-writes"]);
+    let nobody = 65534;
+    let dd = |name: &str| {
+        let p = fx.path(name);
+        let st = Command::new("dd")
+            .arg("if=/dev/urandom")
+            .arg(format!("of={}", p.display()))
+            .args([
+                "bs=1M",
+                "count=8",
+                "iflag=fullblock",
+                "conv=notrunc,fsync",
+                "status=none",
+            ])
+            .uid(nobody)
+            .gid(nobody)
+            .status()
+            .unwrap();
+        assert!(st.success(), "dd as nobody into {name}");
+    };
+    for (name, mode) in [("plain", 0o644), ("setuid", 0o4755)] {
+        let p = fx.path(name);
+        fs::write(&p, b"").unwrap();
+        chown(&p, Some(nobody), Some(nobody)).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let before = early(&fx);
+    dd("plain");
+    let plain = early(&fx) - before;
+    assert!(plain >= 6, "{plain} of 8 writes by nobody answered early");
+    dd("setuid");
+    let mode = fs::metadata(fx.path("setuid"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(
+        mode & 0o7777,
+        0o755,
+        "the set-user-ID bit dropped with the write"
+    );
+    // Only the first write had a bit to drop: it was stored before its answer, the rest not.
+    let setuid = early(&fx) - before - plain;
+    assert!((6..=7).contains(&setuid), "{setuid} of 8 answered early");
+    fx.umount_clean("unprivileged writers");
 }
 
 #[test]
@@ -145,6 +214,7 @@ fn a_full_image_fails_the_answered_write_itself() {
         })
         .collect();
     let files: Vec<_> = writers.into_iter().map(|t| t.join().unwrap()).collect();
+    assert!(early(&fx) > 0, "no write was answered early");
     let total: usize = files.iter().map(|(_, k)| k.len()).sum();
     assert!(total >= 32 * MIB, "only {} MiB fit", total / MIB);
     for (p, kept) in &files {
@@ -199,10 +269,15 @@ fn a_full_backing_store_is_reported_at_fsync_or_before() {
         }
     }
     let synced = f.sync_all();
-    drop(f);
+    // SAFETY: closes the descriptor `f` owned; its result is what close(2) reports.
+    let closed = match unsafe { libc::close(f.into_raw_fd()) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    };
     let e = failed
         .or(synced.err())
-        .expect("60 MiB on a 32 MiB tmpfs: no write and no fsync failed");
+        .or(closed.err())
+        .expect("60 MiB on a 32 MiB tmpfs: no write, fsync or close failed");
     assert!(
         matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EIO)),
         "{e}"

@@ -3,14 +3,23 @@
 //! the wait for writes still being stored.
 //!
 //! An admitted write holds its inode's lock from before the answer until it is stored, so
-//! every later call on that inode (a read, a stat, a truncate, an fsync) sees it whole.
+//! every later call on that inode (a read, a stat, a truncate) sees it whole. Waiting for the
+//! write itself (fsync, close) and its errors are the caller's (the FUSE adapter's
+//! `answered`), since the error is known only after the lock is given back.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::Result;
 use crate::fs::{FileSystem, LOG_HEADROOM};
 
-/// Blocks set aside for one admitted write until it is stored; released on drop.
+/// Free blocks kept beyond what admitted writes hold and the log's headroom before a write
+/// may be answered early (8 MiB). The reserve is a count that ordinary writes' space check
+/// reads, not a hold in the allocator: what other writes already past that check, a
+/// checkpoint and the engine's own metadata may still take comes out of this margin. Closer
+/// to full, writes are stored before they are answered, and a full image fails `write(2)`.
+pub const ADMIT_MARGIN: u64 = 2048;
+
+/// Blocks set aside for one admitted write until its blocks are allocated; released on drop.
 pub(crate) struct Admission<'a> {
     reserved: &'a AtomicU64,
     blocks: u64,
@@ -41,24 +50,33 @@ impl FileSystem {
         self.write_as(ino, off, data, false, Some(admitted))
     }
 
-    /// Returns once no admitted write of `ino` is still being stored.
-    pub fn wait_writes(&self, ino: u64) {
-        if let Ok(node) = self.node(ino) {
-            drop(node.read());
-        }
-    }
-
     /// Reserve `blocks` for an admitted write, or `None` when the free space does not cover
-    /// them beside every other admitted write and the log's headroom.
+    /// them beside every other admitted write, the log's headroom and [`ADMIT_MARGIN`].
     pub(crate) fn reserve_admitted(&self, blocks: u64) -> Option<Admission<'_>> {
-        // Add first, then check the total: two writers admitted at once both see each other.
-        let total = self.admitted_blocks.fetch_add(blocks, Ordering::AcqRel) + blocks;
-        let guard = Admission {
-            reserved: &self.admitted_blocks,
-            blocks,
-        };
         let free = self.engine.allocator().free_blocks();
-        (free >= total.saturating_add(LOG_HEADROOM)).then_some(guard)
+        let mut held = self.admitted_blocks.load(Ordering::Acquire);
+        loop {
+            let total = held.checked_add(blocks)?;
+            if free < total.saturating_add(LOG_HEADROOM + ADMIT_MARGIN) {
+                return None;
+            }
+            // Only a reservation that fits is ever counted, so a failed one never makes the
+            // room look smaller to others, even for a moment.
+            match self.admitted_blocks.compare_exchange_weak(
+                held,
+                total,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    return Some(Admission {
+                        reserved: &self.admitted_blocks,
+                        blocks,
+                    })
+                }
+                Err(now) => held = now,
+            }
+        }
     }
 
     /// Blocks held by admitted writes not yet stored (no other write may count on them).

@@ -132,12 +132,13 @@ impl FileSystem {
                 slices.push(&data[s..s + BLOCK_SIZE]);
             }
         }
-        // Held to the end: the reserve is given back once the write is stored or has failed.
-        let _admission = match admitted {
+        let admission = match admitted {
             Some(answer) => self.reserve_admitted(nblocks).inspect(|_| answer()),
             None => None,
         };
         let (phys, misses) = self.engine_write_misses(&slices, waited)?;
+        // Its blocks are allocated: the free count shows them now.
+        drop(admission);
         let rec = Record::Write {
             ino,
             first: fb0,

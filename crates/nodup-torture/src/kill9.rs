@@ -41,7 +41,7 @@ pub struct Kill9Config {
 pub struct Kill9Stats {
     /// Completed kill -9 cycles (kill, detach, remount, verify, umount, fsck).
     pub cycles: u64,
-    /// Of those, cycles whose mount answered large writes early (`--async-writes`).
+    /// Of those, cycles mounted with `--async-writes` (large writes answered early).
     pub async_cycles: u64,
     /// Files whose fsync had returned that were missing or differed after recovery.
     pub lost_fsynced: u64,

@@ -72,10 +72,11 @@ pub struct MountArgs {
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub stream_data: Option<bool>,
     /// Answer large writes (128 KiB and up, without the writeback cache) before they are
-    /// stored, so the daemon's work overlaps the writer's next write (about 13 % faster at
-    /// 1 MiB, docs/choices.md). Such data is durable at fsync or close, as on ext4, not when
-    /// write(2) returns; room for it is reserved first, so a full file system still fails the
-    /// write itself. Off by default.
+    /// stored, so the daemon's work overlaps the writer's next write (about 8 % faster at
+    /// 1 MiB, docs/choices.md). Such data is durable at fsync, as on ext4, not when write(2)
+    /// returns; close waits for it and reports its errors. Within 8 MiB of a full image
+    /// writes are stored before they are answered, so a full image still fails the write
+    /// itself. Off by default.
     #[arg(long, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_name = "BOOL")]
     pub async_writes: bool,
     /// Mount even over a directory that is not empty or is already a mount point (what is
@@ -504,7 +505,7 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
     }
     if a.async_writes {
         logging::info(&format!(
-            "{img}: writes of {} KiB and up answered before they are stored (--async-writes): durable at fsync or close",
+            "{img}: writes of {} KiB and up answered before they are stored (--async-writes): durable at fsync",
             nodup_fs::fuse::ASYNC_MIN >> 10
         ));
     }

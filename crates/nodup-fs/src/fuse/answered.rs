@@ -1,59 +1,124 @@
 //! Writes answered before they are stored (`nodup mount --async-writes`): which requests
-//! qualify, and the errors found after the answer, kept for the file's next fsync or close.
+//! qualify, the writes still being stored after their answer, and the errors found then, kept
+//! for the next fsync or close of a handle open for writing.
 //!
 //! A synchronous writer waits for each answer, so the daemon's work on a write adds to the
 //! writer's time whole. Answered at once, that work overlaps the writer preparing its next
-//! write and the kernel copying it in. The data is then durable at fsync (or close), as on
-//! ext4 or ZFS, instead of when the call returns; `FileSystem::write_admitted` keeps the
-//! rest: room reserved first, and the inode locked until the write is stored.
+//! write and the kernel copying it in. The data is then durable at fsync instead of when the
+//! call returns; `FileSystem::write_admitted` keeps the rest: room reserved first, and the
+//! inode locked until the write is stored.
 
+use super::caller::killed_suidgid;
 use super::{err, Adapter};
 use crate::error::FsError;
-use fuser::{Errno, OpenFlags, ReplyWrite, WriteFlags};
-use parking_lot::Mutex;
+use fuser::{Errno, INodeNo, OpenFlags, ReplyWrite, Request, WriteFlags};
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Smallest write answered before it is stored: below it the hand-over to the next serving
 /// thread costs more than the overlap gives (4 KiB writes measured 8-12 % slower).
 pub const ASYNC_MIN: usize = 128 << 10;
 
-/// Errors of writes that were already answered, by inode, until fsync or close reports them.
+/// Answered writes still being stored, and the errors of those that failed, by inode.
 #[derive(Debug, Default)]
-pub struct Deferred {
-    errors: Mutex<HashMap<u64, FsError>>,
+pub struct Answered {
+    state: Mutex<Pending>,
+    /// Signalled whenever an inode's last answered write is stored (or has failed).
+    stored: Condvar,
+    /// Writes answered before they were stored since the mount (the stats' `writes_answered_early`).
+    count: AtomicU64,
 }
 
-impl Deferred {
-    /// Keep the first error of `ino` (later ones add nothing a caller could act on).
-    fn note(&self, ino: u64, off: u64, e: FsError) {
-        crate::logging::error(&format!(
-            "write to inode {ino} at byte {off} failed after it was answered ({e}); the file's next fsync or close reports it"
-        ));
-        self.errors.lock().entry(ino).or_insert(e);
+#[derive(Debug, Default)]
+struct Pending {
+    in_flight: HashMap<u64, usize>,
+    errors: HashMap<u64, FsError>,
+}
+
+impl Answered {
+    /// A write of `ino` is answered now; it is stored after [`Answered::end`].
+    fn begin(&self, ino: u64) {
+        *self.state.lock().in_flight.entry(ino).or_default() += 1;
+        self.count.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The error to report for `ino`, once.
-    fn take(&self, ino: u64) -> Option<FsError> {
-        self.errors.lock().remove(&ino)
+    /// An answered write of `ino` is stored, or failed with `e` (the first error is kept:
+    /// later ones add nothing a caller could act on). The error is in place before anyone
+    /// waiting for the write wakes.
+    fn end(&self, ino: u64, e: Option<FsError>) {
+        let mut st = self.state.lock();
+        if let Some(e) = e {
+            st.errors.entry(ino).or_insert(e);
+        }
+        if let Some(n) = st.in_flight.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                st.in_flight.remove(&ino);
+            }
+        }
+        drop(st);
+        self.stored.notify_all();
+    }
+
+    /// Wait until no answered write of `ino` is being stored; then its error, taken when
+    /// `consume` (a handle open for writing: each error is reported once, to a writer).
+    fn settle(&self, ino: u64, consume: bool) -> Option<FsError> {
+        let mut st = self.state.lock();
+        while st.in_flight.contains_key(&ino) {
+            self.stored.wait(&mut st);
+        }
+        if consume {
+            st.errors.remove(&ino)
+        } else {
+            None
+        }
+    }
+
+    /// Writes answered before they were stored since the mount.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
     }
 }
 
-/// Whether a write may be answered before it is stored: a direct write (the writeback cache
-/// has answered already), large enough, on a file not opened for synchronous writes, and not
-/// one whose answer must follow dropping set-id bits.
-pub fn qualifies(len: usize, write_flags: WriteFlags, open_flags: OpenFlags) -> bool {
+/// Whether a write may be answered before it is stored by its size and flags: a direct write
+/// (the writeback cache has answered already), large enough, on a file not opened for
+/// synchronous writes.
+pub(super) fn qualifies(len: usize, write_flags: WriteFlags, open_flags: OpenFlags) -> bool {
     len >= ASYNC_MIN
         && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE)
-        && !write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
         && open_flags.0 & libc::O_DSYNC == 0
 }
 
 impl Adapter {
-    /// Store a write that [`qualifies`], answering it as soon as it is admitted.
+    /// Whether this write is answered before it is stored: the mount asks for it, the write
+    /// [`qualifies`], and no set-id bit must drop with it. The kernel flags every write of a
+    /// caller without CAP_FSETID; the bits then drop after the data is stored, and a caller
+    /// that has seen the answer must not see them still set, so such a write on a set-id file
+    /// is stored first.
+    pub(super) fn answers_early(
+        &self,
+        req: &Request,
+        ino: u64,
+        len: usize,
+        write_flags: WriteFlags,
+        open_flags: OpenFlags,
+    ) -> bool {
+        self.async_writes
+            && qualifies(len, write_flags, open_flags)
+            && (!write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+                || self
+                    .fs
+                    .getattr(ino)
+                    .is_ok_and(|a| killed_suidgid(a.perm, a.gid, req.gid()) == a.perm))
+    }
+
+    /// Store a write that [`Adapter::answers_early`] allows, answering it once it is admitted.
     pub(super) fn write_answered(&self, ino: u64, off: u64, data: &[u8], reply: ReplyWrite) {
         let mut reply = Some(reply);
         let r = self.fs.write_admitted(ino, off, data, || {
             if let Some(rp) = reply.take() {
+                self.answered.begin(ino);
                 rp.written(data.len() as u32);
             }
         });
@@ -61,25 +126,33 @@ impl Adapter {
         match (reply, r) {
             (Some(rp), Ok(n)) => rp.written(n as u32),
             (Some(rp), Err(e)) => rp.error(err(e)),
-            (None, Ok(_)) => {}
+            (None, Ok(_)) => self.answered.end(ino, None),
             (None, Err(e)) => {
-                self.deferred.note(ino, off, e);
+                crate::logging::error(&format!(
+                    "write to inode {ino} at byte {off} failed after it was answered ({e}); the next fsync or close of a handle open for writing reports it"
+                ));
+                self.answered.end(ino, Some(e));
                 // The kernel keeps the answered data in its page cache; drop it, so reads show
-                // what the file holds.
-                if let Some(n) = self.notifier.get() {
-                    let _ = n.inval_inode(fuser::INodeNo(ino), 0, 0);
+                // what the file holds. From another thread: the kernel locks the pages, and a
+                // queued request holding one may need this serving thread to finish.
+                if let Some(n) = self.notifier.get().cloned() {
+                    let _ = std::thread::Builder::new()
+                        .name("nodup-inval".into())
+                        .spawn(move || {
+                            let _ = n.inval_inode(INodeNo(ino), 0, 0);
+                        });
                 }
             }
         }
     }
 
-    /// Wait for `ino`'s answered writes to be stored; the first error among them, if any.
-    pub(super) fn settle(&self, ino: u64) -> Result<(), Errno> {
+    /// Wait for `ino`'s answered writes to be stored; the first error among them, if any, for
+    /// a handle open for writing (`writer`).
+    pub(super) fn settle(&self, ino: u64, writer: bool) -> Result<(), Errno> {
         if !self.async_writes {
             return Ok(());
         }
-        self.fs.wait_writes(ino);
-        match self.deferred.take(ino) {
+        match self.answered.settle(ino, writer) {
             Some(e) => Err(err(e)),
             None => Ok(()),
         }

@@ -48,8 +48,8 @@ pub struct Adapter {
     space: Arc<SpaceGuard>,
     /// Large direct writes are answered before they are stored ([`answered`]).
     async_writes: bool,
-    /// Errors of such writes found after the answer.
-    deferred: answered::Deferred,
+    /// Such writes still being stored, and their errors.
+    answered: answered::Answered,
 }
 
 fn err(e: FsError) -> Errno {
@@ -94,7 +94,7 @@ impl Adapter {
             atime,
             space: Arc::new(SpaceGuard::default()),
             async_writes,
-            deferred: answered::Deferred::default(),
+            answered: answered::Answered::default(),
         }
     }
 

@@ -298,7 +298,7 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        if self.async_writes && super::answered::qualifies(data.len(), write_flags, flags) {
+        if self.answers_early(req, ino.0, data.len(), write_flags, flags) {
             return self.write_answered(ino.0, offset, data, reply);
         }
         let r = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
@@ -324,13 +324,14 @@ impl Filesystem for Adapter {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lo: LockOwner,
         reply: ReplyEmpty,
     ) {
         if self.async_writes {
-            // close(2) reports what failed after an early answer, as fsync does.
-            return match self.settle(ino.0) {
+            // close(2) waits for the writes answered early and reports what failed after an
+            // answer, as fsync does.
+            return match self.settle(ino.0, fh.0 == WRITER_FH) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
             };
@@ -364,16 +365,17 @@ impl Filesystem for Adapter {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        if let Err(e) = self.settle(ino.0) {
-            return reply.error(e);
-        }
-        match self.fs.sync() {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
+        // The writes answered early are stored first; the sync runs even when one failed, so
+        // the file's other data is made durable all the same.
+        let answered = self.settle(ino.0, fh.0 == WRITER_FH);
+        match (self.fs.sync(), answered) {
+            (Err(e), _) => reply.error(err(e)),
+            (Ok(()), Err(e)) => reply.error(e),
+            (Ok(()), Ok(())) => reply.ok(),
         }
     }
 

@@ -61,6 +61,7 @@ impl Adapter {
                 // image that show in its resident set too.
                 o.insert("daemon_rss_bytes".into(), status_bytes("VmRSS").into());
                 o.insert("daemon_anon_bytes".into(), status_bytes("RssAnon").into());
+                o.insert("writes_answered_early".into(), self.answered.count().into());
             }
             Ok(v.to_string().into_bytes())
         } else if ino == ROOT_INO && name == WORKER_XATTR.as_bytes() {
