@@ -15,7 +15,8 @@
 # are medians over RUNS rounds, ratios medians of the per-round ratios. Every benchmark command
 # runs under /work/tools/cpu-exclusive when that exists.
 #
-# Usage: bench/fs-ceiling.sh [fio|scale|ktree|meta ...]   (all four by default)
+# Usage: bench/fs-ceiling.sh [fio|scale|ktree|meta|join ...]   (the four sections by default;
+#   `join` only reassembles fs-ceiling.md, with NODUP/FUSEREF given so nothing is built)
 #   RUNS=5 SIZE=512M (bytes per fio cell; 4 KiB writes without the writeback cache write a
 #   quarter of it); QUICK=1: a smoke run (64M, one round, 20 000 files, /usr/share/doc as tree).
 #   NODUP=<binary> FUSEREF=<binary> skip the build. A focused fio run: FIO_BS="1m" FIO_WB="0"
@@ -156,7 +157,8 @@ sections=("$@")
 for s in "${sections[@]}"; do
   case $s in
     fio | scale | ktree | meta) "${s}_section" ;;
-    *) echo "unknown section $s (fio, scale, ktree, meta)" >&2; exit 2 ;;
+    join) ;; # only reassemble fs-ceiling.md (after editing fs-ceiling/reading.md)
+    *) echo "unknown section $s (fio, scale, ktree, meta, join)" >&2; exit 2 ;;
   esac
 done
 
