@@ -104,8 +104,9 @@ async_rows = [(bs, d) for bs, jobs, d in cells if jobs == 1 and mibs[(bs, 1, d, 
 if async_rows:
     out += ["", "## nodup light mounted with `--async-writes` (one job)", "",
             "Writes of 128 KiB and up answered once admitted and stored after the answer, so the "
-            "daemon's work overlaps the writer's next write; such data is durable at fsync or "
-            "close instead of when write(2) returns (docs/choices.md). Off by default.", "",
+            "daemon's work overlaps the writer's next write; such data is durable at fsync (close "
+            "waits for it) instead of when write(2) returns (docs/choices.md). Off by default.",
+            "",
             "| bs | dups | light MiB/s | light-async MiB/s | light-async / light | "
             "light-async / zfs dedup=on 128K | light-async / null |",
             "|---|---:|---:|---:|---:|---:|---:|"]
