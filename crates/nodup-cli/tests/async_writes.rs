@@ -40,12 +40,17 @@ fn logical_bytes(p: &Path) -> u64 {
     v["logical_bytes"].as_u64().unwrap()
 }
 
-/// Writes the mount answered before storing them (the stats' `writes_answered_early`).
-fn early(fx: &Fixture) -> u64 {
-    let s = fx.stats();
+/// Writes the mount at `mp` answered before storing them (the stats' `writes_answered_early`).
+fn early_answers(mp: &str) -> u64 {
+    let s = json(&nodup(&["stats", mp, "--json"]));
     s["writes_answered_early"]
         .as_u64()
         .unwrap_or_else(|| panic!("no writes_answered_early in {s}"))
+}
+
+/// [`early_answers`] of a fixture's mount.
+fn early(fx: &Fixture) -> u64 {
+    early_answers(fx.mnt.to_str().unwrap())
 }
 
 /// `len` bytes of a file as whole blocks (what `logical_bytes` counts).
@@ -239,16 +244,9 @@ fn a_full_backing_store_is_reported_at_fsync_or_before() {
         eprintln!("skipping: needs root for a small tmpfs");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("nodup-async-{}-small", std::process::id()));
-    fs::create_dir_all(&dir).unwrap();
-    let m = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=32M", "tmpfs"])
-        .arg(&dir)
-        .status()
-        .unwrap();
-    assert!(m.success());
-    let img = dir.join("x.img");
-    let mnt = dir.with_extension("mnt");
+    let small = SmallTmpfs::new("async-small", "32M");
+    let img = small.dir.join("x.img");
+    let mnt = small.dir.with_extension("mnt");
     fs::create_dir_all(&mnt).unwrap();
     let (i, mp) = (img.to_str().unwrap(), mnt.to_str().unwrap());
     ok(nodup(&["mkfs", i, "--size", "128M", "--force"]));
@@ -274,6 +272,8 @@ fn a_full_backing_store_is_reported_at_fsync_or_before() {
         0 => Ok(()),
         _ => Err(std::io::Error::last_os_error()),
     };
+    // A write that failed after its answer shows at fsync (or close).
+    let deferred = synced.is_err() || closed.is_err();
     let e = failed
         .or(synced.err())
         .or(closed.err())
@@ -284,24 +284,29 @@ fn a_full_backing_store_is_reported_at_fsync_or_before() {
     );
     // The daemon is alive, and what was fsynced before is intact.
     assert_eq!(fs::read(mnt.join("early")).unwrap(), early);
-    let _ = Command::new("fusermount3").arg("-u").arg(&mnt).status();
-    for _ in 0..200 {
-        if nodup_fs::image::ImageLock::try_lock(&img).is_ok() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+    if deferred {
+        // A failure came after an answer: from then on writes are stored before they are
+        // answered, so the next one fails at write(2) itself, and none is answered early.
+        let before = early_answers(mp);
+        let mut g = OpenOptions::new()
+            .append(true)
+            .open(mnt.join("big"))
+            .unwrap();
+        let e = g
+            .write_all(&unique(&mut rng))
+            .expect_err("the disk is still full");
+        assert!(
+            matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EIO)),
+            "{e}"
+        );
+        assert_eq!(early_answers(mp), before, "answered early after a failure");
     }
-    let r = Command::new("mount")
-        .args(["-o", "remount,size=256M"])
-        .arg(&dir)
-        .status()
-        .unwrap();
-    assert!(r.success());
+    let _ = Command::new("fusermount3").arg("-u").arg(&mnt).status();
+    wait_unlocked(&img);
+    small.resize("256M");
     ok(nodup(&["mount", i, mp]));
     assert_eq!(fs::read(mnt.join("early")).unwrap(), early);
     ok(nodup(&["umount", mp]));
     ok(nodup(&["fsck", i]));
-    let _ = Command::new("umount").arg(&dir).status();
-    let _ = fs::remove_dir(&dir);
     let _ = fs::remove_dir(&mnt);
 }

@@ -248,15 +248,6 @@ fn stats_and_fsck_leave_the_image_byte_identical() {
     one_line(&fail(&nodup(&["stats", "/nonexistent"])), "no such image");
 }
 
-fn wait_unlocked(img: &Path) {
-    for _ in 0..200 {
-        if nodup_fs::image::ImageLock::try_lock(img).is_ok() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
-}
-
 #[test]
 fn mount_refuses_to_hide_things() {
     if !fuse_available() {
@@ -338,15 +329,8 @@ fn a_full_backing_store_gives_enospc_and_the_daemon_stays_up() {
         eprintln!("skipping: needs root for a small tmpfs");
         return;
     }
-    let dir = PathBuf::from(format!("/tmp/nodup-op-{}-small", std::process::id()));
-    fs::create_dir_all(&dir).unwrap();
-    let m = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=32M", "tmpfs"])
-        .arg(&dir)
-        .status()
-        .unwrap();
-    assert!(m.success());
-    let img = dir.join("x.img");
+    let small = SmallTmpfs::new("op-small", "32M");
+    let img = small.dir.join("x.img");
     let mnt = scratch("small-mnt");
     fs::create_dir_all(&mnt).unwrap();
     let (i, mp) = (img.to_str().unwrap(), mnt.to_str().unwrap());
@@ -376,12 +360,7 @@ fn a_full_backing_store_gives_enospc_and_the_daemon_stays_up() {
     let _ = Command::new("fusermount3").arg("-u").arg(&mnt).status();
     wait_unlocked(&img);
     // More room for the image's file system, then a remount: everything is consistent.
-    let r = Command::new("mount")
-        .args(["-o", "remount,size=256M"])
-        .arg(&dir)
-        .status()
-        .unwrap();
-    assert!(r.success());
+    small.resize("256M");
     ok(nodup(&["mount", i, mp]));
     assert_eq!(
         fs::read(mnt.join("early")).unwrap(),
@@ -390,8 +369,6 @@ fn a_full_backing_store_gives_enospc_and_the_daemon_stays_up() {
     fs::write(mnt.join("after"), b"ok").unwrap();
     ok(nodup(&["umount", mp]));
     ok(nodup(&["fsck", i]));
-    let _ = Command::new("umount").arg(&dir).status();
-    let _ = fs::remove_dir(&dir);
     let _ = fs::remove_dir(&mnt);
 }
 

@@ -1,5 +1,6 @@
-//! Shared by the FUSE integration tests: running the built `nodup`, a seeded generator, and a
-//! fixture image in /dev/shm with its mount point, unmounted and removed on drop.
+//! Shared by the FUSE integration tests: running the built `nodup`, a seeded generator, a
+//! fixture image in /dev/shm with its mount point, unmounted and removed on drop, and a small
+//! tmpfs for a backing store that fills.
 #![allow(dead_code)]
 
 use std::fs;
@@ -156,6 +157,8 @@ impl Drop for Fixture {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         let _ = fs::remove_file(&self.img);
+        // Where tests put the daemon's log (`--log-file`), left behind by a failed one.
+        let _ = fs::remove_file(self.img.with_extension("log"));
         let _ = fs::remove_dir(&self.mnt);
     }
 }
@@ -171,4 +174,70 @@ pub fn daemon_pid(img: &Path) -> i32 {
         .find(|m| Path::new(m["image"].as_str().unwrap()) == want)
         .and_then(|m| m["pid"].as_i64())
         .expect("the mount is listed with its pid") as i32
+}
+
+/// Wait (up to 5 s) until no daemon holds `img`'s lock: a mount is gone once it lets go.
+pub fn wait_unlocked(img: &Path) {
+    for _ in 0..200 {
+        if nodup_fs::image::ImageLock::try_lock(img).is_ok() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+}
+
+/// A tmpfs of a fixed size on a scratch directory (root only), to hold an image whose own disk
+/// fills; unmounted and removed on drop, also when the test fails.
+pub struct SmallTmpfs {
+    pub dir: PathBuf,
+}
+
+impl SmallTmpfs {
+    /// Mount a tmpfs of `size` (mount(8) syntax, `32M`) on a new directory named after `tag`.
+    pub fn new(tag: &str, size: &str) -> SmallTmpfs {
+        let n = SEQ.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("nodup-{tag}-{}-{n}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount a {size} tmpfs on {}", dir.display());
+        SmallTmpfs { dir }
+    }
+
+    /// Give the file system `size` (a remount; what it holds stays).
+    pub fn resize(&self, size: &str) {
+        let st = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.dir)
+            .status()
+            .unwrap();
+        assert!(
+            st.success(),
+            "remount {} with size {size}",
+            self.dir.display()
+        );
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        // A failed test may leave a nodup mount of an image in here: detach it first.
+        let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
+        for line in mounts.lines() {
+            let mut f = line.split(' ');
+            if let (Some(src), Some(target)) = (f.next(), f.next()) {
+                if Path::new(src).starts_with(&self.dir) {
+                    let _ = Command::new("fusermount3")
+                        .args(["-u", "-z", target])
+                        .output();
+                }
+            }
+        }
+        // Lazily: the daemon may still hold the image for a moment.
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        let _ = fs::remove_dir(&self.dir);
+    }
 }

@@ -14,7 +14,7 @@ use crate::error::FsError;
 use fuser::{Errno, INodeNo, OpenFlags, ReplyWrite, Request, WriteFlags};
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Smallest write answered before it is stored: below it the hand-over to the next serving
 /// thread costs more than the overlap gives (4 KiB writes measured 8-12 % slower).
@@ -28,6 +28,9 @@ pub struct Answered {
     stored: Condvar,
     /// Writes answered before they were stored since the mount (the stats' `writes_answered_early`).
     count: AtomicU64,
+    /// A write failed after its answer: from then on every write is stored before its answer,
+    /// so a medium that has started failing reports to each writer at once.
+    failed: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -50,6 +53,7 @@ impl Answered {
         let mut st = self.state.lock();
         if let Some(e) = e {
             st.errors.entry(ino).or_insert(e);
+            self.failed.store(true, Ordering::Relaxed);
         }
         if let Some(n) = st.in_flight.get_mut(&ino) {
             *n -= 1;
@@ -79,6 +83,11 @@ impl Answered {
     pub fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
     }
+
+    /// Whether a write has failed after its answer on this mount.
+    fn failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
 }
 
 /// Whether a write may be answered before it is stored by its size and flags: a direct write
@@ -91,8 +100,9 @@ pub(super) fn qualifies(len: usize, write_flags: WriteFlags, open_flags: OpenFla
 }
 
 impl Adapter {
-    /// Whether this write is answered before it is stored: the mount asks for it, the write
-    /// [`qualifies`], and no set-id bit must drop with it. The kernel flags every write of a
+    /// Whether this write is answered before it is stored: the mount asks for it, no write
+    /// has failed after its answer yet, the write [`qualifies`], and no set-id bit must drop
+    /// with it. The kernel flags every write of a
     /// caller without CAP_FSETID; the bits then drop after the data is stored, and a caller
     /// that has seen the answer must not see them still set, so such a write on a set-id file
     /// is stored first.
@@ -105,6 +115,7 @@ impl Adapter {
         open_flags: OpenFlags,
     ) -> bool {
         self.async_writes
+            && !self.answered.failed()
             && qualifies(len, write_flags, open_flags)
             && (!write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
                 || self
