@@ -1,6 +1,5 @@
 //! Writes answered before they are stored (the mount's `--async-writes`): the room such a
-//! write reserves before its answer, so that storing it later cannot run out of space, and
-//! the wait for writes still being stored.
+//! write reserves before its answer, so that storing it later does not run out of space.
 //!
 //! An admitted write holds its inode's lock from before the answer until it is stored, so
 //! every later call on that inode (a read, a stat, a truncate) sees it whole. Waiting for the
@@ -53,9 +52,11 @@ impl FileSystem {
     /// Reserve `blocks` for an admitted write, or `None` when the free space does not cover
     /// them beside every other admitted write, the log's headroom and [`ADMIT_MARGIN`].
     pub(crate) fn reserve_admitted(&self, blocks: u64) -> Option<Admission<'_>> {
-        let free = self.engine.allocator().free_blocks();
         let mut held = self.admitted_blocks.load(Ordering::Acquire);
         loop {
+            // Free space after the reserve it is compared with: a write that allocates and
+            // gives back its reserve in between is then counted at least once.
+            let free = self.engine.allocator().free_blocks();
             let total = held.checked_add(blocks)?;
             if free < total.saturating_add(LOG_HEADROOM + ADMIT_MARGIN) {
                 return None;

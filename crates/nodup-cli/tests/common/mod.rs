@@ -224,12 +224,14 @@ impl SmallTmpfs {
 
 impl Drop for SmallTmpfs {
     fn drop(&mut self) {
-        // A failed test may leave a nodup mount of an image in here: detach it first.
+        // A failed test may leave a nodup mount of an image in here: detach it first (the
+        // mount names its image by the canonical path).
+        let dir = fs::canonicalize(&self.dir).unwrap_or_else(|_| self.dir.clone());
         let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
         for line in mounts.lines() {
             let mut f = line.split(' ');
             if let (Some(src), Some(target)) = (f.next(), f.next()) {
-                if Path::new(src).starts_with(&self.dir) {
+                if Path::new(src).starts_with(&dir) {
                     let _ = Command::new("fusermount3")
                         .args(["-u", "-z", target])
                         .output();

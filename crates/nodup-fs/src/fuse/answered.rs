@@ -10,10 +10,9 @@
 
 use super::caller::killed_suidgid;
 use super::{err, Adapter};
-use crate::error::FsError;
 use fuser::{Errno, INodeNo, OpenFlags, ReplyWrite, Request, WriteFlags};
 use parking_lot::{Condvar, Mutex};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Smallest write answered before it is stored: below it the hand-over to the next serving
@@ -24,7 +23,7 @@ pub const ASYNC_MIN: usize = 128 << 10;
 #[derive(Debug, Default)]
 pub struct Answered {
     state: Mutex<Pending>,
-    /// Signalled whenever an inode's last answered write is stored (or has failed).
+    /// Signalled whenever an answered write is stored (or has failed).
     stored: Condvar,
     /// Writes answered before they were stored since the mount (the stats' `writes_answered_early`).
     count: AtomicU64,
@@ -35,29 +34,66 @@ pub struct Answered {
 
 #[derive(Debug, Default)]
 struct Pending {
-    in_flight: HashMap<u64, usize>,
-    errors: HashMap<u64, FsError>,
+    /// Sequence number of the next answered write (all inodes: numbers never repeat).
+    next: u64,
+    /// Sequence numbers of the answered writes still being stored, by inode.
+    in_flight: HashMap<u64, BTreeSet<u64>>,
+    /// The first errno of a failed answered write, by inode, until an fsync takes it.
+    errors: HashMap<u64, i32>,
+}
+
+/// One answered write being stored. Dropped without [`Storing::done`] (a panic while storing),
+/// it counts as failed with EIO, so nothing waits for it forever.
+pub struct Storing<'a> {
+    answered: &'a Answered,
+    ino: u64,
+    seq: u64,
+    result: Option<Option<i32>>,
+}
+
+impl Storing<'_> {
+    /// The write is stored, or failed with errno `e`.
+    fn done(mut self, e: Option<i32>) {
+        self.result = Some(e);
+    }
+}
+
+impl Drop for Storing<'_> {
+    fn drop(&mut self) {
+        let e = self.result.take().unwrap_or(Some(libc::EIO));
+        self.answered.end(self.ino, self.seq, e);
+    }
 }
 
 impl Answered {
-    /// A write of `ino` is answered now; it is stored after [`Answered::end`].
-    fn begin(&self, ino: u64) {
-        *self.state.lock().in_flight.entry(ino).or_default() += 1;
+    /// A write of `ino` is answered now; it is being stored until its [`Storing`] is done.
+    fn begin(&self, ino: u64) -> Storing<'_> {
+        let mut st = self.state.lock();
+        let seq = st.next;
+        st.next += 1;
+        st.in_flight.entry(ino).or_default().insert(seq);
+        drop(st);
         self.count.fetch_add(1, Ordering::Relaxed);
+        Storing {
+            answered: self,
+            ino,
+            seq,
+            result: None,
+        }
     }
 
-    /// An answered write of `ino` is stored, or failed with `e` (the first error is kept:
-    /// later ones add nothing a caller could act on). The error is in place before anyone
-    /// waiting for the write wakes.
-    fn end(&self, ino: u64, e: Option<FsError>) {
+    /// Write `seq` of `ino` is stored, or failed with errno `e` (the first error is kept: later ones
+    /// add nothing a caller could act on). The error is in place before anyone waiting for the
+    /// write wakes.
+    fn end(&self, ino: u64, seq: u64, e: Option<i32>) {
         let mut st = self.state.lock();
         if let Some(e) = e {
             st.errors.entry(ino).or_insert(e);
             self.failed.store(true, Ordering::Relaxed);
         }
-        if let Some(n) = st.in_flight.get_mut(&ino) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(set) = st.in_flight.get_mut(&ino) {
+            set.remove(&seq);
+            if set.is_empty() {
                 st.in_flight.remove(&ino);
             }
         }
@@ -65,17 +101,24 @@ impl Answered {
         self.stored.notify_all();
     }
 
-    /// Wait until no answered write of `ino` is being stored; then its error, taken when
-    /// `consume` (a handle open for writing: each error is reported once, to a writer).
-    fn settle(&self, ino: u64, consume: bool) -> Option<FsError> {
+    /// Wait until the writes of `ino` answered before this call are stored (not those answered
+    /// after it: a close must not wait out a writer that keeps streaming); then the file's
+    /// error, taken when `consume`, else left for the next caller.
+    fn settle(&self, ino: u64, consume: bool) -> Option<i32> {
         let mut st = self.state.lock();
-        while st.in_flight.contains_key(&ino) {
+        let before = st.next;
+        while st
+            .in_flight
+            .get(&ino)
+            .and_then(|set| set.first())
+            .is_some_and(|&seq| seq < before)
+        {
             self.stored.wait(&mut st);
         }
         if consume {
             st.errors.remove(&ino)
         } else {
-            None
+            st.errors.get(&ino).copied()
         }
     }
 
@@ -125,24 +168,42 @@ impl Adapter {
     }
 
     /// Store a write that [`Adapter::answers_early`] allows, answering it once it is admitted.
-    pub(super) fn write_answered(&self, ino: u64, off: u64, data: &[u8], reply: ReplyWrite) {
+    /// `kill_gid`: the kernel asked for set-id bits to drop with this write (the caller's group).
+    pub(super) fn write_answered(
+        &self,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+        kill_gid: Option<u32>,
+        reply: ReplyWrite,
+    ) {
         let mut reply = Some(reply);
+        let mut storing = None;
         let r = self.fs.write_admitted(ino, off, data, || {
             if let Some(rp) = reply.take() {
-                self.answered.begin(ino);
+                storing = Some(self.answered.begin(ino));
                 rp.written(data.len() as u32);
             }
         });
         self.observe_space();
-        match (reply, r) {
-            (Some(rp), Ok(n)) => rp.written(n as u32),
-            (Some(rp), Err(e)) => rp.error(err(e)),
-            (None, Ok(_)) => self.answered.end(ino, None),
-            (None, Err(e)) => {
+        if r.is_ok() {
+            // The file had no set-id bit when this write was let through; a chmod racing it
+            // may have set one since, which the write must drop as an ordinary one would.
+            if let Some(gid) = kill_gid {
+                self.kill_suidgid(ino, gid);
+            }
+        }
+        match (reply, storing, r) {
+            (Some(rp), _, Ok(n)) => rp.written(n as u32),
+            (Some(rp), _, Err(e)) => rp.error(err(e)),
+            (None, Some(s), Ok(_)) => s.done(None),
+            (None, s, Err(e)) => {
                 crate::logging::error(&format!(
-                    "write to inode {ino} at byte {off} failed after it was answered ({e}); the next fsync or close of a handle open for writing reports it"
+                    "write to inode {ino} at byte {off} failed after it was answered ({e}); fsync of the file reports it, and closes of handles open for writing"
                 ));
-                self.answered.end(ino, Some(e));
+                if let Some(s) = s {
+                    s.done(Some(e.errno()));
+                }
                 // The kernel keeps the answered data in its page cache; drop it, so reads show
                 // what the file holds. From another thread: the kernel locks the pages, and a
                 // queued request holding one may need this serving thread to finish.
@@ -154,17 +215,20 @@ impl Adapter {
                         });
                 }
             }
+            (None, None, Ok(_)) => {}
         }
     }
 
-    /// Wait for `ino`'s answered writes to be stored; the first error among them, if any, for
-    /// a handle open for writing (`writer`).
-    pub(super) fn settle(&self, ino: u64, writer: bool) -> Result<(), Errno> {
+    /// Wait for `ino`'s writes answered so far to be stored; the first error among them, if
+    /// any, removed from the file when `consume` (fsync), left for later callers otherwise
+    /// (close: a close of a duplicated descriptor must not take the error from the writer's
+    /// fsync).
+    pub(super) fn settle(&self, ino: u64, consume: bool) -> Result<(), Errno> {
         if !self.async_writes {
             return Ok(());
         }
-        match self.answered.settle(ino, writer) {
-            Some(e) => Err(err(e)),
+        match self.answered.settle(ino, consume) {
+            Some(e) => Err(Errno::from_i32(e)),
             None => Ok(()),
         }
     }

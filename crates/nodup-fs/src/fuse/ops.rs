@@ -299,7 +299,10 @@ impl Filesystem for Adapter {
         reply: ReplyWrite,
     ) {
         if self.answers_early(req, ino.0, data.len(), write_flags, flags) {
-            return self.write_answered(ino.0, offset, data, reply);
+            let kill = write_flags
+                .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+                .then(|| req.gid());
+            return self.write_answered(ino.0, offset, data, kill, reply);
         }
         let r = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
             self.fs.write_back(ino.0, offset, data)
@@ -309,8 +312,8 @@ impl Filesystem for Adapter {
         self.observe_space();
         match r {
             Ok(n) => {
-                // The kernel sets the flag only when the writer lacks CAP_FSETID and the file
-                // has a set-id bit to lose.
+                // The kernel sets the flag on every write of a caller without CAP_FSETID;
+                // `kill_suidgid` drops only the bits the file has and the caller must lose.
                 if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
                     self.kill_suidgid(ino.0, req.gid());
                 }
@@ -329,9 +332,13 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         if self.async_writes {
-            // close(2) waits for the writes answered early and reports what failed after an
-            // answer, as fsync does.
-            return match self.settle(ino.0, fh.0 == WRITER_FH) {
+            // A close of a handle open for writing waits for the writes answered early and
+            // reports what failed after an answer (without taking it from the file's fsync);
+            // a read-only one has nothing to wait for.
+            if fh.0 != WRITER_FH {
+                return reply.ok();
+            }
+            return match self.settle(ino.0, false) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
             };
@@ -365,13 +372,13 @@ impl Filesystem for Adapter {
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
         // The writes answered early are stored first; the sync runs even when one failed, so
         // the file's other data is made durable all the same.
-        let answered = self.settle(ino.0, fh.0 == WRITER_FH);
+        let answered = self.settle(ino.0, true);
         match (self.fs.sync(), answered) {
             (Err(e), _) => reply.error(err(e)),
             (Ok(()), Err(e)) => reply.error(e),
