@@ -132,10 +132,8 @@ impl FileSystem {
                 slices.push(&data[s..s + BLOCK_SIZE]);
             }
         }
-        let admission = match admitted {
-            Some(answer) => self.reserve_admitted(nblocks).inspect(|_| answer()),
-            None => None,
-        };
+        let admission =
+            admitted.and_then(|answer| self.reserve_admitted(nblocks).inspect(|_| answer()));
         let (phys, misses) = self.engine_write_misses(&slices, waited)?;
         // Its blocks are allocated: the free count shows them now.
         drop(admission);

@@ -9,7 +9,7 @@
 //! inode locked until the write is stored.
 
 use super::caller::killed_suidgid;
-use super::{err, Adapter};
+use super::Adapter;
 use fuser::{Errno, INodeNo, OpenFlags, ReplyWrite, Request, WriteFlags};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeSet, HashMap};
@@ -145,10 +145,9 @@ pub(super) fn qualifies(len: usize, write_flags: WriteFlags, open_flags: OpenFla
 impl Adapter {
     /// Whether this write is answered before it is stored: the mount asks for it, no write
     /// has failed after its answer yet, the write [`qualifies`], and no set-id bit must drop
-    /// with it. The kernel flags every write of a
-    /// caller without CAP_FSETID; the bits then drop after the data is stored, and a caller
-    /// that has seen the answer must not see them still set, so such a write on a set-id file
-    /// is stored first.
+    /// with it. The kernel flags every write of a caller without CAP_FSETID; the bits then
+    /// drop after the data is stored, and a caller that has seen the answer must not see them
+    /// still set, so such a write on a set-id file is stored first.
     pub(super) fn answers_early(
         &self,
         req: &Request,
@@ -167,55 +166,55 @@ impl Adapter {
                     .is_ok_and(|a| killed_suidgid(a.perm, a.gid, req.gid()) == a.perm))
     }
 
-    /// Store a write that [`Adapter::answers_early`] allows, answering it once it is admitted.
-    /// `kill_gid`: the kernel asked for set-id bits to drop with this write (the caller's group).
-    pub(super) fn write_answered(
-        &self,
+    /// Store a write that [`Adapter::answers_early`] allows, answering it (taking `reply`) once
+    /// it is admitted; `storing` then tracks it until [`Adapter::stored`]. When it is not
+    /// admitted, `reply` is left for the caller to answer as for any write.
+    pub(super) fn write_answered<'a>(
+        &'a self,
         ino: u64,
         off: u64,
         data: &[u8],
-        kill_gid: Option<u32>,
-        reply: ReplyWrite,
-    ) {
-        let mut reply = Some(reply);
-        let mut storing = None;
-        let r = self.fs.write_admitted(ino, off, data, || {
+        reply: &mut Option<ReplyWrite>,
+        storing: &mut Option<Storing<'a>>,
+    ) -> crate::Result<usize> {
+        self.fs.write_admitted(ino, off, data, || {
             if let Some(rp) = reply.take() {
-                storing = Some(self.answered.begin(ino));
+                *storing = Some(self.answered.begin(ino));
                 rp.written(data.len() as u32);
             }
-        });
-        self.observe_space();
-        if r.is_ok() {
-            // The file had no set-id bit when this write was let through; a chmod racing it
-            // may have set one since, which the write must drop as an ordinary one would.
-            if let Some(gid) = kill_gid {
-                self.kill_suidgid(ino, gid);
+        })
+    }
+
+    /// A write answered early is stored (`r` is `Ok`) or failed: end its `storing`, keeping
+    /// the error for the file's fsync and closes.
+    pub(super) fn stored(
+        &self,
+        ino: u64,
+        off: u64,
+        storing: Option<Storing<'_>>,
+        r: crate::Result<usize>,
+    ) {
+        let Err(e) = r else {
+            if let Some(s) = storing {
+                s.done(None);
             }
+            return;
+        };
+        crate::logging::error(&format!(
+            "write to inode {ino} at byte {off} failed after it was answered ({e}); fsync of the file reports it, and closes of handles open for writing"
+        ));
+        if let Some(s) = storing {
+            s.done(Some(e.errno()));
         }
-        match (reply, storing, r) {
-            (Some(rp), _, Ok(n)) => rp.written(n as u32),
-            (Some(rp), _, Err(e)) => rp.error(err(e)),
-            (None, Some(s), Ok(_)) => s.done(None),
-            (None, s, Err(e)) => {
-                crate::logging::error(&format!(
-                    "write to inode {ino} at byte {off} failed after it was answered ({e}); fsync of the file reports it, and closes of handles open for writing"
-                ));
-                if let Some(s) = s {
-                    s.done(Some(e.errno()));
-                }
-                // The kernel keeps the answered data in its page cache; drop it, so reads show
-                // what the file holds. From another thread: the kernel locks the pages, and a
-                // queued request holding one may need this serving thread to finish.
-                if let Some(n) = self.notifier.get().cloned() {
-                    let _ = std::thread::Builder::new()
-                        .name("nodup-inval".into())
-                        .spawn(move || {
-                            let _ = n.inval_inode(INodeNo(ino), 0, 0);
-                        });
-                }
-            }
-            (None, None, Ok(_)) => {}
+        // The kernel keeps the answered data in its page cache; drop it, so reads show what
+        // the file holds. From another thread: the kernel locks the pages, and a queued request
+        // holding one may need this serving thread to finish.
+        if let Some(n) = self.notifier.get().cloned() {
+            let _ = std::thread::Builder::new()
+                .name("nodup-inval".into())
+                .spawn(move || {
+                    let _ = n.inval_inode(INodeNo(ino), 0, 0);
+                });
         }
     }
 

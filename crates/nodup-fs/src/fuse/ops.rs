@@ -298,28 +298,27 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        if self.answers_early(req, ino.0, data.len(), write_flags, flags) {
-            let kill = write_flags
-                .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
-                .then(|| req.gid());
-            return self.write_answered(ino.0, offset, data, kill, reply);
-        }
-        let r = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+        let mut reply = Some(reply);
+        let mut storing = None;
+        let r = if self.answers_early(req, ino.0, data.len(), write_flags, flags) {
+            self.write_answered(ino.0, offset, data, &mut reply, &mut storing)
+        } else if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
             self.fs.write_back(ino.0, offset, data)
         } else {
             self.fs.write(ino.0, offset, data)
         };
         self.observe_space();
-        match r {
-            Ok(n) => {
-                // The kernel sets the flag on every write of a caller without CAP_FSETID;
-                // `kill_suidgid` drops only the bits the file has and the caller must lose.
-                if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-                    self.kill_suidgid(ino.0, req.gid());
-                }
-                reply.written(n as u32)
-            }
-            Err(e) => reply.error(err(e)),
+        // The kernel sets the flag on every write of a caller without CAP_FSETID;
+        // `kill_suidgid` drops only the bits the file has and the caller must lose. After a
+        // write answered early too: a chmod racing it may have set a bit since it was let
+        // through.
+        if r.is_ok() && write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            self.kill_suidgid(ino.0, req.gid());
+        }
+        match (reply, r) {
+            (Some(rp), Ok(n)) => rp.written(n as u32),
+            (Some(rp), Err(e)) => rp.error(err(e)),
+            (None, r) => self.stored(ino.0, offset, storing, r),
         }
     }
 

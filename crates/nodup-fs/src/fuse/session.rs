@@ -28,8 +28,8 @@ pub struct MountOptions {
     /// Request buffers on 2 MiB pages ([`super::request_buffer`]; a binary without
     /// [`super::RequestBufferAlloc`] installed keeps fuser's own buffers either way).
     pub huge_buffers: bool,
-    /// Answer large direct writes before they are stored (durable at fsync or close, as on
-    /// ext4; see `answered`).
+    /// Answer large direct writes before they are stored (durable at fsync, as on ext4; see
+    /// `answered`).
     pub async_writes: bool,
 }
 
