@@ -13,7 +13,11 @@
 # Variants (VARIANTS, default "classic uring"): classic, uring (io_uring default task work),
 # uring-coop (COOP_TASKRUN), uring-defer (SINGLE_ISSUER + DEFER_TASKRUN), and fuser when
 # FUSEREF names a command that mounts fuser's null file system as `$FUSEREF MNT
-# [--writeback-cache]` (e.g. branch ceiling's `nodup-fuseref null`).
+# [--writeback-cache]` (e.g. branch ceiling's `nodup-fuseref null`). A variant written
+# TRANSPORT+SINK (classic+store, uring+copy, ...) gives that transport's WRITE data to one of
+# the reference data paths of crates/nodup-uring-null/src/sink.rs instead of discarding it:
+# what the ring gives a daemon that stores data, not only the ceiling. A trailing +dio opens
+# every file with FOPEN_DIRECT_IO (classic+dio, classic+store+dio).
 #
 # Usage: bench/fuse-uring.sh   (env: RUNS=5 SIZE=1g THREADS=4 VARIANTS=... BSS="4k 1m"
 #                               JOBS="1 2" WBS="0 1" OUT=docs/results/fuse-uring.md)
@@ -71,7 +75,11 @@ fi
 up() {
   local args=()
   [[ $2 == 1 ]] && args+=(--writeback-cache)
-  case $1 in
+  local v=$1
+  # TRANSPORT+SINK: that transport with WRITE data going to a reference data path.
+  if [[ $v == *+dio ]]; then args+=(--direct-io); v=${v%+dio}; fi
+  if [[ $v == *+* ]]; then args+=(--sink "${v#*+}"); v=${v%%+*}; fi
+  case $v in
     classic) "$BIN" "$MNT" --classic --threads "$THREADS" "${args[@]}" >"$W/daemon.out" & ;;
     uring) "$BIN" "$MNT" "${args[@]}" >"$W/daemon.out" & ;;
     uring-coop) "$BIN" "$MNT" --taskrun coop "${args[@]}" >"$W/daemon.out" & ;;
@@ -82,7 +90,7 @@ up() {
   DPID=$!
   local i
   for i in $(seq 200); do
-    if [[ $1 == fuser ]]; then mountpoint -q "$MNT" && stat "$MNT" >/dev/null && return 0
+    if [[ $v == fuser ]]; then mountpoint -q "$MNT" && stat "$MNT" >/dev/null && return 0
     else grep -q '^ready ' "$W/daemon.out" && return 0; fi
     kill -0 "$DPID" 2>/dev/null || break
     sleep 0.05

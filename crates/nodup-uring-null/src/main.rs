@@ -36,10 +36,14 @@ struct Args {
     /// How the rings run the kernel's task work.
     #[arg(long, value_enum, default_value = "default")]
     taskrun: TaskRun,
-    /// Where WRITE data goes with --classic: discard (the null file system) or a reference
+    /// Where WRITE data goes: discard (the null file system) or a reference
     /// data path (see `sink.rs`: copy, land, store).
     #[arg(long, value_enum, default_value = "discard")]
     sink: SinkKind,
+    /// Open every file with FOPEN_DIRECT_IO: reads and writes skip the page cache, so a
+    /// write's data goes from the writer's pages straight into the request.
+    #[arg(long)]
+    direct_io: bool,
     /// Let the scheduler place the queue threads instead of pinning each to its CPU.
     #[arg(long)]
     no_pin: bool,
@@ -82,8 +86,8 @@ fn main() {
 }
 
 fn run(args: &Args) -> Result<()> {
-    if args.sink != SinkKind::Discard && !args.classic {
-        bail!("--sink needs --classic (the ring transport only discards)");
+    if args.sink == SinkKind::Land && !args.classic {
+        bail!("--sink land needs --classic (a ring entry's payload buffer is the kernel's)");
     }
     let set = block_signals();
     let dev = mount::mount(&args.mountpoint).with_context(|| {
@@ -124,8 +128,14 @@ fn fail_fast(
     r
 }
 
+/// `fuse_open_out.open_flags` bit: bypass the page cache for this open file.
+const FOPEN_DIRECT_IO: u32 = 1;
+
 fn serve(args: &Args, dev: &std::fs::File, flags: u64, set: libc::sigset_t) -> Result<()> {
-    let fs = NullFs::new();
+    let mut fs = NullFs::new();
+    if args.direct_io {
+        fs.open_flags = FOPEN_DIRECT_IO;
+    }
     let served = Served::default();
     let wb = flags & init_flags::WRITEBACK_CACHE != 0;
     let outcome = std::thread::scope(|s| -> Result<()> {
@@ -157,8 +167,13 @@ fn serve(args: &Args, dev: &std::fs::File, flags: u64, set: libc::sigset_t) -> R
             format!("classic threads={} sink={:?}", args.threads, args.sink)
         } else {
             let queues = ring::possible_cpus()?;
+            // Every sink first, for the reason above.
+            let sinks = (0..queues)
+                .map(|_| Sink::new(args.sink))
+                .collect::<std::io::Result<Vec<_>>>()
+                .context("setting up the sink")?;
             let (tx, rx) = mpsc::channel();
-            for qid in 0..queues {
+            for (qid, sink) in sinks.into_iter().enumerate() {
                 let setup = QueueSetup {
                     qid: u16::try_from(qid).context("too many CPUs")?,
                     depth: usize::from(args.depth),
@@ -169,7 +184,7 @@ fn serve(args: &Args, dev: &std::fs::File, flags: u64, set: libc::sigset_t) -> R
                 let (fs, served, tx, fd) = (&fs, &served, tx.clone(), dev.as_raw_fd());
                 let mnt = &args.mountpoint;
                 workers.push(s.spawn(move || {
-                    let r = ring::serve_queue(fd, setup, fs, served, |r| {
+                    let r = ring::serve_queue(fd, setup, fs, served, sink, |r| {
                         let _ = tx.send(r);
                     });
                     fail_fast(mnt, &format!("ring queue {qid}"), served, r)
@@ -189,8 +204,8 @@ fn serve(args: &Args, dev: &std::fs::File, flags: u64, set: libc::sigset_t) -> R
                 }
             }
             format!(
-                "uring queues={queues} depth={} taskrun={:?} pinned={}",
-                args.depth, args.taskrun, !args.no_pin
+                "uring queues={queues} depth={} taskrun={:?} pinned={} sink={:?}",
+                args.depth, args.taskrun, !args.no_pin, args.sink
             )
         };
         // Whoever started us may be gone (a closed pipe): the mount still gets served.

@@ -76,6 +76,8 @@ pub struct NullFs {
     nodes: RwLock<HashMap<u64, Node>>,
     next_ino: AtomicU64,
     born: u64,
+    /// `open_flags` of every OPEN and CREATE reply (FOPEN_DIRECT_IO with `--direct-io`).
+    pub open_flags: u32,
 }
 
 impl Default for NullFs {
@@ -109,6 +111,7 @@ impl NullFs {
             nodes: RwLock::new(HashMap::from([(abi::ROOT_ID, root)])),
             next_ino: AtomicU64::new(abi::ROOT_ID + 1),
             born,
+            open_flags: 0,
         }
     }
 
@@ -156,6 +159,13 @@ impl NullFs {
             }
             .bytes()])),
             None => Reply::Err(libc::ENOENT),
+        }
+    }
+
+    fn open_out(&self) -> abi::OpenOut {
+        abi::OpenOut {
+            open_flags: self.open_flags,
+            ..Default::default()
         }
     }
 
@@ -231,9 +241,7 @@ impl NullFs {
                 let excl = a.flags as i32 & libc::O_EXCL != 0;
                 match self.create(h, name, a.mode & !a.umask, excl) {
                     Ok(ino) => match self.entry(ino) {
-                        Some(e) => {
-                            Reply::Body(Body::of(&[e.bytes(), abi::OpenOut::default().bytes()]))
-                        }
+                        Some(e) => Reply::Body(Body::of(&[e.bytes(), self.open_out().bytes()])),
                         None => Reply::Err(libc::ENOENT),
                     },
                     Err(e) => Reply::Err(e),
@@ -245,7 +253,7 @@ impl NullFs {
                 }
                 _ => Reply::Err(libc::ENOENT),
             },
-            op::OPEN => Reply::Body(Body::of(&[abi::OpenOut::default().bytes()])),
+            op::OPEN => Reply::Body(Body::of(&[self.open_out().bytes()])),
             op::READ => {
                 let Some(a) = abi::ReadIn::read(op_in) else {
                     return Reply::Err(libc::EINVAL);

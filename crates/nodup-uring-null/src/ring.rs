@@ -7,6 +7,7 @@
 
 use crate::abi::{self, Wire};
 use crate::nullfs::{NullFs, Reply};
+use crate::sink::Sink;
 use crate::{Served, Via};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::alloc::{self, Layout};
@@ -138,7 +139,12 @@ fn pin_to_cpu(cpu: usize) -> io::Result<()> {
 /// # Safety
 /// The entry's command must have completed (the kernel does not touch its buffers until the
 /// next command for it is submitted).
-unsafe fn answer(e: &Entry, fs: &NullFs, served: &Served) -> u64 {
+unsafe fn answer(
+    e: &Entry,
+    fs: &NullFs,
+    served: &Served,
+    sink: Option<&mut Sink>,
+) -> io::Result<u64> {
     // SAFETY: the header buffer is page-aligned and at least size_of::<UringReqHeader>() bytes
     // (see `serve_queue`), UringReqHeader is plain bytes/integers, and per the contract nothing
     // else accesses it now.
@@ -151,6 +157,12 @@ unsafe fn answer(e: &Entry, fs: &NullFs, served: &Served) -> u64 {
     let op_len = abi::op_in_size(h.opcode).min(abi::URING_OP_IN_OUT_SZ);
     let in_sz = (hdr.ent.payload_sz as usize).min(payload.len());
     served.note(Via::Ring, h.opcode);
+    if let Some(s) = sink {
+        if h.opcode == abi::op::WRITE && in_sz > 0 {
+            let fold = s.take(&payload[..in_sz])?;
+            served.note_sink(fold, in_sz as u64);
+        }
+    }
     let reply = if h.unique == 0 {
         Reply::Err(libc::EIO)
     } else {
@@ -178,7 +190,7 @@ unsafe fn answer(e: &Entry, fs: &NullFs, served: &Served) -> u64 {
     };
     hdr.in_out[..16].copy_from_slice(out.bytes());
     hdr.ent.payload_sz = out_sz as u32;
-    commit_id
+    Ok(commit_id)
 }
 
 /// Errors that mean the connection is gone (unmount or abort): the entry is retired.
@@ -196,6 +208,7 @@ pub fn serve_queue(
     setup: QueueSetup,
     fs: &NullFs,
     served: &Served,
+    mut sink: Option<Sink>,
     registered: impl FnOnce(io::Result<()>),
 ) -> io::Result<()> {
     let mut registered = Some(registered);
@@ -248,7 +261,7 @@ pub fn serve_queue(
                 return Err(err);
             }
             // SAFETY: this CQE completed the entry's command.
-            let commit_id = unsafe { answer(e, fs, served) };
+            let commit_id = unsafe { answer(e, fs, served, sink.as_mut()) }?;
             let sqe = uring_cmd(
                 abi::URING_CMD_COMMIT_AND_FETCH,
                 setup.qid,
