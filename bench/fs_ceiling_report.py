@@ -119,6 +119,7 @@ def fio(tsv, cmd, bdi):
         out += ["", f"Farthest from the ceiling: light at bs {bs}, {dup} % duplicates, writeback "
                 f"cache {'on' if wb else 'off'}, {jobs} job(s): {x:.3f} of null."]
     out += async_table(runs, cells, totals)
+    out += cached_table(runs, cells, totals)
     out += floors(runs, cells, totals)
     if bdi.strip():
         parts = ", ".join(f"{NAMES[s]} {mib} MiB" for s, mib in (ln.split() for ln in bdi.splitlines()))
@@ -163,6 +164,33 @@ def async_table(runs, cells, totals):
     out += ["", "The same targets for light-async:", "", "| target | measured | |", "|---|---:|---|"]
     for name, x, t in checks:
         out.append(f"| {name} | {r3(x)} | {verdict(x, t)} |")
+    return out
+
+
+def cached_table(runs, cells, totals):
+    """null and light with writers through the page cache (--direct-writes=false, CACHED=1)."""
+    have = [c for c in cells if runs.med(c, "light-cached") is not None]
+    if not have:
+        return []
+    out = ["", "### Writers through the page cache (`--direct-writes=false`)", "",
+           "**null-cached** / **light-cached** = null and light with `--direct-writes=false`: "
+           "a write is copied into the kernel's page cache first and sent from there (nodup's "
+           "default before session 27), where with direct writes (the default, the table "
+           "above) the kernel sends it from the writer's own memory.", "",
+           "| bs | dups | jobs | MiB | null-cached | light-cached | null | light | "
+           "light-cached / null-cached | light / light-cached | null / null-cached | "
+           "light / null-cached | light-cached / zfs-fuse |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in have:
+        bs, dup, _, jobs = c
+        out.append(f"| {bs} | {dup} % | {jobs} | {totals[c]} | {f(runs.med(c, 'null-cached'))} | "
+                   f"{f(runs.med(c, 'light-cached'))} | {f(runs.med(c, 'null'))} | "
+                   f"{f(runs.med(c, 'light'))} | "
+                   f"**{r3(runs.ratio(c, 'light-cached', c, 'null-cached'))}** | "
+                   f"**{r3(runs.ratio(c, 'light', c, 'light-cached'))}** | "
+                   f"{r3(runs.ratio(c, 'null', c, 'null-cached'))} | "
+                   f"{r3(runs.ratio(c, 'light', c, 'null-cached'))} | "
+                   f"{r3(runs.ratio(c, 'light-cached', c, 'zfs'))} |")
     return out
 
 

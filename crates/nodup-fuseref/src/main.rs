@@ -60,6 +60,10 @@ struct MountArgs {
     /// Ask for the kernel's FUSE writeback cache.
     #[arg(long)]
     writeback_cache: bool,
+    /// Handles open for writing bypass the page cache (default on, unless
+    /// --writeback-cache: nodup's default).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    direct_writes: Option<bool>,
     /// Threads serving FUSE requests (1 to 64).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     threads: u16,
@@ -69,6 +73,7 @@ impl MountArgs {
     fn options(&self, fsname: String) -> session::Options {
         session::Options {
             writeback_cache: self.writeback_cache,
+            direct_writes: self.direct_writes.unwrap_or(!self.writeback_cache),
             threads: self.threads as usize,
             fsname,
         }

@@ -15,10 +15,20 @@ pub use nodup_fs::fuse::{MAX_WRITE, TTL};
 pub struct Options {
     /// Ask for the kernel's writeback cache (nodup's `--writeback-cache`).
     pub writeback_cache: bool,
+    /// Handles open for writing bypass the page cache (nodup's `--direct-writes`; ignored
+    /// with the writeback cache).
+    pub direct_writes: bool,
     /// Threads serving requests, each on its own cloned /dev/fuse fd.
     pub threads: usize,
     /// Source name shown in /proc/mounts.
     pub fsname: String,
+}
+
+impl Options {
+    /// The caching these options ask for (nodup's rules, [`kernel::Caching`]).
+    pub fn caching(&self) -> kernel::Caching {
+        kernel::Caching::new(self.writeback_cache, self.direct_writes)
+    }
 }
 
 /// Mount `fs` at `mountpoint` (type `fuse.SUBTYPE`) and serve it in the foreground until it is

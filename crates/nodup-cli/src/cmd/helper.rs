@@ -80,6 +80,7 @@ fn defaults(image: PathBuf, mountpoint: PathBuf) -> MountArgs {
         huge_buffers: true,
         stream_data: None,
         async_writes: false,
+        direct_writes: None,
         atime: "relatime".into(),
         nonempty: false,
         log_file: None,
@@ -89,7 +90,7 @@ fn defaults(image: PathBuf, mountpoint: PathBuf) -> MountArgs {
 
 /// What `-o` accepts (the error for an unknown option lists it).
 const KNOWN: &str = "prefetch=, threads=, split_writes=, huge_buffers=, stream_data=, \
-    async_writes, writeback_cache, nonempty, log_file=, mem_budget=, encrypt_key_file=, fp_cache=, \
+    async_writes, direct_writes, writeback_cache, nonempty, log_file=, mem_budget=, encrypt_key_file=, fp_cache=, \
     prefetch_cache=, refresh_ms=, refresh_ops=, eviction=, selectivity=, min_run=, read_cache=, \
     worker_rate=, relatime, strictatime, noatime";
 
@@ -125,6 +126,8 @@ fn parse_options(m: &mut MountArgs, opts: &[String], sloppy: bool) -> Result<()>
             ("stream_data", Some(v)) => m.stream_data = Some(boolean(k, v)?),
             ("async_writes", None) => m.async_writes = true,
             ("async_writes", Some(v)) => m.async_writes = boolean(k, v)?,
+            ("direct_writes", None) => m.direct_writes = Some(true),
+            ("direct_writes", Some(v)) => m.direct_writes = Some(boolean(k, v)?),
             ("writeback_cache", None) => m.writeback_cache = Some(true),
             ("writeback_cache", Some(v)) => m.writeback_cache = Some(boolean(k, v)?),
             ("nonempty", None) => m.nonempty = true,
@@ -186,7 +189,7 @@ mod tests {
             "rw,noatime,mem_budget=3M,eviction=lru,selectivity=adaptive,min-run=2,\
              read_cache=off,worker_rate=0,fp_cache=64K,prefetch-cache=0,refresh_ms=500,\
              refresh_ops=1000,split_writes=2,huge-buffers=off,stream_data=no,writeback_cache,\
-             async-writes,x-systemd.automount",
+             async-writes,direct_writes=false,x-systemd.automount",
             false,
         )
         .unwrap();
@@ -206,6 +209,7 @@ mod tests {
         assert_eq!(m.stream_data, Some(false));
         assert_eq!(m.writeback_cache, Some(true));
         assert!(m.async_writes);
+        assert_eq!(m.direct_writes, Some(false));
     }
 
     #[test]

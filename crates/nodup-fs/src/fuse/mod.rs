@@ -37,9 +37,9 @@ pub const MAX_WRITE: u32 = 1 << 20;
 /// The `fuser::Filesystem` implementation over a [`FileSystem`].
 pub struct Adapter {
     fs: Arc<FileSystem>,
-    writeback: bool,
-    /// The kernel agreed to FUSE_HANDLE_KILLPRIV_V2: clearing suid/sgid is our job.
-    killpriv: bool,
+    /// The writeback cache or direct writes, and what the kernel agreed to at INIT
+    /// (`granted.killpriv`: clearing suid/sgid is our job).
+    caching: kernel::Caching,
     /// Tells the kernel to drop cached attributes we changed behind its back (set once the
     /// session exists, which is after the adapter is built).
     notifier: Arc<OnceLock<Notifier>>,
@@ -79,21 +79,15 @@ fn time(t: Option<TimeOrNow>) -> Option<Ts> {
 }
 
 impl Adapter {
-    /// An adapter serving `fs`.
-    pub fn new(
-        fs: Arc<FileSystem>,
-        writeback: bool,
-        atime: AtimeMode,
-        async_writes: bool,
-    ) -> Adapter {
+    /// An adapter serving `fs` with the caching and answering choices of `opts`.
+    pub fn new(fs: Arc<FileSystem>, opts: &MountOptions) -> Adapter {
         Adapter {
             fs,
-            writeback,
-            killpriv: false,
+            caching: kernel::Caching::new(opts.writeback_cache, opts.direct_writes),
             notifier: Arc::new(OnceLock::new()),
-            atime,
+            atime: opts.atime,
             space: Arc::new(SpaceGuard::default()),
-            async_writes,
+            async_writes: opts.async_writes,
             answered: answered::Answered::default(),
         }
     }
@@ -166,7 +160,7 @@ impl Adapter {
     /// like a write, that drops the set-id bits unless the caller may keep them (CAP_FSETID,
     /// taken to be root here). Writes get the kernel's flag for this instead.
     fn data_changed_by(&self, req: &Request, ino: u64) {
-        if self.killpriv && req.uid() != 0 {
+        if self.caching.granted.killpriv && req.uid() != 0 {
             self.kill_suidgid(ino, req.gid());
         }
     }

@@ -21,7 +21,7 @@ use std::path::Path;
 
 impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        self.killpriv = super::kernel::negotiate(config, self.writeback);
+        self.caching.negotiate(config);
         Ok(())
     }
 
@@ -92,7 +92,7 @@ impl Filesystem for Adapter {
         // With KILLPRIV_V2 the kernel leaves set-id clearing on chown and truncate to us, but
         // fuser does not pass FATTR_KILL_SUIDGID on; apply the kernel's rule: chown of a
         // non-directory always clears, truncate unless the caller is root (CAP_FSETID).
-        if self.killpriv && mode.is_none() {
+        if self.caching.granted.killpriv && mode.is_none() {
             let chown = uid.is_some() || gid.is_some();
             let trunc = size.is_some() && req.uid() != 0;
             if chown || trunc {
@@ -256,7 +256,7 @@ impl Filesystem for Adapter {
                     self.touch(ino.0);
                 }
                 let fh = self.handle_for(ino.0, flags.0);
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
+                reply.opened(FileHandle(fh), self.caching.open_flags(flags.0))
             }
             Err(e) => reply.error(err(e)),
         }
@@ -591,7 +591,7 @@ impl Filesystem for Adapter {
                     &self.attr(ino, &a),
                     Generation(0),
                     FileHandle(fh),
-                    FopenFlags::FOPEN_KEEP_CACHE,
+                    self.caching.open_flags(flags),
                 )
             }
             Err(e) => reply.error(err(e)),

@@ -31,6 +31,9 @@ pub struct MountOptions {
     /// Answer large direct writes before they are stored (durable at fsync, as on ext4; see
     /// `answered`).
     pub async_writes: bool,
+    /// Handles open for writing bypass the kernel's page cache: one copy fewer per write
+    /// (ignored with the writeback cache; see `kernel::open_flags`).
+    pub direct_writes: bool,
 }
 
 /// Mount `fs` at `mountpoint` and serve it until unmounted (or SIGTERM/SIGINT/SIGHUP, which
@@ -50,12 +53,7 @@ pub fn serve(
         // Shown in /proc/mounts; the updates themselves are ours (FUSE inodes are S_NOATIME).
         config.mount_options.push(MountOption::NoAtime);
     }
-    let adapter = Adapter::new(
-        fs.clone(),
-        opts.writeback_cache,
-        opts.atime,
-        opts.async_writes,
-    );
+    let adapter = Adapter::new(fs.clone(), opts);
     let notifier = adapter.notifier.clone();
     let space = adapter.space.clone();
     let mut session = fuser::Session::new(adapter, mountpoint, &config)?;

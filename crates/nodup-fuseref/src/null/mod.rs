@@ -13,6 +13,7 @@ use fuser::{
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use nodup_fs::fuse::kernel::Caching;
 use parking_lot::Mutex;
 use std::ffi::OsStr;
 use std::path::Path;
@@ -24,9 +25,8 @@ static ZEROS: [u8; session::MAX_WRITE as usize] = [0; session::MAX_WRITE as usiz
 /// The null file system.
 pub struct NullFs {
     tree: Mutex<Tree>,
-    writeback: bool,
-    /// The kernel agreed to HANDLE_KILLPRIV_V2: clearing set-id bits is ours.
-    killpriv: bool,
+    /// nodup's caching rules (`caching.granted.killpriv`: clearing set-id bits is ours).
+    caching: Caching,
 }
 
 fn errno(e: i32) -> Errno {
@@ -41,15 +41,13 @@ fn now_or(t: Option<TimeOrNow>) -> Option<SystemTime> {
 }
 
 impl NullFs {
-    /// An empty null file system, its root owned by the calling user, asking for the
-    /// writeback cache when `writeback`.
-    pub fn new(writeback: bool) -> NullFs {
+    /// An empty null file system, its root owned by the calling user, caching as `caching`.
+    pub fn new(caching: Caching) -> NullFs {
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         NullFs {
             tree: Mutex::new(Tree::new(uid, gid)),
-            writeback,
-            killpriv: false,
+            caching,
         }
     }
 
@@ -97,17 +95,12 @@ impl NullFs {
 
 /// Serve a null file system at `mountpoint` until unmounted or signalled.
 pub fn run(mountpoint: &Path, opts: &session::Options) -> std::io::Result<()> {
-    session::serve(
-        NullFs::new(opts.writeback_cache),
-        mountpoint,
-        opts,
-        "nodup-null",
-    )
+    session::serve(NullFs::new(opts.caching()), mountpoint, opts, "nodup-null")
 }
 
 impl Filesystem for NullFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        self.killpriv = nodup_fs::fuse::kernel::negotiate(config, self.writeback);
+        self.caching.negotiate(config);
         Ok(())
     }
 
@@ -149,7 +142,7 @@ impl Filesystem for NullFs {
         reply: ReplyAttr,
     ) {
         let mut t = self.tree.lock();
-        let killpriv = self.killpriv;
+        let killpriv = self.caching.granted.killpriv;
         let a = match t.attr_mut(ino.0) {
             Ok(a) => a,
             Err(e) => return reply.error(errno(e)),
@@ -280,8 +273,8 @@ impl Filesystem for NullFs {
         Self::reply_entry(reply, self.tree.lock().link(ino.0, newparent.0, newname));
     }
 
-    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE)
+    fn open(&self, _req: &Request, _ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        reply.opened(FileHandle(0), self.caching.open_flags(flags.0))
     }
 
     fn read(
@@ -474,7 +467,7 @@ impl Filesystem for NullFs {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _flags: i32,
+        flags: i32,
         reply: ReplyCreate,
     ) {
         let c = self.creator(req, parent.0, mode, umask, false);
@@ -485,7 +478,7 @@ impl Filesystem for NullFs {
                 &a,
                 Generation(0),
                 FileHandle(0),
-                FopenFlags::FOPEN_KEEP_CACHE,
+                self.caching.open_flags(flags),
             ),
             Err(e) => reply.error(errno(e)),
         }

@@ -46,7 +46,7 @@ impl PassFs {
                 None => sys::truncate_fd(fd, false, s)?,
             }
             // We truncate as ourselves (root keeps set-id bits); the caller may not.
-            if self.killpriv && c.mode.is_none() && req.uid() != 0 {
+            if self.caching.granted.killpriv && c.mode.is_none() && req.uid() != 0 {
                 self.kill_suidgid(fd, req.gid())?;
             }
         }

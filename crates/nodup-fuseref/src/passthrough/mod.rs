@@ -19,6 +19,7 @@ use fuser::{
     ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use nodup_fs::fuse::kernel::Caching;
 use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::io;
@@ -30,9 +31,8 @@ use std::time::SystemTime;
 pub struct PassFs {
     inodes: Inodes,
     dirs: Dirs,
-    writeback: bool,
-    /// The kernel agreed to HANDLE_KILLPRIV_V2: clearing set-id bits is ours.
-    killpriv: bool,
+    /// nodup's caching rules (`caching.granted.killpriv`: clearing set-id bits is ours).
+    caching: Caching,
     euid: u32,
     egid: u32,
 }
@@ -87,9 +87,9 @@ fn file_handle(fd: OwnedFd) -> FileHandle {
 }
 
 impl PassFs {
-    /// A passthrough file system over `source`, asking for the writeback cache when
-    /// `writeback`, holding at most `fd_budget` descriptors on inodes (file handles beyond).
-    pub fn new(source: &Path, writeback: bool, fd_budget: usize) -> io::Result<PassFs> {
+    /// A passthrough file system over `source`, caching as `caching`, holding at most
+    /// `fd_budget` descriptors on inodes (file handles beyond).
+    pub fn new(source: &Path, caching: Caching, fd_budget: usize) -> io::Result<PassFs> {
         let root = sys::open_path(libc::AT_FDCWD, source.as_os_str())?;
         let st = sys::stat_fd(root.as_raw_fd())?;
         if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
@@ -100,8 +100,7 @@ impl PassFs {
         Ok(PassFs {
             inodes: Inodes::new(root, &st, fd_budget)?,
             dirs: Dirs::default(),
-            writeback,
-            killpriv: false,
+            caching,
             euid,
             egid,
         })
@@ -111,7 +110,7 @@ impl PassFs {
     /// through write-only handles (to fill partial pages) and handles O_APPEND itself.
     fn access_flags(&self, flags: i32) -> i32 {
         let mut f = flags & !libc::O_NOCTTY;
-        if self.writeback {
+        if self.caching.writeback {
             if f & libc::O_ACCMODE == libc::O_WRONLY {
                 f = (f & !libc::O_ACCMODE) | libc::O_RDWR;
             }
@@ -162,13 +161,13 @@ pub fn run(
     // Modes arrive with the caller's umask applied by us (FUSE_DONT_MASK), so ours is 0.
     // SAFETY: umask cannot fail.
     unsafe { libc::umask(0) };
-    let fs = PassFs::new(source, opts.writeback_cache, fd_budget)?;
+    let fs = PassFs::new(source, opts.caching(), fd_budget)?;
     session::serve(fs, mountpoint, opts, "nodup-passthrough")
 }
 
 impl Filesystem for PassFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        self.killpriv = nodup_fs::fuse::kernel::negotiate(config, self.writeback);
+        self.caching.negotiate(config);
         Ok(())
     }
 
@@ -316,7 +315,7 @@ impl Filesystem for PassFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.open_file(ino.0, flags.0) {
-            Ok(fd) => reply.opened(file_handle(fd), FopenFlags::FOPEN_KEEP_CACHE),
+            Ok(fd) => reply.opened(file_handle(fd), self.caching.open_flags(flags.0)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -584,7 +583,7 @@ impl Filesystem for PassFs {
                 &a,
                 Generation(0),
                 file_handle(fd),
-                FopenFlags::FOPEN_KEEP_CACHE,
+                self.caching.open_flags(flags),
             ),
             Err(e) => reply.error(errno(e)),
         }
