@@ -7,8 +7,8 @@
 # passthrough systems), ZPOOL, ZPID, EXCL and SHARED (the CPU wrappers, or empty).
 # Systems: null, pass (nodup-fuseref null / passthrough), the nodup policies (none, light,
 # strong, weak-verify, smart, selective; light-async = light mounted with --async-writes), zfs (dedup=on, 128 KiB records), zfs-off (dedup=off),
-# null-cached and light-cached (null and light with --direct-writes=false: writers go through
-# the page cache, the default before session 27),
+# null-direct and light-direct (null and light with --direct-writes=read-write: read-write
+# handles bypass the page cache too, which fio's are),
 # zfs-4k (dedup=on, 4 KiB records), ext4 and btrfs (on a loop image), bindfs (over a /dev/shm
 # directory), tmpfs (a plain /dev/shm directory, reference only), and sink-discard, sink-copy,
 # sink-land, sink-store (`nodup-uring-null --classic --sink KIND`: its own null transport, alone
@@ -68,7 +68,7 @@ systems_available() {
   done
 }
 
-is_nodup() { [[ " $NODUP_POLICIES light-async light-cached " == *" $1 "* ]]; }
+is_nodup() { [[ " $NODUP_POLICIES light-async light-direct " == *" $1 "* ]]; }
 is_zfs() { [[ $1 == zfs || $1 == zfs-off || $1 == zfs-4k ]]; }
 
 wait_mounted() {
@@ -122,7 +122,7 @@ nodup_mount() { "$NODUP" mount "$IMG" "$MNT" --writeback-cache="$([[ $1 == 1 ]] 
 up() {
   case $1 in
     null) fuseref null "$2" ;;
-    null-cached) fuseref null "$2" --direct-writes=false ;;
+    null-direct) fuseref null "$2" --direct-writes=read-write ;;
     sink-discard | sink-copy | sink-land | sink-store) sinkfs "${1#sink-}" "$2" ;;
     pass) rm -rf "$SRC" && mkdir -p "$SRC" && fuseref passthrough "$2" "$SRC" ;;
     zfs | zfs-off | zfs-4k)
@@ -144,10 +144,10 @@ up() {
       "$NODUP" mkfs "$IMG" --size "$IMG_SIZE" --policy light >/dev/null
       nodup_mount "$2" --async-writes
       ;;
-    light-cached)
+    light-direct)
       rm -f "$IMG"
       "$NODUP" mkfs "$IMG" --size "$IMG_SIZE" --policy light >/dev/null
-      nodup_mount "$2" --direct-writes=false
+      nodup_mount "$2" --direct-writes=read-write
       ;;
     *)
       is_nodup "$1" || { echo "unknown system $1" >&2; return 1; }
@@ -159,7 +159,7 @@ up() {
 }
 down() {
   case $1 in
-    null | null-cached | pass | sink-*) stop_fuseref ;;
+    null | null-direct | pass | sink-*) stop_fuseref ;;
     zfs | zfs-off | zfs-4k) zfs_destroy && rm -f "$W/zvdev" ;;
     ext4 | btrfs) umount "$MNT" && rm -f "$W/loopimg" ;;
     bindfs) fusermount3 -u "$MNT" 2>/dev/null || fusermount -u "$MNT"; rm -rf "$SRC" ;;

@@ -1,15 +1,17 @@
-//! `nodup mount --direct-writes` (the default without the writeback cache): handles open for
-//! writing bypass the kernel's page cache. These tests check it through a real mount: what a
-//! writer writes is not left in the page cache (and is with `--direct-writes=false`), readers
-//! keep their cache and still see every direct write, a shared mapping of a read-write handle
-//! works both ways, odd-sized and appending writes land where a model says, and the option
-//! refuses the writeback cache with one clear line.
+//! `nodup mount --direct-writes` (write-only handles by default without the writeback cache,
+//! read-write ones too with `read-write`): such handles bypass the kernel's page cache. These
+//! tests check it through a real mount: what goes through a direct handle is not left in the
+//! page cache (and what goes through a cached one is), readers keep their cache and still see
+//! every direct write, a shared mapping of a direct read-write handle works both ways,
+//! odd-sized and appending writes land where a model says, a write drops the file's
+//! capability as the kernel's cached path does, and the mode refuses the writeback cache with
+//! one clear line.
 //!
 //! Skipped (with a message) when /dev/fuse or fusermount3 is missing.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
@@ -58,17 +60,23 @@ fn random(rng: &mut StdRng, len: usize) -> Vec<u8> {
 }
 
 #[test]
-fn writers_leave_nothing_in_the_page_cache_and_readers_keep_it() {
+fn direct_handles_leave_nothing_in_the_page_cache_and_readers_keep_it() {
     if !fuse_available() {
         return;
     }
     let mut rng = StdRng::seed_from_u64(31);
     let data = random(&mut rng, 4 * MIB);
-    for (opts, direct) in [(&[][..], true), (&["--direct-writes=false"][..], false)] {
+    // (mount options, write-only handle direct, read-write handle direct)
+    let modes: [(&[&str], bool, bool); 3] = [
+        (&[], true, false),
+        (&["--direct-writes=read-write"], true, true),
+        (&["--direct-writes=off"], false, false),
+    ];
+    for (opts, wronly, rdwr) in modes {
         let fx = Fixture::new("direct", "128M", &[]);
         fx.mount(opts);
+        // O_WRONLY (cp, dd) and O_RDWR (fio, databases).
         let p = fx.path("f");
-        // O_WRONLY (cp) and O_RDWR (fio, databases): both direct by default on this kernel.
         fs::write(&p, &data).unwrap();
         let q = fx.path("g");
         let mut g = OpenOptions::new()
@@ -81,17 +89,17 @@ fn writers_leave_nothing_in_the_page_cache_and_readers_keep_it() {
         g.write_all(&data).unwrap();
         drop(g);
         let pages = data.len() / 4096;
-        for f in [&p, &q] {
+        for (f, direct) in [(&p, wronly), (&q, rdwr)] {
             let after_write = resident_pages(f);
             if direct {
                 assert_eq!(
                     after_write, 0,
-                    "{opts:?}: a direct writer left pages cached"
+                    "{opts:?} {f:?}: a direct writer left pages cached"
                 );
             } else {
                 assert_eq!(
                     after_write, pages,
-                    "{opts:?}: write-through pages not cached"
+                    "{opts:?} {f:?}: write-through pages not cached"
                 );
             }
             // A read-only handle goes through the page cache either way.
@@ -112,7 +120,8 @@ fn cached_readers_and_shared_mappings_see_direct_writes() {
         return;
     }
     let fx = Fixture::new("direct-coherent", "128M", &[]);
-    fx.mount(&[]);
+    let mode = ["--direct-writes=read-write"];
+    fx.mount(&mode);
     let mut rng = StdRng::seed_from_u64(32);
     let mut model = random(&mut rng, 2 * MIB);
     let p = fx.path("f");
@@ -178,7 +187,7 @@ fn cached_readers_and_shared_mappings_see_direct_writes() {
     unsafe { libc::munmap(map, len) };
     drop((rw, w, reader));
     fx.umount();
-    fx.mount(&[]);
+    fx.mount(&mode);
     assert!(fs::read(&p).unwrap() == model, "after remount");
     fx.umount_clean("coherence");
 }
@@ -189,7 +198,7 @@ fn odd_and_appending_direct_writes_match_a_model() {
         return;
     }
     let fx = Fixture::new("direct-model", "256M", &[]);
-    fx.mount(&[]);
+    fx.mount(&["--direct-writes=read-write"]);
     let mut rng = StdRng::seed_from_u64(33);
     let p = fx.path("f");
     let mut f = OpenOptions::new()
@@ -252,6 +261,70 @@ fn odd_and_appending_direct_writes_match_a_model() {
     fx.umount_clean("model");
 }
 
+/// `security.capability` of `p`, if any.
+fn capability(p: &Path) -> Option<Vec<u8>> {
+    let path = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    let mut buf = [0u8; 64];
+    // SAFETY: valid C strings and a buffer of the length passed.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            c"security.capability".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    (n >= 0).then(|| buf[..n as usize].to_vec())
+}
+
+#[test]
+fn a_write_drops_the_file_capability_as_the_cached_path_does() {
+    // SAFETY: geteuid cannot fail.
+    if !fuse_available() || unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs FUSE and root (setting a file capability)");
+        return;
+    }
+    // VFS_CAP_REVISION_2 with cap_net_raw (13) permitted: 20 bytes.
+    let mut cap = Vec::new();
+    cap.extend_from_slice(&0x0200_0000u32.to_le_bytes());
+    cap.extend_from_slice(&(1u32 << 13).to_le_bytes());
+    cap.extend_from_slice(&[0u8; 12]);
+    for opts in [&[][..], &["--direct-writes=off"][..]] {
+        let fx = Fixture::new("direct-cap", "64M", &[]);
+        fx.mount(opts);
+        let p = fx.path("tool");
+        fs::write(&p, vec![1u8; 8192]).unwrap();
+        let path = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: valid C strings and a value of the length passed.
+        let r = unsafe {
+            libc::setxattr(
+                path.as_ptr(),
+                c"security.capability".as_ptr(),
+                cap.as_ptr().cast(),
+                cap.len(),
+                0,
+            )
+        };
+        assert_eq!(
+            r,
+            0,
+            "{opts:?}: setxattr: {}",
+            std::io::Error::last_os_error()
+        );
+        assert!(capability(&p).is_some(), "{opts:?}: capability not set");
+        // A write-only handle: direct by default, cached with =off.
+        let f = OpenOptions::new().write(true).open(&p).unwrap();
+        f.write_all_at(b"patched", 100).unwrap();
+        drop(f);
+        assert_eq!(
+            capability(&p),
+            None,
+            "{opts:?}: the capability survived a write"
+        );
+        fx.umount_clean("capability");
+    }
+}
+
 #[test]
 fn direct_writes_refuse_the_writeback_cache() {
     if !fuse_available() {
@@ -271,10 +344,103 @@ fn direct_writes_refuse_the_writeback_cache() {
         err.contains("exclude each other") && err.lines().count() == 1,
         "{err}"
     );
+    let o = nodup(&[
+        "mount",
+        fx.img.to_str().unwrap(),
+        fx.mnt.to_str().unwrap(),
+        "--direct-writes=sometimes",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("off, write-only or read-write"), "{err}");
     // Nothing was mounted, and the image still mounts (the writeback cache alone: cached).
     fx.mount(&["--writeback-cache"]);
     let p = fx.path("f");
     fs::write(&p, vec![7u8; MIB]).unwrap();
     assert_eq!(resident_pages(&p), MIB / 4096);
     fx.umount_clean("writeback");
+}
+
+#[test]
+fn asked_on_a_blockfile_image_direct_writes_replace_its_writeback_cache() {
+    if !fuse_available() {
+        return;
+    }
+    let fx = Fixture::new("direct-blockfile", "64M", &["--medium", "blockfile"]);
+    // The writeback cache is that medium's default: a write-only writer's pages stay cached.
+    fx.mount(&[]);
+    let p = fx.path("f");
+    fs::write(&p, vec![5u8; MIB]).unwrap();
+    assert_eq!(
+        resident_pages(&p),
+        MIB / 4096,
+        "blockfile default: writeback cache"
+    );
+    fx.umount_clean("blockfile default");
+    fx.mount(&["--direct-writes"]);
+    let q = fx.path("g");
+    fs::write(&q, vec![6u8; MIB]).unwrap();
+    assert_eq!(
+        resident_pages(&q),
+        0,
+        "--direct-writes on blockfile left pages cached"
+    );
+    // O_DSYNC through a direct handle: answered once durable (the daemon syncs the image).
+    let f = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DSYNC)
+        .open(&q)
+        .unwrap();
+    f.write_all_at(&[9u8; 4096], 0).unwrap();
+    drop(f);
+    assert_eq!(fs::read(&q).unwrap()[..4096], [9u8; 4096]);
+    fx.umount_clean("blockfile direct");
+}
+
+#[test]
+fn readers_racing_direct_writes_never_keep_old_data() {
+    if !fuse_available() {
+        return;
+    }
+    // xfstests generic/209's shape: readers fill the page cache while a direct writer
+    // overwrites the file; once a write has returned, every read must see it. Kernels that
+    // drop cached pages only before a direct write fail this without the daemon's own
+    // invalidation (`fuse/direct.rs`); this one (6.18.44) passed without it too.
+    let fx = Fixture::new("direct-race", "128M", &[]);
+    fx.mount(&[]);
+    let p = fx.path("f");
+    fs::write(&p, vec![0u8; MIB]).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (p, stop) = (p.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let f = File::open(&p).unwrap();
+                let mut buf = vec![0u8; MIB];
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = f.read_at(&mut buf, 0);
+                }
+            })
+        })
+        .collect();
+    let w = OpenOptions::new().write(true).open(&p).unwrap();
+    let check = File::open(&p).unwrap();
+    let mut seen = vec![0u8; MIB];
+    for k in 1..=150u8 {
+        w.write_all_at(&vec![k; MIB], 0).unwrap();
+        check.read_exact_at(&mut seen, 0).unwrap();
+        if let Some(i) = seen.iter().position(|&b| b != k) {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            panic!(
+                "write {k}: byte {i} reads {} after the write returned",
+                seen[i]
+            );
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+    drop((w, check));
+    fx.umount_clean("race");
 }

@@ -11,6 +11,7 @@ mod session;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use nodup_fs::fuse::kernel::DirectWrites;
 use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
@@ -60,10 +61,10 @@ struct MountArgs {
     /// Ask for the kernel's FUSE writeback cache.
     #[arg(long)]
     writeback_cache: bool,
-    /// Handles open for writing bypass the page cache (default on, unless
-    /// --writeback-cache: nodup's default).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
-    direct_writes: Option<bool>,
+    /// Which handles bypass the page cache: off, write-only or read-write (nodup's
+    /// `--direct-writes`; default write-only, off with --writeback-cache).
+    #[arg(long, value_name = "MODE", value_parser = DirectWrites::parse)]
+    direct_writes: Option<DirectWrites>,
     /// Threads serving FUSE requests (1 to 64).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     threads: u16,
@@ -73,7 +74,7 @@ impl MountArgs {
     fn options(&self, fsname: String) -> session::Options {
         session::Options {
             writeback_cache: self.writeback_cache,
-            direct_writes: self.direct_writes.unwrap_or(!self.writeback_cache),
+            direct_writes: DirectWrites::or_default(self.direct_writes, self.writeback_cache),
             threads: self.threads as usize,
             fsname,
         }

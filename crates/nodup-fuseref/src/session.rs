@@ -15,9 +15,9 @@ pub use nodup_fs::fuse::{MAX_WRITE, TTL};
 pub struct Options {
     /// Ask for the kernel's writeback cache (nodup's `--writeback-cache`).
     pub writeback_cache: bool,
-    /// Handles open for writing bypass the page cache (nodup's `--direct-writes`; ignored
-    /// with the writeback cache).
-    pub direct_writes: bool,
+    /// Which handles bypass the page cache (nodup's `--direct-writes`; off with the
+    /// writeback cache).
+    pub direct_writes: kernel::DirectWrites,
     /// Threads serving requests, each on its own cloned /dev/fuse fd.
     pub threads: usize,
     /// Source name shown in /proc/mounts.

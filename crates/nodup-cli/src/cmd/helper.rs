@@ -6,6 +6,7 @@
 use super::mount::{mount, MountArgs};
 use anyhow::{bail, Result};
 use nodup_core::policy::smart::Eviction;
+use nodup_fs::fuse::kernel::DirectWrites;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -126,8 +127,11 @@ fn parse_options(m: &mut MountArgs, opts: &[String], sloppy: bool) -> Result<()>
             ("stream_data", Some(v)) => m.stream_data = Some(boolean(k, v)?),
             ("async_writes", None) => m.async_writes = true,
             ("async_writes", Some(v)) => m.async_writes = boolean(k, v)?,
-            ("direct_writes", None) => m.direct_writes = Some(true),
-            ("direct_writes", Some(v)) => m.direct_writes = Some(boolean(k, v)?),
+            ("direct_writes", None) => m.direct_writes = Some(DirectWrites::WriteOnly),
+            ("direct_writes", Some(v)) => {
+                m.direct_writes =
+                    Some(DirectWrites::parse(v).map_err(|e| anyhow::anyhow!("direct_writes={e}"))?)
+            }
             ("writeback_cache", None) => m.writeback_cache = Some(true),
             ("writeback_cache", Some(v)) => m.writeback_cache = Some(boolean(k, v)?),
             ("nonempty", None) => m.nonempty = true,
@@ -209,7 +213,7 @@ mod tests {
         assert_eq!(m.stream_data, Some(false));
         assert_eq!(m.writeback_cache, Some(true));
         assert!(m.async_writes);
-        assert_eq!(m.direct_writes, Some(false));
+        assert_eq!(m.direct_writes, Some(DirectWrites::Off));
     }
 
     #[test]
@@ -221,6 +225,7 @@ mod tests {
             ("read_cache=maybe", "read_cache=maybe"),
             ("refresh_ops=-1", "refresh_ops=-1"),
             ("bogus=1", "unknown mount option \"bogus=1\""),
+            ("direct_writes=sometimes", "direct_writes=sometimes"),
             ("ro", "read-only"),
         ] {
             let e = parse(o, false).expect_err(o).to_string();

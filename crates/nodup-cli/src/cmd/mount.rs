@@ -10,6 +10,7 @@ use nodup_core::policy::smart::{Eviction, SmartOptions};
 use nodup_core::policy::{PolicyOptions, PrefetchMode};
 use nodup_core::{OpenOptions, SplitOptions};
 use nodup_fs::atime::AtimeMode;
+use nodup_fs::fuse::kernel::DirectWrites;
 use nodup_fs::fuse::MountOptions;
 use nodup_fs::image::{self, ImageLock};
 use nodup_fs::logging::{self, Sink};
@@ -79,13 +80,15 @@ pub struct MountArgs {
     /// itself. Off by default.
     #[arg(long, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_name = "BOOL")]
     pub async_writes: bool,
-    /// Handles open for writing bypass the kernel's page cache: a write goes from the
-    /// writer's memory to nodup in one copy instead of two, and written data is not kept a
-    /// second time in the page cache (1 MiB writes 1.2-1.6 x faster, docs/choices.md). Reads
-    /// through such a handle are served by nodup uncached; read-only handles keep the
-    /// cache. Default: on, unless --writeback-cache (the two exclude each other).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
-    pub direct_writes: Option<bool>,
+    /// Which handles bypass the kernel's page cache: a write through one goes from the
+    /// writer's memory to nodup in one copy instead of two and is not kept a second time in
+    /// the page cache (docs/choices.md). write-only (the default without the writeback
+    /// cache): handles opened O_WRONLY (cp, dd, tar, rsync), which nothing reads through;
+    /// read-write: O_RDWR handles too (fio, databases, VM images; 1 MiB writes 1.3-1.6 x
+    /// faster), whose reads then come from nodup uncached; off. The writeback cache excludes
+    /// it; given on a blockfile image, it turns that image's default writeback cache off.
+    #[arg(long, num_args = 0..=1, default_missing_value = "write-only", value_name = "MODE", value_parser = DirectWrites::parse)]
+    pub direct_writes: Option<DirectWrites>,
     /// Mount even over a directory that is not empty or is already a mount point (what is
     /// there stays hidden until unmount).
     #[arg(long)]
@@ -338,7 +341,8 @@ pub fn mount(a: MountArgs) -> Result<()> {
         super::malloc_tune::reexec_with_tunables();
     }
     check_image(&a.image)?;
-    if a.writeback_cache == Some(true) && a.direct_writes == Some(true) {
+    let direct_asked = a.direct_writes.is_some_and(|d| d != DirectWrites::Off);
+    if a.writeback_cache == Some(true) && direct_asked {
         bail!("--writeback-cache and --direct-writes exclude each other: the writeback cache keeps writes in the page cache, direct writes skip it");
     }
     let sb = nodup_fs::superblock::probe_file(&a.image)
@@ -398,7 +402,7 @@ fn spawn_daemon(a: &MountArgs) -> Result<()> {
         cmd.arg(format!("--stream-data={st}"));
     }
     if let Some(d) = a.direct_writes {
-        cmd.arg(format!("--direct-writes={d}"));
+        cmd.arg(format!("--direct-writes={}", d.name()));
     }
     if let Some(b) = &a.mem_budget {
         cmd.arg(format!("--mem-budget={b}"));
@@ -548,7 +552,10 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
         rec.replayed_records
     ));
     let fsname = a.image.canonicalize().unwrap_or_else(|_| a.image.clone());
-    let writeback_cache = a.writeback_cache.unwrap_or(kind == MediumKind::BlockFile);
+    // Blockfile images default to the writeback cache, unless direct writes are asked for.
+    let writeback_cache = a.writeback_cache.unwrap_or(
+        kind == MediumKind::BlockFile && a.direct_writes.is_none_or(|d| d == DirectWrites::Off),
+    );
     let mopts = MountOptions {
         writeback_cache,
         threads: a.threads as usize,
@@ -559,8 +566,20 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
             .ok_or_else(|| anyhow!("--atime {}: relatime, strictatime or noatime", a.atime))?,
         huge_buffers: a.huge_buffers,
         async_writes: a.async_writes,
-        direct_writes: a.direct_writes.unwrap_or(!writeback_cache),
+        direct_writes: DirectWrites::or_default(a.direct_writes, writeback_cache),
     };
+    logging::info(&format!(
+        "{img}: {}",
+        if mopts.writeback_cache {
+            "writeback cache: writes are kept in the page cache and sent later (durable at fsync)"
+        } else {
+            match mopts.direct_writes {
+                DirectWrites::Off => "writes go through the page cache to the image (--direct-writes=off)",
+                DirectWrites::WriteOnly => "write-only handles bypass the page cache (--direct-writes=write-only)",
+                DirectWrites::ReadWrite => "write-only and read-write handles bypass the page cache (--direct-writes=read-write)",
+            }
+        }
+    ));
     let fs = Arc::new(fs);
     let mut ready_taken = ready.take();
     let r = nodup_fs::fuse::serve(fs, &a.mountpoint, &mopts, || {

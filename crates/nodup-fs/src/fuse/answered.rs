@@ -206,8 +206,8 @@ impl Adapter {
         if let Some(s) = storing {
             s.done(Some(e.errno()));
         }
-        // The kernel keeps the answered data in its page cache; drop it, so reads show what
-        // the file holds. From another thread: the kernel locks the pages, and a queued request
+        // A handle through the page cache left the answered data there; drop it, so reads
+        // show what the file holds (a direct handle left none, and this costs nothing then). From another thread: the kernel locks the pages, and a queued request
         // holding one may need this serving thread to finish.
         if let Some(n) = self.notifier.get().cloned() {
             let _ = std::thread::Builder::new()

@@ -5,46 +5,134 @@
 use super::MAX_WRITE;
 use fuser::{Config, FopenFlags, InitFlags, KernelConfig, MountOption, SessionACL};
 
+/// Which handles bypass the page cache (`nodup mount --direct-writes`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DirectWrites {
+    /// Every handle uses the page cache (writes go through it to the daemon at once).
+    Off,
+    /// Handles opened write-only (`cp`, `dd`, `tar`, `rsync`): nothing can read or map
+    /// through them, so nothing but the extra copy changes (the default).
+    #[default]
+    WriteOnly,
+    /// Read-write handles too (fio, databases, VM images): their reads then come from the
+    /// daemon each time, without readahead or cache.
+    ReadWrite,
+}
+
+impl DirectWrites {
+    /// The mode named `s` (`off`/`false`, `write-only`/`true`, `read-write`).
+    pub fn from_name(s: &str) -> Option<DirectWrites> {
+        match s {
+            "off" | "false" | "no" | "0" => Some(DirectWrites::Off),
+            "write-only" | "true" | "yes" | "on" | "1" => Some(DirectWrites::WriteOnly),
+            "read-write" => Some(DirectWrites::ReadWrite),
+            _ => None,
+        }
+    }
+
+    /// [`DirectWrites::from_name`] for a command line (clap's `value_parser`).
+    pub fn parse(s: &str) -> Result<DirectWrites, String> {
+        DirectWrites::from_name(s).ok_or_else(|| format!("{s}: off, write-only or read-write"))
+    }
+
+    /// The mode in force: the one `asked`, else write-only, or off under the writeback cache.
+    pub fn or_default(asked: Option<DirectWrites>, writeback: bool) -> DirectWrites {
+        match asked {
+            Some(d) => d,
+            None if writeback => DirectWrites::Off,
+            None => DirectWrites::WriteOnly,
+        }
+    }
+
+    /// The mode's name, as `from_name` reads it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DirectWrites::Off => "off",
+            DirectWrites::WriteOnly => "write-only",
+            DirectWrites::ReadWrite => "read-write",
+        }
+    }
+}
+
 /// What the kernel granted at INIT that changes how requests are answered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Granted {
     /// HANDLE_KILLPRIV_V2: clearing set-id bits on write is the file system's job.
     pub killpriv: bool,
-    /// DIRECT_IO_ALLOW_MMAP: a file open with FOPEN_DIRECT_IO may still be mapped shared
-    /// (Linux 6.6 and later).
+    /// DIRECT_IO_ALLOW_MMAP (Linux 6.6): the kernel also drops cached pages before a direct
+    /// write (the same release), so a direct handle cannot leave readers with stale pages.
+    pub direct_io: bool,
+    /// Protocol 7.40 (Linux 6.9) besides: shared mappings of a direct file get writable
+    /// pages properly (earlier, msync of such a mapping could fail).
     pub direct_mmap: bool,
 }
 
 /// How a mount caches file data: the writeback cache or direct writes as asked (they
 /// exclude each other: the writeback cache wins), and what the kernel granted at INIT.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caching {
     /// FUSE_WRITEBACK_CACHE: the kernel keeps writes and sends them later.
     pub writeback: bool,
-    /// Handles open for writing bypass the page cache ([`open_flags`]).
-    pub direct_writes: bool,
+    /// Which handles bypass the page cache ([`open_flags`]).
+    pub direct: DirectWrites,
     /// Set by [`Caching::negotiate`].
     pub granted: Granted,
 }
 
 impl Caching {
     /// The caching asked for; direct writes only without the writeback cache.
-    pub fn new(writeback: bool, direct_writes: bool) -> Caching {
+    pub fn new(writeback: bool, direct: DirectWrites) -> Caching {
         Caching {
             writeback,
-            direct_writes: direct_writes && !writeback,
+            direct: if writeback { DirectWrites::Off } else { direct },
             granted: Granted::default(),
         }
     }
 
     /// At INIT: negotiate nodup's kernel settings ([`negotiate`]) and keep what was granted.
     pub fn negotiate(&mut self, config: &mut KernelConfig) {
-        self.granted = negotiate(config, self.writeback, self.direct_writes);
+        self.granted = negotiate(config, self.writeback, self.direct != DirectWrites::Off);
+        if self.direct == DirectWrites::ReadWrite
+            && self.granted.direct_io
+            && !self.granted.direct_mmap
+        {
+            crate::logging::warn(
+                "shared mappings of direct-I/O files are unreliable before Linux 6.9: read-write handles use the page cache",
+            );
+        }
     }
 
-    /// The reply flags of a new handle opened with `flags` ([`open_flags`]).
+    /// Whether a new handle opened with `flags` bypasses the page cache ([`is_direct`]).
+    pub fn is_direct(&self, flags: i32) -> bool {
+        is_direct(flags, self.direct, self.granted)
+    }
+
+    /// The open reply flags of a new handle opened with `flags` ([`open_flags`]).
     pub fn open_flags(&self, flags: i32) -> FopenFlags {
-        open_flags(flags, self.direct_writes, self.granted)
+        open_flags(self.is_direct(flags))
+    }
+}
+
+/// Whether a handle opened with `flags` bypasses the page cache (FOPEN_DIRECT_IO): the kernel
+/// then hands a write to the daemon straight from the writer's memory instead of copying it
+/// into cached pages first, and reads through that handle come from the daemon. Only on a
+/// kernel that drops cached pages around direct writes (6.6), and for read-write handles
+/// (which a program may map) only where shared mappings of such files work (6.9).
+pub fn is_direct(flags: i32, direct: DirectWrites, granted: Granted) -> bool {
+    match flags & libc::O_ACCMODE {
+        libc::O_WRONLY => direct != DirectWrites::Off && granted.direct_io,
+        libc::O_RDWR => direct == DirectWrites::ReadWrite && granted.direct_mmap,
+        _ => false,
+    }
+}
+
+/// The open reply flags of a handle: every handle keeps what others cached (a direct write
+/// drops the cached pages it overwrites), and a direct one bypasses the cache.
+pub fn open_flags(direct: bool) -> FopenFlags {
+    if direct {
+        FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_KEEP_CACHE
+    } else {
+        FopenFlags::FOPEN_KEEP_CACHE
     }
 }
 
@@ -78,38 +166,25 @@ pub fn negotiate(config: &mut KernelConfig, writeback: bool, direct_writes: bool
     for cap in caps.iter() {
         match config.add_capabilities(cap) {
             Ok(()) if cap == InitFlags::FUSE_HANDLE_KILLPRIV_V2 => granted.killpriv = true,
-            Ok(()) if cap == InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP => granted.direct_mmap = true,
+            Ok(()) if cap == InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP => {
+                granted.direct_io = true;
+                let abi = config.kernel_abi();
+                granted.direct_mmap = (abi.0, abi.1) >= (7, 40);
+            }
             Ok(()) => {}
             Err(unsupported) if unsupported.contains(InitFlags::FUSE_WRITEBACK_CACHE) => {
                 crate::logging::warn("the kernel does not support the FUSE writeback cache");
             }
-            // Without KILLPRIV_V2 the kernel keeps clearing set-id bits itself; without
-            // DIRECT_IO_ALLOW_MMAP only write-only handles skip the page cache (`open_flags`).
+            Err(unsupported) if unsupported.contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP) => {
+                crate::logging::warn(
+                    "the kernel does not drop cached pages around direct writes (before Linux 6.6): every handle uses the page cache",
+                );
+            }
+            // Without KILLPRIV_V2 the kernel keeps clearing set-id bits itself.
             Err(_) => {}
         }
     }
     granted
-}
-
-/// The caching of a new handle opened with `flags`. With `direct_writes`, a handle open for
-/// writing bypasses the page cache (FOPEN_DIRECT_IO): the kernel hands a write to the daemon
-/// straight from the writer's memory instead of copying it into cached pages first, and
-/// reads through that handle come from the daemon. A read-write handle does so only when
-/// the kernel allows shared mappings of such files (`granted.direct_mmap`), since a program
-/// may map it. Every handle keeps what others cached (a direct write drops the cached pages
-/// it overwrites).
-pub fn open_flags(flags: i32, direct_writes: bool, granted: Granted) -> FopenFlags {
-    let direct = direct_writes
-        && match flags & libc::O_ACCMODE {
-            libc::O_WRONLY => true,
-            libc::O_RDWR => granted.direct_mmap,
-            _ => false,
-        };
-    if direct {
-        FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_KEEP_CACHE
-    } else {
-        FopenFlags::FOPEN_KEEP_CACHE
-    }
 }
 
 /// The fuser session configuration of a mount of type `fuse.SUBTYPE` named `fsname`: nodup's
@@ -162,28 +237,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_writers_skip_the_cache() {
-        let all = Granted {
+    fn which_handles_skip_the_cache() {
+        use DirectWrites::*;
+        let new = Granted {
             killpriv: true,
+            direct_io: true,
             direct_mmap: true,
         };
-        let direct = FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_KEEP_CACHE;
-        let cached = FopenFlags::FOPEN_KEEP_CACHE;
-        assert_eq!(
-            open_flags(libc::O_WRONLY | libc::O_CREAT, true, all),
-            direct
+        let (w, rw, r) = (libc::O_WRONLY | libc::O_CREAT, libc::O_RDWR, libc::O_RDONLY);
+        assert!(is_direct(w, WriteOnly, new));
+        assert!(
+            !is_direct(rw, WriteOnly, new),
+            "read-write handles keep the cache by default"
         );
-        assert_eq!(open_flags(libc::O_RDWR, true, all), direct);
-        assert_eq!(open_flags(libc::O_RDONLY, true, all), cached);
-        // Off (or the writeback cache): every handle cached.
-        assert_eq!(open_flags(libc::O_WRONLY, false, all), cached);
-        assert_eq!(open_flags(libc::O_RDWR, false, all), cached);
-        // A kernel that refuses shared mappings of direct files: read-write handles cached.
-        let old = Granted {
+        assert!(!is_direct(r, WriteOnly, new));
+        assert!(is_direct(w, ReadWrite, new) && is_direct(rw, ReadWrite, new));
+        assert!(!is_direct(r, ReadWrite, new));
+        assert!(!is_direct(w, Off, new) && !is_direct(rw, Off, new));
+        // 6.6 to 6.8: shared mappings of direct files misbehave, read-write handles cached.
+        let mid = Granted {
             direct_mmap: false,
-            ..all
+            ..new
         };
-        assert_eq!(open_flags(libc::O_WRONLY, true, old), direct);
-        assert_eq!(open_flags(libc::O_RDWR, true, old), cached);
+        assert!(is_direct(w, ReadWrite, mid) && !is_direct(rw, ReadWrite, mid));
+        // Before 6.6 no invalidation around direct writes: nothing direct.
+        let old = Granted {
+            killpriv: true,
+            ..Granted::default()
+        };
+        assert!(!is_direct(w, WriteOnly, old) && !is_direct(rw, ReadWrite, old));
+        // The writeback cache excludes direct writes.
+        assert_eq!(Caching::new(true, ReadWrite).direct, Off);
+        for m in [Off, WriteOnly, ReadWrite] {
+            assert_eq!(DirectWrites::from_name(m.name()), Some(m));
+        }
+        assert_eq!(DirectWrites::from_name("true"), Some(WriteOnly));
+        assert_eq!(DirectWrites::from_name("maybe"), None);
     }
 }

@@ -6,6 +6,7 @@
 
 mod answered;
 mod caller;
+mod direct;
 pub mod kernel;
 mod ops;
 pub mod request_buffer;
@@ -18,7 +19,7 @@ use self::caller::killed_suidgid;
 pub use self::request_buffer::RequestBufferAlloc;
 pub use self::session::{serve, MountOptions};
 
-use self::space::{SpaceGuard, WRITER_FH};
+use self::space::SpaceGuard;
 use crate::atime::AtimeMode;
 use crate::error::FsError;
 use crate::fs::{FileSystem, SetAttr};
@@ -40,6 +41,10 @@ pub struct Adapter {
     /// The writeback cache or direct writes, and what the kernel agreed to at INIT
     /// (`granted.killpriv`: clearing suid/sgid is our job).
     caching: kernel::Caching,
+    /// Cached handles open beside direct ones ([`direct`]).
+    cached: direct::CachedOpens,
+    /// Threads serving requests.
+    threads: usize,
     /// Tells the kernel to drop cached attributes we changed behind its back (set once the
     /// session exists, which is after the adapter is built).
     notifier: Arc<OnceLock<Notifier>>,
@@ -84,6 +89,8 @@ impl Adapter {
         Adapter {
             fs,
             caching: kernel::Caching::new(opts.writeback_cache, opts.direct_writes),
+            cached: direct::CachedOpens::default(),
+            threads: opts.threads.max(1),
             notifier: Arc::new(OnceLock::new()),
             atime: opts.atime,
             space: Arc::new(SpaceGuard::default()),
@@ -111,18 +118,13 @@ impl Adapter {
         }
     }
 
-    /// The handle number of a new open of `ino` with open `flags`: [`WRITER_FH`] for opens
-    /// that may write (their writes are checked against the free space when it is short; an
-    /// open now must not rely on attributes cached before that), 0 for read-only ones.
-    fn handle_for(&self, ino: u64, flags: i32) -> u64 {
-        if flags & libc::O_ACCMODE == libc::O_RDONLY {
-            return 0;
-        }
+    /// A handle that may write was opened on `ino`: its writes are checked against the free
+    /// space when it is short, and an open now must not rely on attributes cached before.
+    fn writer_opened(&self, ino: u64) {
         self.space.opened(ino);
         if self.space.is_tight() {
             self.forget_attr(ino);
         }
-        WRITER_FH
     }
 
     /// Note an access to `ino` (a read, an open for reading, a listing) under the atime mode.

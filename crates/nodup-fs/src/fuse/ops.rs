@@ -4,7 +4,7 @@
 //! parent module.
 
 use super::caller::{caller, creator, killed_suidgid};
-use super::space::WRITER_FH;
+use super::direct::{DIRECT_FH, READER_FH};
 use super::{err, ftype, time, Adapter, TTL};
 use crate::error::FsError;
 use crate::fs::SetAttr;
@@ -255,8 +255,8 @@ impl Filesystem for Adapter {
                 if mode != libc::O_WRONLY {
                     self.touch(ino.0);
                 }
-                let fh = self.handle_for(ino.0, flags.0);
-                reply.opened(FileHandle(fh), self.caching.open_flags(flags.0))
+                let (fh, fopen) = self.open_reply(ino.0, flags.0);
+                reply.opened(FileHandle(fh), fopen)
             }
             Err(e) => reply.error(err(e)),
         }
@@ -290,7 +290,7 @@ impl Filesystem for Adapter {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
@@ -300,13 +300,19 @@ impl Filesystem for Adapter {
     ) {
         let mut reply = Some(reply);
         let mut storing = None;
-        let r = if self.answers_early(req, ino.0, data.len(), write_flags, flags) {
+        let mut r = if self.answers_early(req, ino.0, data.len(), write_flags, flags) {
             self.write_answered(ino.0, offset, data, &mut reply, &mut storing)
         } else if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
             self.fs.write_back(ino.0, offset, data)
         } else {
             self.fs.write(ino.0, offset, data)
         };
+        // Mapped pages written back keep coming through the cache with FUSE_WRITE_CACHE.
+        if fh.0 == DIRECT_FH && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+            if let Ok(n) = r {
+                r = self.direct_written(ino.0, offset, n, flags.0).map(|()| n);
+            }
+        }
         self.observe_space();
         // The kernel sets the flag on every write of a caller without CAP_FSETID;
         // `kill_suidgid` drops only the bits the file has and the caller must lose. After a
@@ -334,7 +340,7 @@ impl Filesystem for Adapter {
             // A close of a handle open for writing waits for the writes answered early and
             // reports what failed after an answer (without taking it from the file's fsync);
             // a read-only one has nothing to wait for.
-            if fh.0 != WRITER_FH {
+            if fh.0 == READER_FH {
                 return reply.ok();
             }
             return match self.settle(ino.0, false) {
@@ -358,9 +364,7 @@ impl Filesystem for Adapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        if fh.0 == WRITER_FH {
-            self.space.closed(ino.0);
-        }
+        self.handle_closed(ino.0, fh.0);
         match self.fs.release_handle(ino.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
@@ -585,13 +589,13 @@ impl Filesystem for Adapter {
             .and_then(|(ino, _)| self.fs.open_handle(ino).map(|a| (ino, a)));
         match r {
             Ok((ino, a)) => {
-                let fh = self.handle_for(ino, flags);
+                let (fh, fopen) = self.open_reply(ino, flags);
                 reply.created(
                     &self.ttl(&a),
                     &self.attr(ino, &a),
                     Generation(0),
                     FileHandle(fh),
-                    self.caching.open_flags(flags),
+                    fopen,
                 )
             }
             Err(e) => reply.error(err(e)),

@@ -31,9 +31,9 @@ pub struct MountOptions {
     /// Answer large direct writes before they are stored (durable at fsync, as on ext4; see
     /// `answered`).
     pub async_writes: bool,
-    /// Handles open for writing bypass the kernel's page cache: one copy fewer per write
-    /// (ignored with the writeback cache; see `kernel::open_flags`).
-    pub direct_writes: bool,
+    /// Which handles bypass the kernel's page cache: one copy fewer per write (ignored with
+    /// the writeback cache; see `kernel::is_direct`).
+    pub direct_writes: super::kernel::DirectWrites,
 }
 
 /// Mount `fs` at `mountpoint` and serve it until unmounted (or SIGTERM/SIGINT/SIGHUP, which

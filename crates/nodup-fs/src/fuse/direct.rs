@@ -1,0 +1,133 @@
+//! Handles that bypass the kernel's page cache (`--direct-writes`, [`kernel::is_direct`]):
+//! which handle numbers say so, and what a write through one owes that the kernel's
+//! page-cache path did itself:
+//!
+//! - an `O_SYNC`/`O_DSYNC` (or `RWF_DSYNC`) write is made durable before its answer (the
+//!   kernel sends no FSYNC after a direct write);
+//! - `security.capability` is removed, as the kernel's `file_remove_privs` does for every
+//!   write through the cache (set-id bits come flagged, FUSE_WRITE_KILL_SUIDGID);
+//! - the written range is dropped from the page cache while handles that use it are open on
+//!   the file: kernels before the end of 2025 drop cached pages only *before* a direct
+//!   write, so a reader's readahead racing it could keep the old data for good.
+
+use super::{kernel, Adapter};
+use fuser::INodeNo;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Handle number of a read-only open (cached).
+pub(super) const READER_FH: u64 = 0;
+/// Handle number of an open that may write and goes through the page cache.
+pub(super) use super::space::WRITER_FH;
+/// Handle number of an open that may write and bypasses the page cache.
+pub(super) const DIRECT_FH: u64 = 2;
+
+/// The extended attribute the kernel drops on a write (file capabilities).
+const CAPABILITY: &[u8] = b"security.capability";
+
+/// Cached handles open per inode, kept while direct writes are possible.
+#[derive(Default)]
+pub(super) struct CachedOpens {
+    by_ino: Mutex<HashMap<u64, u32>>,
+    /// Serving threads inside an invalidation (see [`Adapter::drop_cached`]).
+    invalidating: AtomicUsize,
+}
+
+impl CachedOpens {
+    fn opened(&self, ino: u64) {
+        *self.by_ino.lock().entry(ino).or_default() += 1;
+    }
+
+    fn closed(&self, ino: u64) {
+        let mut m = self.by_ino.lock();
+        if let Some(n) = m.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&ino);
+            }
+        }
+    }
+
+    fn any(&self, ino: u64) -> bool {
+        self.by_ino.lock().contains_key(&ino)
+    }
+}
+
+impl Adapter {
+    /// The handle number and reply flags of a new open of `ino` with open `flags`.
+    pub(super) fn open_reply(&self, ino: u64, flags: i32) -> (u64, fuser::FopenFlags) {
+        let direct = self.caching.is_direct(flags);
+        let fh = if flags & libc::O_ACCMODE == libc::O_RDONLY {
+            READER_FH
+        } else {
+            self.writer_opened(ino);
+            if direct {
+                DIRECT_FH
+            } else {
+                WRITER_FH
+            }
+        };
+        if !direct && self.caching.direct != kernel::DirectWrites::Off {
+            self.cached.opened(ino);
+        }
+        (fh, kernel::open_flags(direct))
+    }
+
+    /// A handle `fh` of `ino` was released.
+    pub(super) fn handle_closed(&self, ino: u64, fh: u64) {
+        if fh != READER_FH {
+            self.space.closed(ino);
+        }
+        if fh != DIRECT_FH && self.caching.direct != kernel::DirectWrites::Off {
+            self.cached.closed(ino);
+        }
+    }
+
+    /// What a write of `len` bytes at `off` through a direct handle opened with
+    /// `open_flags` owes once stored (see the module comment).
+    pub(super) fn direct_written(
+        &self,
+        ino: u64,
+        off: u64,
+        len: usize,
+        open_flags: i32,
+    ) -> crate::Result<()> {
+        if self.fs.getxattr(ino, CAPABILITY).is_ok() {
+            match self.fs.removexattr(ino, CAPABILITY) {
+                Ok(()) | Err(crate::FsError::Errno(libc::ENODATA)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if self.cached.any(ino) {
+            self.drop_cached(ino, off, len);
+        }
+        if open_flags & libc::O_DSYNC != 0 {
+            self.fs.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Drop `len` bytes at `off` of `ino` from the page cache before the write is answered.
+    /// The kernel may need a serving thread for that (a reader's page waits on a READ, a
+    /// dirty mapped page is written back), so at most all threads but one do it inline; the
+    /// rest hand it to a thread of its own and answer at once.
+    fn drop_cached(&self, ino: u64, off: u64, len: usize) {
+        let Some(n) = self.notifier.get().cloned() else {
+            return;
+        };
+        let (off, len) = (off as i64, len as i64);
+        let inline = self.cached.invalidating.fetch_add(1, Ordering::AcqRel) + 1 < self.threads;
+        if inline {
+            // ENOENT: the kernel no longer caches the inode.
+            let _ = n.inval_inode(INodeNo(ino), off, len);
+        } else {
+            let _ = std::thread::Builder::new()
+                .name("nodup-inval".into())
+                .spawn(move || {
+                    let _ = n.inval_inode(INodeNo(ino), off, len);
+                });
+        }
+        self.cached.invalidating.fetch_sub(1, Ordering::AcqRel);
+    }
+}
