@@ -53,6 +53,30 @@ fn resident_pages(p: &Path) -> usize {
     vec.iter().filter(|b| *b & 1 == 1).count()
 }
 
+/// Whether this kernel lets nodup's direct modes work (6.6 for write-only handles, 6.9 for
+/// read-write ones); the tests that need them skip with a message otherwise.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let r = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut it = r
+        .trim()
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let have = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    let ok = have >= (major, minor);
+    if !ok {
+        eprintln!(
+            "skipped: kernel {} has no direct writes for this mode",
+            r.trim()
+        );
+    }
+    ok
+}
+
+/// At least 90 % of `pages` (the kernel may evict a few under memory pressure).
+fn mostly(n: usize, pages: usize) -> bool {
+    n * 10 >= pages * 9
+}
+
 fn random(rng: &mut StdRng, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
     rng.fill(&mut v);
@@ -61,7 +85,7 @@ fn random(rng: &mut StdRng, len: usize) -> Vec<u8> {
 
 #[test]
 fn direct_handles_leave_nothing_in_the_page_cache_and_readers_keep_it() {
-    if !fuse_available() {
+    if !fuse_available() || !kernel_at_least(6, 9) {
         return;
     }
     let mut rng = StdRng::seed_from_u64(31);
@@ -116,7 +140,7 @@ fn direct_handles_leave_nothing_in_the_page_cache_and_readers_keep_it() {
 
 #[test]
 fn cached_readers_and_shared_mappings_see_direct_writes() {
-    if !fuse_available() {
+    if !fuse_available() || !kernel_at_least(6, 9) {
         return;
     }
     let fx = Fixture::new("direct-coherent", "128M", &[]);
@@ -131,7 +155,7 @@ fn cached_readers_and_shared_mappings_see_direct_writes() {
     let mut seen = vec![0u8; model.len()];
     reader.read_exact_at(&mut seen, 0).unwrap();
     assert!(seen == model);
-    assert_eq!(resident_pages(&p), model.len() / 4096);
+    assert!(mostly(resident_pages(&p), model.len() / 4096));
     let patch = random(&mut rng, 3 * 4096 + 17);
     let at = 4096 * 5 + 100;
     let w = OpenOptions::new().write(true).open(&p).unwrap();
@@ -357,13 +381,13 @@ fn direct_writes_refuse_the_writeback_cache() {
     fx.mount(&["--writeback-cache"]);
     let p = fx.path("f");
     fs::write(&p, vec![7u8; MIB]).unwrap();
-    assert_eq!(resident_pages(&p), MIB / 4096);
+    assert!(mostly(resident_pages(&p), MIB / 4096));
     fx.umount_clean("writeback");
 }
 
 #[test]
 fn asked_on_a_blockfile_image_direct_writes_replace_its_writeback_cache() {
-    if !fuse_available() {
+    if !fuse_available() || !kernel_at_least(6, 6) {
         return;
     }
     let fx = Fixture::new("direct-blockfile", "64M", &["--medium", "blockfile"]);
@@ -385,7 +409,8 @@ fn asked_on_a_blockfile_image_direct_writes_replace_its_writeback_cache() {
         0,
         "--direct-writes on blockfile left pages cached"
     );
-    // O_DSYNC through a direct handle: answered once durable (the daemon syncs the image).
+    // O_DSYNC through a direct handle is answered after the daemon syncs the image. That it
+    // is durable would take a power cut to see; this checks the path answers and keeps data.
     let f = OpenOptions::new()
         .write(true)
         .custom_flags(libc::O_DSYNC)
@@ -399,7 +424,7 @@ fn asked_on_a_blockfile_image_direct_writes_replace_its_writeback_cache() {
 
 #[test]
 fn readers_racing_direct_writes_never_keep_old_data() {
-    if !fuse_available() {
+    if !fuse_available() || !kernel_at_least(6, 6) {
         return;
     }
     // xfstests generic/209's shape: readers fill the page cache while a direct writer
@@ -411,6 +436,14 @@ fn readers_racing_direct_writes_never_keep_old_data() {
     let p = fx.path("f");
     fs::write(&p, vec![0u8; MIB]).unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Stops the readers however this test ends, so a failure does not leave them spinning.
+    struct Stop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let _stop = Stop(stop.clone());
     let readers: Vec<_> = (0..2)
         .map(|_| {
             let (p, stop) = (p.clone(), stop.clone());
@@ -430,7 +463,6 @@ fn readers_racing_direct_writes_never_keep_old_data() {
         w.write_all_at(&vec![k; MIB], 0).unwrap();
         check.read_exact_at(&mut seen, 0).unwrap();
         if let Some(i) = seen.iter().position(|&b| b != k) {
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
             panic!(
                 "write {k}: byte {i} reads {} after the write returned",
                 seen[i]

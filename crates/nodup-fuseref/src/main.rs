@@ -63,7 +63,7 @@ struct MountArgs {
     writeback_cache: bool,
     /// Which handles bypass the page cache: off, write-only or read-write (nodup's
     /// `--direct-writes`; default write-only, off with --writeback-cache).
-    #[arg(long, value_name = "MODE", value_parser = DirectWrites::parse)]
+    #[arg(long, num_args = 0..=1, default_missing_value = "write-only", value_name = "MODE", value_parser = DirectWrites::parse)]
     direct_writes: Option<DirectWrites>,
     /// Threads serving FUSE requests (1 to 64).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]

@@ -2,19 +2,21 @@
 //! which handle numbers say so, and what a write through one owes that the kernel's
 //! page-cache path did itself:
 //!
+//! - `security.capability` is removed before the data changes, as the kernel's
+//!   `file_remove_privs` does for every write through the cache (set-id bits come flagged,
+//!   FUSE_WRITE_KILL_SUIDGID);
 //! - an `O_SYNC`/`O_DSYNC` (or `RWF_DSYNC`) write is made durable before its answer (the
 //!   kernel sends no FSYNC after a direct write);
-//! - `security.capability` is removed, as the kernel's `file_remove_privs` does for every
-//!   write through the cache (set-id bits come flagged, FUSE_WRITE_KILL_SUIDGID);
 //! - the written range is dropped from the page cache while handles that use it are open on
 //!   the file: kernels before the end of 2025 drop cached pages only *before* a direct
 //!   write, so a reader's readahead racing it could keep the old data for good.
 
 use super::{kernel, Adapter};
-use fuser::INodeNo;
+use fuser::{Errno, INodeNo};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, OnceLock};
 
 /// Handle number of a read-only open (cached).
 pub(super) const READER_FH: u64 = 0;
@@ -26,12 +28,15 @@ pub(super) const DIRECT_FH: u64 = 2;
 /// The extended attribute the kernel drops on a write (file capabilities).
 const CAPABILITY: &[u8] = b"security.capability";
 
-/// Cached handles open per inode, kept while direct writes are possible.
+/// Cached handles open per inode, kept while direct writes are possible, and the thread
+/// that drops ranges from the page cache when no serving thread should wait for it.
 #[derive(Default)]
 pub(super) struct CachedOpens {
     by_ino: Mutex<HashMap<u64, u32>>,
     /// Serving threads inside an invalidation (see [`Adapter::drop_cached`]).
     invalidating: AtomicUsize,
+    /// The invalidation thread's queue (started on first use).
+    later: OnceLock<Option<mpsc::Sender<(u64, i64, i64)>>>,
 }
 
 impl CachedOpens {
@@ -55,6 +60,11 @@ impl CachedOpens {
 }
 
 impl Adapter {
+    /// Whether cached handles are counted: direct handles are possible on this mount.
+    fn counts_cached(&self) -> bool {
+        self.caching.direct != kernel::DirectWrites::Off && self.caching.granted.direct_io
+    }
+
     /// The handle number and reply flags of a new open of `ino` with open `flags`.
     pub(super) fn open_reply(&self, ino: u64, flags: i32) -> (u64, fuser::FopenFlags) {
         let direct = self.caching.is_direct(flags);
@@ -68,7 +78,7 @@ impl Adapter {
                 WRITER_FH
             }
         };
-        if !direct && self.caching.direct != kernel::DirectWrites::Off {
+        if !direct && self.counts_cached() {
             self.cached.opened(ino);
         }
         (fh, kernel::open_flags(direct))
@@ -79,55 +89,91 @@ impl Adapter {
         if fh != READER_FH {
             self.space.closed(ino);
         }
-        if fh != DIRECT_FH && self.caching.direct != kernel::DirectWrites::Off {
+        if fh != DIRECT_FH && self.counts_cached() {
             self.cached.closed(ino);
         }
     }
 
-    /// What a write of `len` bytes at `off` through a direct handle opened with
-    /// `open_flags` owes once stored (see the module comment).
+    /// Before a write through a direct handle: remove the file's capability.
+    pub(super) fn drop_capability(&self, ino: u64) -> crate::Result<()> {
+        if self.fs.getxattr(ino, CAPABILITY).is_err() {
+            return Ok(());
+        }
+        match self.fs.removexattr(ino, CAPABILITY) {
+            Ok(()) | Err(crate::FsError::Errno(libc::ENODATA)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Before answering a write of `len` bytes at `off` stored through a direct handle
+    /// opened with `open_flags`: drop the range from cached readers' pages, and make an
+    /// `O_DSYNC` write durable as the kernel's FSYNC after a cached one would (reporting a
+    /// failure of the file's writes answered early too).
     pub(super) fn direct_written(
         &self,
         ino: u64,
         off: u64,
         len: usize,
         open_flags: i32,
-    ) -> crate::Result<()> {
-        if self.fs.getxattr(ino, CAPABILITY).is_ok() {
-            match self.fs.removexattr(ino, CAPABILITY) {
-                Ok(()) | Err(crate::FsError::Errno(libc::ENODATA)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        if self.cached.any(ino) {
-            self.drop_cached(ino, off, len);
-        }
+    ) -> Result<(), Errno> {
+        self.drop_cached(ino, off, len);
         if open_flags & libc::O_DSYNC != 0 {
-            self.fs.sync()?;
+            let answered = self.settle(ino, true);
+            self.fs.sync().map_err(super::err)?;
+            answered?;
         }
         Ok(())
     }
 
-    /// Drop `len` bytes at `off` of `ino` from the page cache before the write is answered.
-    /// The kernel may need a serving thread for that (a reader's page waits on a READ, a
-    /// dirty mapped page is written back), so at most all threads but one do it inline; the
-    /// rest hand it to a thread of its own and answer at once.
+    /// Drop `len` bytes at `off` of `ino` from the page cache when cached handles are open on
+    /// it, before the write is answered. The kernel may need a serving thread for that (a
+    /// reader's page waits on a READ, a dirty mapped page is written back), so at most all
+    /// serving threads but one do it inline; the rest leave it to the invalidation thread.
     fn drop_cached(&self, ino: u64, off: u64, len: usize) {
+        if len == 0 || !self.cached.any(ino) {
+            return;
+        }
+        let Some(n) = self.notifier.get() else {
+            return;
+        };
+        if self.cached.invalidating.fetch_add(1, Ordering::AcqRel) + 1 < self.threads {
+            // ENOENT: the kernel no longer caches the inode.
+            let _ = n.inval_inode(INodeNo(ino), off as i64, len as i64);
+        } else {
+            self.drop_cached_later(ino, off, len);
+        }
+        self.cached.invalidating.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// [`Adapter::drop_cached`] by the invalidation thread, without waiting for it.
+    pub(super) fn drop_cached_later(&self, ino: u64, off: u64, len: usize) {
+        if len == 0 || !self.cached.any(ino) {
+            return;
+        }
         let Some(n) = self.notifier.get().cloned() else {
             return;
         };
-        let (off, len) = (off as i64, len as i64);
-        let inline = self.cached.invalidating.fetch_add(1, Ordering::AcqRel) + 1 < self.threads;
-        if inline {
-            // ENOENT: the kernel no longer caches the inode.
-            let _ = n.inval_inode(INodeNo(ino), off, len);
-        } else {
-            let _ = std::thread::Builder::new()
+        let tx = self.cached.later.get_or_init(|| {
+            let (tx, rx) = mpsc::channel::<(u64, i64, i64)>();
+            let spawned = std::thread::Builder::new()
                 .name("nodup-inval".into())
                 .spawn(move || {
-                    let _ = n.inval_inode(INodeNo(ino), off, len);
+                    for (ino, off, len) in rx {
+                        let _ = n.inval_inode(INodeNo(ino), off, len);
+                    }
                 });
+            match spawned {
+                Ok(_) => Some(tx),
+                Err(e) => {
+                    crate::logging::error(&format!(
+                        "no page-cache invalidation thread ({e}): readers racing direct writes may keep old pages"
+                    ));
+                    None
+                }
+            }
+        });
+        if let Some(tx) = tx {
+            let _ = tx.send((ino, off as i64, len as i64));
         }
-        self.cached.invalidating.fetch_sub(1, Ordering::AcqRel);
     }
 }

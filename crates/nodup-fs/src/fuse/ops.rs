@@ -298,21 +298,23 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let direct = fh.0 == DIRECT_FH && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        // Before the data changes, as the kernel's file_remove_privs does for a write through
+        // the cache (mapped pages written back keep coming that way, with FUSE_WRITE_CACHE).
+        if direct {
+            if let Err(e) = self.drop_capability(ino.0) {
+                return reply.error(err(e));
+            }
+        }
         let mut reply = Some(reply);
         let mut storing = None;
-        let mut r = if self.answers_early(req, ino.0, data.len(), write_flags, flags) {
+        let r = if self.answers_early(req, ino.0, data.len(), write_flags, flags) {
             self.write_answered(ino.0, offset, data, &mut reply, &mut storing)
         } else if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
             self.fs.write_back(ino.0, offset, data)
         } else {
             self.fs.write(ino.0, offset, data)
         };
-        // Mapped pages written back keep coming through the cache with FUSE_WRITE_CACHE.
-        if fh.0 == DIRECT_FH && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
-            if let Ok(n) = r {
-                r = self.direct_written(ino.0, offset, n, flags.0).map(|()| n);
-            }
-        }
         self.observe_space();
         // The kernel sets the flag on every write of a caller without CAP_FSETID;
         // `kill_suidgid` drops only the bits the file has and the caller must lose. After a
@@ -322,9 +324,23 @@ impl Filesystem for Adapter {
             self.kill_suidgid(ino.0, req.gid());
         }
         match (reply, r) {
-            (Some(rp), Ok(n)) => rp.written(n as u32),
+            (Some(rp), Ok(n)) => match direct {
+                true => match self.direct_written(ino.0, offset, n, flags.0) {
+                    Ok(()) => rp.written(n as u32),
+                    Err(e) => rp.error(e),
+                },
+                false => rp.written(n as u32),
+            },
             (Some(rp), Err(e)) => rp.error(err(e)),
-            (None, r) => self.stored(ino.0, offset, storing, r),
+            (None, r) => {
+                let ok = r.is_ok();
+                self.stored(ino.0, offset, storing, r);
+                // Answered already: nothing to order before the answer, and fsync or close
+                // may be waiting for this write, so no serving thread waits on the kernel.
+                if direct && ok {
+                    self.drop_cached_later(ino.0, offset, data.len());
+                }
+            }
         }
     }
 
