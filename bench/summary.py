@@ -44,20 +44,27 @@ out = ["# Results: nodup side by side", "",
 # Figures the closing paragraph quotes: light / null FUSE per (bs, dups), and per copy
 # experiment light's two copy times and zfs-fuse dedup=on's second.
 of_null = {}
-# light mounted with --async-writes: (of null, of zfs-fuse dedup=on) per dups, at 1 MiB, one
-# job, from fs-ceiling's focused run (several rounds of 512 MiB; the quick sweep's single short
-# round is too noisy for a difference of this size).
-async_of = {}
-async_rounds = defaultdict(dict)
-for row in load(f"{out_dir}/fs-ceiling/fio-async.tsv"):
-    if row["bs"] == "1m" and row["wb"] == "0" and row["jobs"] == "1":
-        async_rounds[(int(row["dup"]), row["round"])][row["system"]] = float(row["mibs"])
-for d in (0, 75):
-    rs = [r for (dd, _), r in async_rounds.items() if dd == d and "light-async" in r]
-    an = med([r["light-async"] / r["null"] for r in rs if r.get("null")])
-    az = med([r["light-async"] / r["zfs"] for r in rs if r.get("zfs")])
-    if an is not None:
-        async_of[d] = (an, az, len(rs))
+# Opt-in mounts of light from fs-ceiling's focused runs (several rounds of 512 MiB; the quick
+# sweep's single short round is too noisy for differences of this size): per dups at 1 MiB,
+# one job, (of NULL_SYS, of zfs-fuse dedup=on, of light's default mount, rounds).
+
+
+def focused(name, system, null_sys):
+    rounds = defaultdict(dict)
+    for row in load(f"{out_dir}/fs-ceiling/{name}.tsv"):
+        if row["bs"] == "1m" and row["wb"] == "0" and row["jobs"] == "1":
+            rounds[(int(row["dup"]), row["round"])][row["system"]] = float(row["mibs"])
+    res = {}
+    for d in (0, 75):
+        rs = [r for (dd, _), r in rounds.items() if dd == d and system in r]
+        of = [med([r[system] / r[b] for r in rs if r.get(b)]) for b in (null_sys, "zfs", "light")]
+        if of[0] is not None:
+            res[d] = (*of, len(rs))
+    return res
+
+
+async_of = focused("fio-async", "light-async", "null")
+direct_of = focused("fio-direct", "light-direct", "null-direct")
 copies = {}
 sweep = load(f"{out_dir}/sweep/sweep.tsv")
 if sweep:
@@ -262,7 +269,7 @@ for name in ("fio-floors", "fio", "fio-1m"):
     if store_of_null is not None:
         break
 if 75 in async_of:
-    an, az, n = async_of[75]
+    an, az, _, n = async_of[75]
     a0 = async_of.get(0, (None,))[0]
     ceiling = ceiling[:-1] + (
         f". Mounted with `--async-writes` (opt-in; large writes answered before they are "
@@ -270,6 +277,17 @@ if 75 in async_of:
         + (f" and {a0:.2f} at 0 %" if a0 is not None else "")
         + (f", {az:.2f} × zfs-fuse dedup=on at 75 %" if az is not None else "")
         + f" (`fs-ceiling.md`, focused run `fio-async`, {n} rounds of 512 MiB).")
+if 75 in direct_of:
+    dn, dz, dl, n = direct_of[75]
+    dl0 = direct_of.get(0, (None, None, None))[2]
+    ceiling = ceiling[:-1] + (
+        ". With `--direct-writes=read-write` (opt-in; fio's read-write handles bypass the page "
+        "cache, and reads through such handles come uncached) it writes "
+        + (f"{dl:.2f} × as fast as its default mount at 75 %" if dl is not None else "faster")
+        + (f" and {dl0:.2f} × at 0 %" if dl0 is not None else "")
+        + (f", {dz:.2f} × zfs-fuse dedup=on at 75 %" if dz is not None else "")
+        + f", but the null file system gains more from it: {dn:.2f} × a null mounted the same "
+        f"way (`fs-ceiling.md`, focused run `fio-direct`, {n} rounds of 512 MiB).")
 if parts and store_of_null is not None:
     ceiling = ceiling[:-1] + (
         f"; a FUSE file system that only keeps every byte in /dev/shm, with no dedup work, "
