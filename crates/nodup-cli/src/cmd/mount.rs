@@ -84,7 +84,7 @@ pub struct MountArgs {
     /// writer's memory to nodup in one copy instead of two and is not kept a second time in
     /// the page cache (docs/choices.md). write-only (the default without the writeback
     /// cache): handles opened O_WRONLY (cp, dd, tar, rsync), which nothing reads through;
-    /// read-write: O_RDWR handles too (fio, databases, VM images; 1 MiB writes 1.3-1.6 x
+    /// read-write: O_RDWR handles too (fio, databases, VM images; 1 MiB writes 1.2-1.7 x
     /// faster), whose reads then come from nodup uncached; off. The writeback cache excludes
     /// it; given on a blockfile image, it turns that image's default writeback cache off.
     #[arg(long, num_args = 0..=1, default_missing_value = "write-only", value_name = "MODE", value_parser = DirectWrites::parse)]
