@@ -284,6 +284,11 @@ fn open_options(a: &MountArgs) -> Result<OpenOptions> {
     })
 }
 
+/// Whether `--direct-writes` asked for a direct mode (not `off`, not left to the default).
+fn direct_asked(a: &MountArgs) -> bool {
+    a.direct_writes.is_some_and(|d| d != DirectWrites::Off)
+}
+
 /// The image at `path` must exist and be a nodup image (checked read-only).
 pub fn check_image(path: &Path) -> Result<()> {
     if !path.exists() {
@@ -341,8 +346,7 @@ pub fn mount(a: MountArgs) -> Result<()> {
         super::malloc_tune::reexec_with_tunables();
     }
     check_image(&a.image)?;
-    let direct_asked = a.direct_writes.is_some_and(|d| d != DirectWrites::Off);
-    if a.writeback_cache == Some(true) && direct_asked {
+    if a.writeback_cache == Some(true) && direct_asked(&a) {
         bail!("--writeback-cache and --direct-writes exclude each other: the writeback cache keeps writes in the page cache, direct writes skip it");
     }
     let sb = nodup_fs::superblock::probe_file(&a.image)
@@ -553,9 +557,9 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
     ));
     let fsname = a.image.canonicalize().unwrap_or_else(|_| a.image.clone());
     // Blockfile images default to the writeback cache, unless direct writes are asked for.
-    let writeback_cache = a.writeback_cache.unwrap_or(
-        kind == MediumKind::BlockFile && a.direct_writes.is_none_or(|d| d == DirectWrites::Off),
-    );
+    let writeback_cache = a
+        .writeback_cache
+        .unwrap_or(kind == MediumKind::BlockFile && !direct_asked(a));
     let mopts = MountOptions {
         writeback_cache,
         threads: a.threads as usize,

@@ -218,6 +218,15 @@ impl Adapter {
         }
     }
 
+    /// What an fsync of `ino` owes: its writes answered early stored (the sync runs even when
+    /// one failed, so the file's other data is made durable all the same), then everything
+    /// made durable; a failed sync is reported before a failed early write.
+    pub(super) fn sync_file(&self, ino: u64) -> Result<(), Errno> {
+        let answered = self.settle(ino, true);
+        self.fs.sync().map_err(super::err)?;
+        answered
+    }
+
     /// Wait for `ino`'s writes answered so far to be stored; the first error among them, if
     /// any, removed from the file when `consume` (fsync), left for later callers otherwise
     /// (close: a close of a duplicated descriptor must not take the error from the writer's

@@ -1,5 +1,6 @@
 //! Handles that bypass the kernel's page cache (`--direct-writes`, [`kernel::is_direct`]):
-//! which handle numbers say so, and what a write through one owes that the kernel's
+//! the handle numbers ([`READER_FH`], `space::WRITER_FH` for a writer through the cache,
+//! [`DIRECT_FH`]), and what a write through one owes that the kernel's
 //! page-cache path did itself:
 //!
 //! - `security.capability` is removed before the data changes, as the kernel's
@@ -20,8 +21,7 @@ use std::sync::{mpsc, OnceLock};
 
 /// Handle number of a read-only open (cached).
 pub(super) const READER_FH: u64 = 0;
-/// Handle number of an open that may write and goes through the page cache.
-pub(super) use super::space::WRITER_FH;
+use super::space::WRITER_FH;
 /// Handle number of an open that may write and bypasses the page cache.
 pub(super) const DIRECT_FH: u64 = 2;
 
@@ -118,9 +118,7 @@ impl Adapter {
     ) -> Result<(), Errno> {
         self.drop_cached(ino, off, len);
         if open_flags & libc::O_DSYNC != 0 {
-            let answered = self.settle(ino, true);
-            self.fs.sync().map_err(super::err)?;
-            answered?;
+            self.sync_file(ino)?;
         }
         Ok(())
     }

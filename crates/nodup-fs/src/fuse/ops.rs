@@ -324,13 +324,17 @@ impl Filesystem for Adapter {
             self.kill_suidgid(ino.0, req.gid());
         }
         match (reply, r) {
-            (Some(rp), Ok(n)) => match direct {
-                true => match self.direct_written(ino.0, offset, n, flags.0) {
+            (Some(rp), Ok(n)) => {
+                let owed = if direct {
+                    self.direct_written(ino.0, offset, n, flags.0)
+                } else {
+                    Ok(())
+                };
+                match owed {
                     Ok(()) => rp.written(n as u32),
                     Err(e) => rp.error(e),
-                },
-                false => rp.written(n as u32),
-            },
+                }
+            }
             (Some(rp), Err(e)) => rp.error(err(e)),
             (None, r) => {
                 let ok = r.is_ok();
@@ -395,13 +399,9 @@ impl Filesystem for Adapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // The writes answered early are stored first; the sync runs even when one failed, so
-        // the file's other data is made durable all the same.
-        let answered = self.settle(ino.0, true);
-        match (self.fs.sync(), answered) {
-            (Err(e), _) => reply.error(err(e)),
-            (Ok(()), Err(e)) => reply.error(e),
-            (Ok(()), Ok(())) => reply.ok(),
+        match self.sync_file(ino.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
     }
 

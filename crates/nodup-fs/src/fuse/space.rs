@@ -33,7 +33,8 @@ pub const MAX_WINDOW_SHARE: u64 = 16;
 const MIN_WINDOW: u64 = 1 << 20;
 /// The window is at most this fraction of the image (1/64), so the room kept stays small.
 const WINDOW_SHARE: u64 = 64;
-/// Handle number of opens that may write (`0` is read-only).
+/// Handle number of opens that may write through the page cache (`0` is read-only, `2` a
+/// writer that bypasses it: `direct.rs`); the only writers under the writeback cache.
 pub const WRITER_FH: u64 = 1;
 
 /// The dirty window of one mount and whether it is tight.
