@@ -117,6 +117,14 @@ stop_fuseref() {
 }
 nodup_mount() { "$NODUP" mount "$IMG" "$MNT" --writeback-cache="$([[ $1 == 1 ]] && echo true || echo false)" "${@:2}" >/dev/null; }
 
+# fresh_nodup POLICY WB [mount args...]: a fresh image of POLICY (IMG_SIZE), mounted at $MNT
+# (nodup_mount: writeback cache when WB is 1).
+fresh_nodup() {
+  rm -f "$IMG"
+  "$NODUP" mkfs "$IMG" --size "$IMG_SIZE" --policy "$1" >/dev/null
+  nodup_mount "$2" "${@:3}"
+}
+
 # up SYSTEM WB: a fresh, empty SYSTEM, writeback cache on when WB is 1 (FUSE systems that have
 # the switch); `dir SYSTEM` is where it is.
 up() {
@@ -139,21 +147,11 @@ up() {
       ;;
     bindfs) rm -rf "$SRC" && mkdir -p "$SRC" && bindfs "$SRC" "$MNT" ;;
     tmpfs) rm -rf "$W/tmpfs" && mkdir -p "$W/tmpfs" ;;
-    light-async)
-      rm -f "$IMG"
-      "$NODUP" mkfs "$IMG" --size "$IMG_SIZE" --policy light >/dev/null
-      nodup_mount "$2" --async-writes
-      ;;
-    light-direct)
-      rm -f "$IMG"
-      "$NODUP" mkfs "$IMG" --size "$IMG_SIZE" --policy light >/dev/null
-      nodup_mount "$2" --direct-writes=read-write
-      ;;
+    light-async) fresh_nodup light "$2" --async-writes ;;
+    light-direct) fresh_nodup light "$2" --direct-writes=read-write ;;
     *)
       is_nodup "$1" || { echo "unknown system $1" >&2; return 1; }
-      rm -f "$IMG"
-      "$NODUP" mkfs "$IMG" --size "$IMG_SIZE" --policy "$1" >/dev/null
-      nodup_mount "$2"
+      fresh_nodup "$1" "$2"
       ;;
   esac
 }

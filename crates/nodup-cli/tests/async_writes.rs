@@ -6,10 +6,8 @@
 //!
 //! Skipped (with a message) when /dev/fuse or fusermount3 is missing.
 
-use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::IntoRawFd;
 use std::path::Path;
@@ -23,20 +21,8 @@ const MIB: usize = 1 << 20;
 /// The daemon's own count of `p`'s logical bytes (`user.nodup.du`, computed under the file's
 /// lock, so it cannot be served from the kernel's caches).
 fn logical_bytes(p: &Path) -> u64 {
-    let path = CString::new(p.as_os_str().as_bytes()).unwrap();
-    let name = CString::new("user.nodup.du").unwrap();
-    let mut buf = vec![0u8; 4096];
-    // SAFETY: valid C strings and a buffer of the length passed.
-    let n = unsafe {
-        libc::getxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    assert!(n > 0, "getxattr: {}", std::io::Error::last_os_error());
-    let v: serde_json::Value = serde_json::from_slice(&buf[..n as usize]).unwrap();
+    let du = getxattr(p, "user.nodup.du").unwrap_or_else(|e| panic!("getxattr: {e}"));
+    let v: serde_json::Value = serde_json::from_slice(&du).unwrap();
     v["logical_bytes"].as_u64().unwrap()
 }
 

@@ -287,18 +287,7 @@ fn odd_and_appending_direct_writes_match_a_model() {
 
 /// `security.capability` of `p`, if any.
 fn capability(p: &Path) -> Option<Vec<u8>> {
-    let path = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
-    let mut buf = [0u8; 64];
-    // SAFETY: valid C strings and a buffer of the length passed.
-    let n = unsafe {
-        libc::getxattr(
-            path.as_ptr(),
-            c"security.capability".as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    (n >= 0).then(|| buf[..n as usize].to_vec())
+    getxattr(p, "security.capability").ok()
 }
 
 #[test]

@@ -10,6 +10,27 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub const NODUP: &str = env!("CARGO_BIN_EXE_nodup");
 
+/// The value of extended attribute `name` of `p` (at most 64 KiB), or the error getxattr(2)
+/// gives (ENODATA when there is none).
+pub fn getxattr(p: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let name = std::ffi::CString::new(name).unwrap();
+    let mut buf = vec![0u8; 65536];
+    // SAFETY: valid C strings and a buffer of the length passed.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    let n = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
 pub fn fuse_available() -> bool {
     let ok = Path::new("/dev/fuse").exists()
         && Command::new("fusermount3")
