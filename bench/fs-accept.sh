@@ -65,13 +65,6 @@ bw_add() {
   ST[$1]+="$st "
 }
 
-# nodup_up POLICY [mount args...]: fresh image, mounted at $MNT.
-nodup_up() {
-  local policy=$1; shift
-  rm -f "$IMG"
-  "$NODUP" mkfs "$IMG" --size 4G --policy "$policy" >/dev/null
-  "$NODUP" mount "$IMG" "$MNT" "$@"
-}
 nodup_down() { "$NODUP" umount "$MNT"; }
 nodup_pid() { pgrep -f "nodup mount $IMG" | head -1; }
 # Anonymous resident memory: VmRSS would also count the pages of the mapped image on /dev/shm.
@@ -83,7 +76,7 @@ for run in $(seq "$RUNS"); do
   for bs in 4k 1m; do
     for dup in 0 75; do
       for policy in light none; do
-        nodup_up $policy
+        nodup_fresh $policy
         bw_add "$policy,$bs,$dup" "$MNT" $bs $dup
         if [[ $policy == light && $dup == 75 && $bs == 1m ]]; then
           RSS_NODUP=$(rss_kib "$(nodup_pid)")
@@ -99,7 +92,7 @@ for run in $(seq "$RUNS"); do
     done
     # writeback cache: same policy, 4k, with and without.
     if [[ $bs == 4k ]]; then
-      nodup_up light --writeback-cache
+      nodup_fresh light --writeback-cache
       bw_add "light-wb,4k,0" "$MNT" 4k 0
       nodup_down
     fi
@@ -150,7 +143,7 @@ unique_gib=$(awk -v s="$SIZE" 'BEGIN { n=s+0; u=tolower(substr(s,length(s))); if
 KLINE=$(KRUNS=${KRUNS:-$RUNS} NODUP=$NODUP WORK=$WORK/ktree MNT=$MNT bash bench/fs-ktree.sh | tail -1)
 
 # Recovery: a 4 GiB image holding 2 GiB of files (half duplicates); kill -9, then time the recovering mount.
-nodup_up light
+nodup_fresh light
 RSIZE=2g; [[ "${QUICK:-0}" == 1 ]] && RSIZE=256m
 fio --name=r --directory="$MNT" --ioengine=sync --rw=write --bs=1m --size="$RSIZE" --nrfiles=16 \
   --dedupe_percentage=50 --end_fsync=1 >/dev/null 2>&1

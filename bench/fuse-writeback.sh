@@ -44,13 +44,6 @@ fio_bw() {
     python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["jobs"][0]["write"]["bw"]/1024))'
 }
 
-# nodup_up POLICY [mount args...]: fresh image, mounted at $MNT.
-nodup_up() {
-  local policy=$1; shift
-  rm -f "$IMG"
-  "$NODUP" mkfs "$IMG" --size 4G --policy "$policy" >/dev/null
-  "$NODUP" mount "$IMG" "$MNT" "$@" >/dev/null
-}
 nodup_down() { "$NODUP" umount "$MNT"; rm -f "$IMG"; }
 # The bdi of the mounted FUSE connection: /sys/class/bdi/<major:minor of the mount>.
 bdi_dir() { echo "/sys/class/bdi/$(mountpoint -d "$MNT")"; }
@@ -59,7 +52,7 @@ bdi_dir() { echo "/sys/class/bdi/$(mountpoint -d "$MNT")"; }
 declare -A BW
 run() {
   local key=$1 policy=$2 bs=$3; shift 3
-  nodup_up "$policy" "$@"
+  nodup_fresh "$policy" "$@"
   if [[ $key == wb-bdi ]]; then
     echo 100 >"$(bdi_dir)/max_ratio"
     echo 0 >"$(bdi_dir)/strict_limit"
@@ -79,7 +72,7 @@ HAVE_BINDFS=0
 [[ ${NOBINDFS:-0} != 1 ]] && command -v bindfs >/dev/null && HAVE_BINDFS=1
 
 echo "fio runs: RUNS=$RUNS SIZE=$SIZE binary=$NODUP" >&2
-nodup_up light --writeback-cache
+nodup_fresh light --writeback-cache
 echo "bdi $(mountpoint -d "$MNT"): max_ratio=$(cat "$(bdi_dir)/max_ratio") strict_limit=$(cat "$(bdi_dir)/strict_limit") max_bytes=$(cat "$(bdi_dir)/max_bytes" 2>/dev/null || echo -)" >&2
 nodup_down
 for r in $(seq "$RUNS"); do
@@ -115,7 +108,7 @@ fi
 if [[ ${DURABLE:-0} == 1 ]]; then
   # Written through the writeback cache, then the daemon is killed: what fsync (or close,
   # which flushes the file's dirty pages to the daemon) returned must be on the image.
-  nodup_up light --writeback-cache
+  nodup_fresh light --writeback-cache
   head -c 64M /dev/urandom >"$WORK/ref"
   dd if="$WORK/ref" of="$MNT/synced" bs=4k conv=fsync status=none
   cp "$WORK/ref" "$MNT/closed"

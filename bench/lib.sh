@@ -96,6 +96,16 @@ smart_settle() {
   }
 }
 
+# nodup_fresh POLICY [mount args...]: a fresh image IMG of POLICY (IMG_SIZE, default 4G),
+# mounted at MNT with the args given (the caller sets NODUP, IMG and MNT).
+nodup_fresh() {
+  local policy=$1
+  shift
+  rm -f "$IMG"
+  "$NODUP" mkfs "$IMG" --size "${IMG_SIZE:-4G}" --policy "$policy" >/dev/null
+  "$NODUP" mount "$IMG" "$MNT" "$@" >/dev/null
+}
+
 # scratch_mount NAME: a scratch directory W in /dev/shm with a mount point MNT inside, both
 # removed on exit (a nodup mount still there is unmounted first; the caller sets NODUP).
 scratch_mount() {

@@ -31,14 +31,9 @@ mkdir -p "$OUTDIR"
 scratch_mount selective
 FIU=(../shared/data/fiu/homes-sample.1.blkparse ../shared/data/fiu/mail-01-sample.blkparse)
 
-# up POLICY [mount args...]: fresh 4 GiB image in /dev/shm and mount it.
-up() {
-  local policy=$1
-  shift
-  rm -f "$W/img"
-  "$NODUP" mkfs "$W/img" --size 4G --policy "$policy" >/dev/null
-  "$NODUP" mount "$W/img" "$MNT" "$@" >/dev/null
-}
+# up POLICY [mount args...]: fresh 4 GiB image in /dev/shm, mounted.
+IMG=$W/img
+up() { nodup_fresh "$@"; }
 down() { "$NODUP" umount "$MNT" >/dev/null; }
 replay() { "$NODUP" replay "$1" --dir "$MNT" --mode batch --no-reads >/dev/null; }
 header() {

@@ -115,15 +115,13 @@ stop_fuseref() {
   wait "$FPID"
   FPID=
 }
-nodup_mount() { "$NODUP" mount "$IMG" "$MNT" --writeback-cache="$([[ $1 == 1 ]] && echo true || echo false)" "${@:2}" >/dev/null; }
+# wb_arg WB: nodup's writeback-cache switch, on when WB is 1.
+wb_arg() { echo "--writeback-cache=$([[ $1 == 1 ]] && echo true || echo false)"; }
+nodup_mount() { "$NODUP" mount "$IMG" "$MNT" "$(wb_arg "$1")" "${@:2}" >/dev/null; }
 
 # fresh_nodup POLICY WB [mount args...]: a fresh image of POLICY (IMG_SIZE), mounted at $MNT
-# (nodup_mount: writeback cache when WB is 1).
-fresh_nodup() {
-  rm -f "$IMG"
-  "$NODUP" mkfs "$IMG" --size "$IMG_SIZE" --policy "$1" >/dev/null
-  nodup_mount "$2" "${@:3}"
-}
+# with the writeback cache when WB is 1.
+fresh_nodup() { nodup_fresh "$1" "$(wb_arg "$2")" "${@:3}"; }
 
 # up SYSTEM WB: a fresh, empty SYSTEM, writeback cache on when WB is 1 (FUSE systems that have
 # the switch); `dir SYSTEM` is where it is.
