@@ -13,6 +13,7 @@ pub mod bitmap;
 use crate::{BlockNr, Error, Result};
 use bitmap::Bitmap;
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Blocks per pool at most; more pools than writers cost nothing but a lock each.
 const MAX_POOLS: usize = 16;
@@ -37,6 +38,10 @@ pub struct Allocator {
     len: u64,
     pool_len: u64,
     pools: Vec<Mutex<Pool>>,
+    /// Free blocks of all pools, changed with each pool's own count under its lock: every
+    /// write asks for it (the space check), and summing sixteen pools meant taking sixteen
+    /// locks that the other writers allocate under.
+    free: AtomicU64,
 }
 
 impl Allocator {
@@ -61,6 +66,7 @@ impl Allocator {
             len,
             pool_len,
             pools,
+            free: AtomicU64::new(len),
         }
     }
 
@@ -110,6 +116,7 @@ impl Allocator {
             p.map.set(i);
             p.cursor = i + 1;
             p.free -= 1;
+            self.took(1);
             *pool = pi;
             return Ok(p.base + i as u64);
         }
@@ -132,6 +139,7 @@ impl Allocator {
             }
             let pi = (*pool + k) % np;
             let mut p = self.pools[pi].lock();
+            let before = want;
             while want > 0 && p.free > 0 {
                 let Some(i) = p.map.find_clear_from(p.cursor) else {
                     break;
@@ -143,6 +151,7 @@ impl Allocator {
                 want -= 1;
                 *pool = pi;
             }
+            self.took((before - want) as u64);
         }
     }
 
@@ -155,6 +164,7 @@ impl Allocator {
             return Err(Error::Invalid(format!("block {b} freed twice")));
         }
         p.free += 1;
+        self.gave(1);
         Ok(())
     }
 
@@ -168,6 +178,7 @@ impl Allocator {
             return Err(Error::Invalid(format!("block {b} freed twice")));
         }
         p.free += 1;
+        self.gave(1);
         if p.cursor == i + 1 {
             p.cursor = i;
         }
@@ -183,6 +194,7 @@ impl Allocator {
             let i = (b - p.base) as usize;
             if p.map.clear(i) {
                 p.free += 1;
+                self.gave(1);
                 freed += 1;
             }
         }
@@ -198,6 +210,7 @@ impl Allocator {
             return Ok(false);
         }
         p.free -= 1;
+        self.took(1);
         Ok(true)
     }
 
@@ -214,7 +227,24 @@ impl Allocator {
 
     /// Number of free blocks.
     pub fn free_blocks(&self) -> u64 {
-        self.pools.iter().map(|p| p.lock().free).sum()
+        self.free.load(Ordering::Relaxed)
+    }
+
+    /// `n` blocks of a pool were taken (under that pool's lock).
+    fn took(&self, n: u64) {
+        self.free.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// `n` blocks of a pool were given back (under that pool's lock).
+    fn gave(&self, n: u64) {
+        self.free.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A pool's free count is set to `now` wholesale (recovery): the total follows.
+    fn reset_pool_free(&self, p: &mut Pool, now: u64) {
+        self.gave(now);
+        self.took(p.free);
+        p.free = now;
     }
 
     /// Free everything (start of a failure-recovery rebuild).
@@ -224,7 +254,7 @@ impl Allocator {
             let n = p.map.len();
             p.map = Bitmap::new(n);
             p.cursor = 0;
-            p.free = n as u64;
+            self.reset_pool_free(&mut p, n as u64);
         }
     }
 
@@ -269,7 +299,7 @@ impl Allocator {
             }
             p.map = map;
             p.cursor = 0;
-            p.free = n as u64 - used;
+            self.reset_pool_free(&mut p, n as u64 - used);
         }
         Ok(())
     }
@@ -316,5 +346,134 @@ mod tests {
             assert!(seen.insert(a.alloc(&mut pool).unwrap()));
         }
         assert!(matches!(a.alloc(&mut pool), Err(Error::NoSpace)));
+    }
+
+    /// What the pools themselves count (the total is kept beside them).
+    fn pools_free(a: &Allocator) -> u64 {
+        a.pools.iter().map(|p| p.lock().free).sum()
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Alloc(usize),
+        Batch(usize, usize),
+        Free(usize),
+        Unalloc,
+        FreeRange(u64, u64),
+        MarkUsed(u64),
+        Reload,
+        Reset,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (0usize..8).prop_map(Op::Alloc),
+            2 => (0usize..8, 0usize..300).prop_map(|(p, n)| Op::Batch(p, n)),
+            4 => any::<usize>().prop_map(Op::Free),
+            1 => Just(Op::Unalloc),
+            1 => (0u64..5000, 0u64..200).prop_map(|(s, n)| Op::FreeRange(s, n)),
+            1 => (0u64..5000).prop_map(Op::MarkUsed),
+            1 => Just(Op::Reload),
+            1 => Just(Op::Reset),
+        ]
+    }
+
+    proptest::proptest! {
+        /// The free count every write reads equals the pools' own counts and a model's after
+        /// any sequence of allocations, frees, recovery marks, reloads and resets.
+        #[test]
+        fn free_count_follows_every_change(ops in proptest::collection::vec(op(), 1..120)) {
+            const START: u64 = 7;
+            const LEN: u64 = 4500;
+            let a = Allocator::new(START, LEN);
+            let mut used = std::collections::BTreeSet::new();
+            let mut last = None;
+            for op in ops {
+                match op {
+                    Op::Alloc(p) => {
+                        let mut pool = p % a.npools();
+                        if let Ok(b) = a.alloc(&mut pool) {
+                            proptest::prop_assert!(used.insert(b));
+                            last = Some(b);
+                        }
+                    }
+                    Op::Batch(p, n) => {
+                        let mut pool = p % a.npools();
+                        let mut out = std::collections::VecDeque::new();
+                        a.alloc_batch(&mut pool, n, &mut out);
+                        for b in out {
+                            proptest::prop_assert!(used.insert(b));
+                        }
+                        last = None;
+                    }
+                    Op::Free(k) => {
+                        if let Some(&b) = used.iter().nth(k % used.len().max(1)) {
+                            a.free(b).unwrap();
+                            used.remove(&b);
+                        }
+                        last = None;
+                    }
+                    Op::Unalloc => {
+                        if let Some(b) = last.take() {
+                            a.unalloc(b).unwrap();
+                            used.remove(&b);
+                        }
+                    }
+                    Op::FreeRange(s, n) => {
+                        let freed = a.free_range(START + s.min(LEN - 1), n.min(LEN - s.min(LEN - 1))).unwrap();
+                        let before = used.len();
+                        let lo = START + s.min(LEN - 1);
+                        let hi = lo + n.min(LEN - s.min(LEN - 1));
+                        used.retain(|&b| b < lo || b >= hi);
+                        proptest::prop_assert_eq!(freed as usize, before - used.len());
+                        last = None;
+                    }
+                    Op::MarkUsed(b) => {
+                        let b = START + b % LEN;
+                        proptest::prop_assert_eq!(a.mark_used(b).unwrap(), used.insert(b));
+                        last = None;
+                    }
+                    Op::Reload => {
+                        a.load_words(&a.save_words()).unwrap();
+                        last = None;
+                    }
+                    Op::Reset => {
+                        a.reset_all_free();
+                        used.clear();
+                        last = None;
+                    }
+                }
+                proptest::prop_assert_eq!(a.free_blocks(), pools_free(&a));
+                proptest::prop_assert_eq!(a.free_blocks(), LEN - used.len() as u64);
+            }
+        }
+    }
+
+    #[test]
+    fn free_count_holds_under_concurrent_writers() {
+        let a = Allocator::new(0, 64 * 1024);
+        std::thread::scope(|s| {
+            for t in 0..4usize {
+                let a = &a;
+                s.spawn(move || {
+                    let mut pool = t;
+                    let mut held = Vec::new();
+                    for i in 0..20_000 {
+                        if i % 3 == 2 {
+                            if let Some(b) = held.pop() {
+                                a.free(b).unwrap();
+                            }
+                        } else if let Ok(b) = a.alloc(&mut pool) {
+                            held.push(b);
+                        }
+                        // Never more than what is free: a reader between two pools' changes
+                        // sees a count some order of the changes gives.
+                        assert!(a.free_blocks() <= a.len());
+                    }
+                });
+            }
+        });
+        assert_eq!(a.free_blocks(), pools_free(&a));
     }
 }
