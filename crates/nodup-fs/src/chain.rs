@@ -60,8 +60,15 @@ fn boff(b: BlockNr) -> u64 {
     b * BLOCK_SIZE as u64
 }
 
+/// Where a [`ChainWriter`] ended at a moment (see [`ChainWriter::mark`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainMark {
+    blocks: usize,
+    pos: usize,
+    bytes: u64,
+}
+
 /// Appends a byte stream to a chain; the caller fences after the writes it wants durable.
-#[derive(Clone)]
 pub struct ChainWriter {
     kind: ChainKind,
     gen: u64,
@@ -146,6 +153,25 @@ impl ChainWriter {
         let n = (index.saturating_sub(self.first_index) as usize).min(self.blocks.len() - 1);
         self.first_index += n as u64;
         self.blocks.drain(..n).collect()
+    }
+
+    /// Where the chain ends now, to [`ChainWriter::rewind`] to after a failed append (a log
+    /// appends a record per operation: copying its block list for that grew with the log).
+    pub fn mark(&self) -> ChainMark {
+        ChainMark {
+            blocks: self.blocks.len(),
+            pos: self.pos,
+            bytes: self.bytes,
+        }
+    }
+
+    /// Back to `mark`, taken by [`ChainWriter::mark`] with no [`ChainWriter::drop_before`]
+    /// since: the blocks linked after it are forgotten (the caller still holds them), and the
+    /// next append overwrites what was written past it.
+    pub fn rewind(&mut self, mark: ChainMark) {
+        self.blocks.truncate(mark.blocks);
+        self.pos = mark.pos;
+        self.bytes = mark.bytes;
     }
 
     /// Payload bytes appended so far.
