@@ -24,6 +24,7 @@ NODUP=${NODUP:-${CARGO_TARGET_DIR:-$PWD/target}/release/nodup}
 WORK=${WORK:-/dev/shm/nodup-fsbench}
 MNT=${MNT:-/tmp/nodup-fsbench-mnt}
 IMG=$WORK/img
+IMG_SIZE=4G
 ZPOOL=nodupzb
 ZPID=/run/nodup-fsbench-zfs.pid
 

@@ -19,6 +19,7 @@ SIZE=${SIZE:-1g}
 WORK=${WORK:-/dev/shm/nodup-fusewb}
 MNT=${MNT:-/tmp/nodup-fusewb-mnt}
 IMG=$WORK/img
+IMG_SIZE=4G
 if [[ -z ${NODUP:-} ]]; then
   cargo build --release -q -p nodup-cli
   NODUP=${CARGO_TARGET_DIR:-$PWD/target}/release/nodup

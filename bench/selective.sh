@@ -33,6 +33,7 @@ FIU=(../shared/data/fiu/homes-sample.1.blkparse ../shared/data/fiu/mail-01-sampl
 
 # up POLICY [mount args...]: fresh 4 GiB image in /dev/shm, mounted.
 IMG=$W/img
+IMG_SIZE=4G
 up() { nodup_fresh "$@"; }
 down() { "$NODUP" umount "$MNT" >/dev/null; }
 replay() { "$NODUP" replay "$1" --dir "$MNT" --mode batch --no-reads >/dev/null; }

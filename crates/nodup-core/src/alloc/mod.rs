@@ -1,7 +1,8 @@
 //! Block allocator: persistent free-space tracking with per-thread pools, free, punch hole and aging.
 //!
 //! The data area is split into equal chunks, one pool per chunk, each with its own bitmap and
-//! lock, so two writers that use different pools never contend. A writer keeps allocating from
+//! lock, so two writers that use different pools never wait for each other (they share only
+//! the atomic total of free blocks). A writer keeps allocating from
 //! "its" pool (next-fit, so the blocks of one write come out contiguous) and moves on to the next
 //! pool only when its own is full. Nothing is written to the medium while running (as in NOVA):
 //! the bitmap is saved on clean shutdown and reloaded by normal recovery, and failure recovery
@@ -240,10 +241,14 @@ impl Allocator {
         self.free.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// A pool's free count is set to `now` wholesale (recovery): the total follows.
+    /// A pool's free count is set to `now` wholesale (recovery): the total follows by the
+    /// difference, so it never passes through more than the blocks there are.
     fn reset_pool_free(&self, p: &mut Pool, now: u64) {
-        self.gave(now);
-        self.took(p.free);
+        if now >= p.free {
+            self.gave(now - p.free);
+        } else {
+            self.took(p.free - now);
+        }
         p.free = now;
     }
 
@@ -361,6 +366,7 @@ mod tests {
         Unalloc,
         FreeRange(u64, u64),
         MarkUsed(u64),
+        Save,
         Reload,
         Reset,
     }
@@ -374,6 +380,7 @@ mod tests {
             1 => Just(Op::Unalloc),
             1 => (0u64..5000, 0u64..200).prop_map(|(s, n)| Op::FreeRange(s, n)),
             1 => (0u64..5000).prop_map(Op::MarkUsed),
+            1 => Just(Op::Save),
             1 => Just(Op::Reload),
             1 => Just(Op::Reset),
         ]
@@ -388,6 +395,7 @@ mod tests {
             const LEN: u64 = 4500;
             let a = Allocator::new(START, LEN);
             let mut used = std::collections::BTreeSet::new();
+            let mut saved: Option<(Vec<u64>, std::collections::BTreeSet<u64>)> = None;
             let mut last = None;
             for op in ops {
                 match op {
@@ -434,8 +442,14 @@ mod tests {
                         proptest::prop_assert_eq!(a.mark_used(b).unwrap(), used.insert(b));
                         last = None;
                     }
+                    Op::Save => saved = Some((a.save_words(), used.clone())),
                     Op::Reload => {
-                        a.load_words(&a.save_words()).unwrap();
+                        // Back to the last saved bitmap (each pool's count changes wholesale),
+                        // or to the current one when none was saved.
+                        let (words, model) =
+                            saved.clone().unwrap_or_else(|| (a.save_words(), used.clone()));
+                        a.load_words(&words).unwrap();
+                        used = model;
                         last = None;
                     }
                     Op::Reset => {

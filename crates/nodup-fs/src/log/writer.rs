@@ -192,20 +192,29 @@ mod tests {
         }
     }
 
-    /// An append that fails after linking a new block leaves the writer where it was: the
-    /// retried record lands in sequence, and the log replays without a gap or a repeat.
+    /// An append that fails after linking a new block, or whose fence fails, leaves the writer
+    /// where it was: the retried record lands in sequence, and the log replays without a gap
+    /// or a repeat.
     #[test]
     fn failed_append_rewinds_to_where_it_started() {
         let m = Arc::new(MemMedium::new(256 * BLOCK_SIZE as u64));
         let fm = FaultMedium::new(m.clone(), 1);
         let mut w = LogWriter::start(&fm, 3, 10, 100).unwrap();
-        let mut next = 11u64;
+        // Blocks are handed out in order from 11: `11..next` is everything handed out so far.
+        let next = std::cell::Cell::new(11u64);
         let mut alloc = |n: usize| -> Result<Vec<BlockNr>> {
-            let v: Vec<BlockNr> = (next..next + n as u64).collect();
-            next += n as u64;
+            let v: Vec<BlockNr> = (next.get()..next.get() + n as u64).collect();
+            next.set(next.get() + n as u64);
             Ok(v)
         };
-        let mut failed = 0;
+        // Every block handed out is in the chain or kept spare, once.
+        let accounted = |w: &LogWriter, next: u64| {
+            let mut held: Vec<BlockNr> = w.blocks()[1..].to_vec();
+            held.extend(&w.spare);
+            held.sort_unstable();
+            assert_eq!(held, (11..next).collect::<Vec<_>>());
+        };
+        let (mut failed, mut fence_failed) = (0, 0);
         for i in 0..60u64 {
             let r = rec(i);
             let crosses = w.chain.blocks_needed(r.frame(0).len()) > 0;
@@ -218,18 +227,31 @@ mod tests {
                         .nth(3)
                         .once(),
                 );
-                let (blocks, spare, seq) = (w.blocks().to_vec(), w.spare.clone(), w.next_seq);
+                let (blocks, seq) = (w.blocks().to_vec(), w.next_seq);
                 let pos = w.position();
                 assert!(w.append(&fm, &r, true, &mut alloc).is_err());
-                assert_eq!(w.blocks(), &blocks[..]);
-                assert_eq!((&w.spare, w.next_seq), (&spare, seq));
+                // Where it was; blocks taken for the record are kept spare for the retry.
+                assert_eq!((w.blocks(), w.next_seq), (&blocks[..], seq));
                 assert_eq!(w.position(), pos);
+                accounted(&w, next.get());
                 fm.clear_rules();
                 failed += 1;
+            } else if i % 10 == 5 {
+                // The record is written whole but its fence fails: not committed either.
+                fm.add_rule(FaultRule::new(FaultOp::Fence).once());
+                let (blocks, seq) = (w.blocks().to_vec(), w.next_seq);
+                let pos = w.position();
+                assert!(w.append(&fm, &r, true, &mut alloc).is_err());
+                // Where it was; blocks taken for the record are kept spare for the retry.
+                assert_eq!((w.blocks(), w.next_seq), (&blocks[..], seq));
+                assert_eq!(w.position(), pos);
+                accounted(&w, next.get());
+                fm.clear_rules();
+                fence_failed += 1;
             }
             w.append(&fm, &r, true, &mut alloc).unwrap();
         }
-        assert_eq!(failed, 3);
+        assert_eq!((failed, fence_failed), (3, 6));
         let start = LogPos {
             block: 10,
             index: 0,
