@@ -4,7 +4,8 @@
 # noise hits both alike; prints each point's median MiB/s and the ratio B/A.
 # Usage: bench/ab-binaries.sh OLD_BINARY NEW_BINARY   (RUNS=5 SIZE=512m POINTS="1m:0 1m:75 4k:0")
 #   A_MOUNT / B_MOUNT: extra `nodup mount` options of each side, e.g. one binary against itself
-#   with B_MOUNT=--async-writes.
+#   with B_MOUNT=--async-writes; A_MKFS / B_MKFS: extra `nodup mkfs` options, e.g. one binary
+#   against itself with A_MKFS="--policy none" (B/A is then light / none).
 set -euo pipefail
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
@@ -21,11 +22,14 @@ cleanup() { mountpoint -q "$MNT" && fusermount3 -u -z "$MNT" || true; rm -f "$IM
 trap cleanup EXIT
 read -ra A_OPTS <<<"${A_MOUNT:-}"
 read -ra B_OPTS <<<"${B_MOUNT:-}"
-one() { # one BINARY BS DUP MOUNT_OPTION...: MiB/s of one fio run
-  local bin=$1 bs=$2 dup=$3 out
+read -ra A_MK <<<"${A_MKFS:-}"
+read -ra B_MK <<<"${B_MKFS:-}"
+one() { # one SIDE BS DUP: MiB/s of one fio run of side A or B
+  local bin bs=$2 dup=$3 out mk mount
+  if [[ $1 == A ]]; then bin=$A mk=("${A_MK[@]}") mount=("${A_OPTS[@]}"); else bin=$B mk=("${B_MK[@]}") mount=("${B_OPTS[@]}"); fi
   rm -f "$IMG"
-  "$bin" mkfs "$IMG" --size 2G >/dev/null
-  "$bin" mount "$IMG" "$MNT" "${@:4}" >/dev/null
+  "$bin" mkfs "$IMG" --size 2G "${mk[@]}" >/dev/null
+  "$bin" mount "$IMG" "$MNT" "${mount[@]}" >/dev/null
   out=$(fio --name=w --directory="$MNT" --rw=write --bs="$bs" --size="$SIZE" --ioengine=psync \
     --end_fsync=1 --dedupe_percentage="$dup" --output-format=json)
   "$bin" umount "$MNT"
@@ -37,8 +41,8 @@ for p in $POINTS; do
   bs=${p%%:*}; dup=${p##*:}
   ra=() rb=()
   for r in $(seq "$RUNS"); do
-    if ((r % 2)); then ra+=("$(one "$A" "$bs" "$dup" "${A_OPTS[@]}")"); rb+=("$(one "$B" "$bs" "$dup" "${B_OPTS[@]}")")
-    else rb+=("$(one "$B" "$bs" "$dup" "${B_OPTS[@]}")"); ra+=("$(one "$A" "$bs" "$dup" "${A_OPTS[@]}")"); fi
+    if ((r % 2)); then ra+=("$(one A "$bs" "$dup")"); rb+=("$(one B "$bs" "$dup")")
+    else rb+=("$(one B "$bs" "$dup")"); ra+=("$(one A "$bs" "$dup")"); fi
   done
   ma=$(printf '%s\n' "${ra[@]}" | median); mb=$(printf '%s\n' "${rb[@]}" | median)
   echo "| $bs ${dup}% | $(printf '%.1f' "$ma") | $(printf '%.1f' "$mb") | $(python3 -c "print('%.3f' % ($mb / $ma))") |"

@@ -67,7 +67,6 @@ bw_add() {
 }
 
 nodup_down() { "$NODUP" umount "$MNT"; }
-nodup_pid() { pgrep -f "nodup mount $IMG" | head -1; }
 # Anonymous resident memory: VmRSS would also count the pages of the mapped image on /dev/shm.
 rss_kib() { awk '/RssAnon/ {print $2}' "/proc/$1/status"; }
 
@@ -80,7 +79,7 @@ for run in $(seq "$RUNS"); do
         nodup_fresh $policy
         bw_add "$policy,$bs,$dup" "$MNT" $bs $dup
         if [[ $policy == light && $dup == 75 && $bs == 1m ]]; then
-          RSS_NODUP=$(rss_kib "$(nodup_pid)")
+          RSS_NODUP=$(rss_kib "$(pid_of_mount)")
         fi
         nodup_down
       done
@@ -148,7 +147,7 @@ nodup_fresh light
 RSIZE=2g; [[ "${QUICK:-0}" == 1 ]] && RSIZE=256m
 fio --name=r --directory="$MNT" --ioengine=sync --rw=write --bs=1m --size="$RSIZE" --nrfiles=16 \
   --dedupe_percentage=50 --end_fsync=1 >/dev/null 2>&1
-kill -9 "$(nodup_pid)"
+kill -9 "$(pid_of_mount)"
 sleep 1
 fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null || true
 t_fail=$( { /usr/bin/time -f %e "$NODUP" mount "$IMG" "$MNT"; } 2>&1 | tail -1)
