@@ -148,61 +148,70 @@ def target_rows(runs, system, null_sys):
     return out
 
 
-def async_table(runs, cells, totals):
-    """light mounted with --async-writes next to light, null and zfs-fuse (ASYNC=1)."""
-    have = [c for c in cells if runs.med(c, "light-async") is not None]
+def opt_in_table(runs, cells, totals, system, head, columns, targets_intro, null_sys):
+    """A table of an opt-in mount SYSTEM in the cells where it ran: HEAD (title and text),
+    then per cell bs, dups, jobs, MiB and COLUMNS ((header, value of a cell) pairs), then
+    issue 20's targets for it against NULL_SYS."""
+    have = [c for c in cells if runs.med(c, system) is not None]
     if not have:
         return []
-    out = ["", "### light with `--async-writes`", "",
-           "**light-async** = light mounted with `--async-writes`: writes of 128 KiB and up "
-           "are answered once admitted (room reserved, inode locked) and stored after the "
-           "answer, so the daemon's work overlaps the writer's next write; such data is durable "
-           "at fsync or close, as on ext4 or ZFS, instead of when write(2) returns (the "
-           "default, which the table above measures).", "",
-           "| bs | dups | jobs | MiB | null | light | light-async | light-async / light | "
-           "light-async / null | light-async / zfs-fuse |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    heads = ["bs", "dups", "jobs", "MiB"] + [h for h, _ in columns]
+    out = ["", *head, "", "| " + " | ".join(heads) + " |",
+           "|---|" + "---:|" * (len(heads) - 1)]
     for c in have:
         bs, dup, _, jobs = c
-        out.append(f"| {bs} | {dup} % | {jobs} | {totals[c]} | {f(runs.med(c, 'null'))} | "
-                   f"{f(runs.med(c, 'light'))} | {f(runs.med(c, 'light-async'))} | "
-                   f"{r3(runs.ratio(c, 'light-async', c, 'light'))} | "
-                   f"**{r3(runs.ratio(c, 'light-async', c, 'null'))}** | "
-                   f"{r3(runs.ratio(c, 'light-async', c, 'zfs'))} |")
-    out += ["", "The same targets for light-async:", ""]
-    out += target_rows(runs, "light-async", "null")
-    return out
+        row = [bs, f"{dup} %", str(jobs), str(totals[c])] + [v(c) for _, v in columns]
+        out.append("| " + " | ".join(row) + " |")
+    return out + ["", targets_intro, ""] + target_rows(runs, system, null_sys)
+
+
+def mib(runs, system):
+    """An opt-in table's column: SYSTEM's median MiB/s."""
+    return system, lambda c: f(runs.med(c, system))
+
+
+def ratio_col(runs, a, b, bold=False, name=None):
+    """An opt-in table's column: the median per-round ratio A / B (in bold when BOLD)."""
+    def value(c):
+        x = r3(runs.ratio(c, a, c, b))
+        return f"**{x}**" if bold else x
+    return f"{a} / {name or b}", value
+
+
+def async_table(runs, cells, totals):
+    """light mounted with --async-writes next to light, null and zfs-fuse (ASYNC=1)."""
+    head = ["### light with `--async-writes`", "",
+            "**light-async** = light mounted with `--async-writes`: writes of 128 KiB and up "
+            "are answered once admitted (room reserved, inode locked) and stored after the "
+            "answer, so the daemon's work overlaps the writer's next write; such data is "
+            "durable at fsync or close, as on ext4 or ZFS, instead of when write(2) returns "
+            "(the default, which the table above measures)."]
+    cols = [mib(runs, "null"), mib(runs, "light"), mib(runs, "light-async"),
+            ratio_col(runs, "light-async", "light"),
+            ratio_col(runs, "light-async", "null", bold=True),
+            ratio_col(runs, "light-async", "zfs", name="zfs-fuse")]
+    return opt_in_table(runs, cells, totals, "light-async", head, cols,
+                        "The same targets for light-async:", "null")
 
 
 def direct_table(runs, cells, totals):
     """null and light with read-write handles direct (--direct-writes=read-write, DIRECT=1)."""
-    have = [c for c in cells if runs.med(c, "light-direct") is not None]
-    if not have:
-        return []
-    out = ["", "### Read-write handles direct (`--direct-writes=read-write`)", "",
-           "**null-direct** / **light-direct** = null and light with "
-           "`--direct-writes=read-write`: fio's read-write handles bypass the page cache too, "
-           "so the kernel sends each write from the writer's own memory instead of copying it "
-           "into cached pages first (the table above: the default, where only write-only "
-           "handles do, and fio's go through the cache). Reads through such handles come from "
-           "the daemon uncached, which is why it is not the default.", "",
-           "| bs | dups | jobs | MiB | null | light | null-direct | light-direct | "
-           "light-direct / light | light-direct / null-direct | light-direct / null | "
-           "light-direct / zfs-fuse |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for c in have:
-        bs, dup, _, jobs = c
-        out.append(f"| {bs} | {dup} % | {jobs} | {totals[c]} | {f(runs.med(c, 'null'))} | "
-                   f"{f(runs.med(c, 'light'))} | {f(runs.med(c, 'null-direct'))} | "
-                   f"{f(runs.med(c, 'light-direct'))} | "
-                   f"**{r3(runs.ratio(c, 'light-direct', c, 'light'))}** | "
-                   f"**{r3(runs.ratio(c, 'light-direct', c, 'null-direct'))}** | "
-                   f"{r3(runs.ratio(c, 'light-direct', c, 'null'))} | "
-                   f"{r3(runs.ratio(c, 'light-direct', c, 'zfs'))} |")
-    out += ["", "The same targets for light-direct (against the null file system mounted the "
-            "same way):", ""]
-    out += target_rows(runs, "light-direct", "null-direct")
-    return out
+    head = ["### Read-write handles direct (`--direct-writes=read-write`)", "",
+            "**null-direct** / **light-direct** = null and light with "
+            "`--direct-writes=read-write`: fio's read-write handles bypass the page cache too, "
+            "so the kernel sends each write from the writer's own memory instead of copying it "
+            "into cached pages first (the table above: the default, where only write-only "
+            "handles do, and fio's go through the cache). Reads through such handles come from "
+            "the daemon uncached, which is why it is not the default."]
+    cols = [mib(runs, "null"), mib(runs, "light"), mib(runs, "null-direct"),
+            mib(runs, "light-direct"),
+            ratio_col(runs, "light-direct", "light", bold=True),
+            ratio_col(runs, "light-direct", "null-direct", bold=True),
+            ratio_col(runs, "light-direct", "null"),
+            ratio_col(runs, "light-direct", "zfs", name="zfs-fuse")]
+    return opt_in_table(runs, cells, totals, "light-direct", head, cols,
+                        "The same targets for light-direct (against the null file system "
+                        "mounted the same way):", "null-direct")
 
 
 def floors(runs, cells, totals):
