@@ -153,7 +153,6 @@ for r in $(seq "$RUNS"); do
   done
 done
 
-med() { tr ' ' '\n' <<<"${1:-}" | grep . | median; }
 {
   echo "# FUSE over io_uring vs classic /dev/fuse on a null file system (issue 20, item 4)"
   echo
@@ -177,8 +176,8 @@ med() { tr ' ' '\n' <<<"${1:-}" | grep . | median; }
   for c in "${CONFIGS[@]}"; do
     IFS=/ read -r bs jobs wb <<<"$c"
     printf '| %s | %s | %s |' "$bs" "$jobs" "$wb"
-    for v in "${VS[@]}"; do printf ' %.1f |' "$(med "${BW[$c/$v]}")"; done
-    for v in "${VS[@]}"; do [[ $v != classic ]] && printf ' %.3f |' "$(med "${RATIO[$c/$v]}")"; done
+    for v in "${VS[@]}"; do printf ' %.1f |' "$(median_of "${BW[$c/$v]}")"; done
+    for v in "${VS[@]}"; do [[ $v != classic ]] && printf ' %.3f |' "$(median_of "${RATIO[$c/$v]}")"; done
     printf ' %s |\n' "$(for v in "${VS[@]}"; do printf '%s/' "${PERWRITE[$c/$v]}"; done | sed 's|/$||')"
   done
   echo

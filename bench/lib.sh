@@ -11,6 +11,8 @@ bench_tree() {
 
 # median: the median of the numbers on stdin, one per line ("nan" when there are none).
 median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+# median_of "N N ...": the median of a space-separated list.
+median_of() { tr ' ' '\n' <<<"${1:-}" | grep . | median; }
 
 # Stolen CPU time so far, in clock ticks summed over all CPUs (8th value of /proc/stat's cpu line):
 # time the hypervisor gave to other guests instead of ours, which slows a run without any cause in it.

@@ -61,7 +61,6 @@ for r in $(seq "$RUNS"); do
   done
 done
 
-med() { tr ' ' '\n' <<<"$1" | grep . | median; }
 # ratios A B: the per-round ratios of two space-separated lists.
 ratios() { paste <(tr ' ' '\n' <<<"$1" | grep .) <(tr ' ' '\n' <<<"$2" | grep .) | awk '{ printf "%.4f ", $1 / $2 }'; }
 {
@@ -74,8 +73,8 @@ ratios() { paste <(tr ' ' '\n' <<<"$1" | grep .) <(tr ' ' '\n' <<<"$2" | grep .)
   echo "|---:|---:|---:|---:|---:|---:|---:|"
   for dup in $DUPS; do
     n=${BW[null,$dup]} f=${BW[fresh,$dup]} s=${BW[steady,$dup]}
-    printf '| %s %% | %.1f | %.1f | %.1f | %.3f | %.3f | %.3f |\n' "$dup" "$(med "$n")" "$(med "$f")" "$(med "$s")" \
-      "$(med "$(ratios "$f" "$n")")" "$(med "$(ratios "$s" "$n")")" "$(med "$(ratios "$s" "$f")")"
+    printf '| %s %% | %.1f | %.1f | %.1f | %.3f | %.3f | %.3f |\n' "$dup" "$(median_of "$n")" "$(median_of "$f")" "$(median_of "$s")" \
+      "$(median_of "$(ratios "$f" "$n")")" "$(median_of "$(ratios "$s" "$n")")" "$(median_of "$(ratios "$s" "$f")")"
   done
   echo
   echo "Every run (MiB/s, in round order):"
