@@ -74,6 +74,14 @@ zfs_fuse_stop() {
 # stdin (group reporting: the first job is the group).
 fio_mibs_of() { python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["jobs"][0][sys.argv[1]]["bw"] / 1024))' "$1"; }
 
+# rotate R ITEMS...: the items rotated left by R-1 (round R's order).
+rotate() {
+  local r=$1
+  shift
+  local a=("$@") n=$# i
+  for ((i = 0; i < n; i++)); do echo "${a[$(((i + r - 1) % n))]}"; done
+}
+
 # machine_line: "N cores (CPU), M GiB RAM, kernel K", for the reports' headers.
 machine_line() {
   echo "$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/^Mem/ {print $2}') GiB RAM, kernel $(uname -r)"

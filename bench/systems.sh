@@ -191,14 +191,6 @@ systems_cleanup() {
   fi
 }
 
-# rotate R ITEMS...: the items rotated left by R-1 (round R's order).
-rotate() {
-  local r=$1
-  shift
-  local a=("$@") n=$# i
-  for ((i = 0; i < n; i++)); do echo "${a[$(((i + r - 1) % n))]}"; done
-}
-
 # fio_mibs DIR BS PER_JOB_MIB JOBS DUP LAYOUT: aggregate MiB/s of one fio run; LAYOUT distinct
 # (a file per job) or shared (one file, job i writing from i x PER_JOB_MIB).
 fio_mibs() {
