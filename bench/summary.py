@@ -118,12 +118,16 @@ for name, title in (("copy", "the quick tree"), ("copy-ktree", "the Linux kernel
         l1, l2, z2 = (med(c["light"]["copy1_s"]), med(c["light"]["copy2_s"]),
                       med(c["zfs"]["copy2_s"]))
         lu, zu = med(c["light"]["used2_mib"]), med(c["zfs"]["used2_mib"])
+        # The null FUSE file system's second copy, when it ran: what FUSE alone costs.
+        n2 = med(c["null"]["copy2_s"]) if "null" in c else None
         # A copy that failed leaves its column empty: no ratio is made of it.
         if None not in (l1, l2, z2) and z2 and l1:
-            copies[name] = (l1, l2, z2)
+            copies[name] = (l1, l2, z2, n2)
         if None not in (l2, z2, lu, zu) and z2 and zu:
+            floor = (f" The null FUSE file system, which stores nothing, takes {n2 / z2:.2f} × "
+                     "zfs-fuse's second-copy time." if n2 else "")
             out += ["", f"light against zfs-fuse dedup=on: second copy {l2 / z2:.2f} × its "
-                    f"time, {lu / zu:.2f} × its space."]
+                    f"time, {lu / zu:.2f} × its space.{floor}"]
     if name == "copy":
         out += ["", "On a tree this small the daemons' fixed memory dominates the per-GiB "
                 "column; the kernel tree below is the one to read."]
@@ -295,9 +299,11 @@ if parts and store_of_null is not None:
         "behind the transport\"): keeping new data costs that much here, and null keeps none.")
 copy = ("- On a copy of many small files, per-file FUSE round trips, not dedup, set the time")
 if "copy-ktree" in copies:
-    l1, l2, z2 = copies["copy-ktree"]
+    l1, l2, z2, n2 = copies["copy-ktree"]
     copy += (f": light's second copy of the kernel tree takes {l2 / z2:.2f} × zfs-fuse "
-             f"dedup=on's (issue 21 asks for 0.25), and {l2 / l1:.2f} × its own first.")
+             f"dedup=on's (issue 21 asks for 0.25), and {l2 / l1:.2f} × its own first")
+    copy += (f"; the null FUSE file system, answering the same requests and storing nothing, "
+             f"takes {n2 / z2:.2f} × (the floor of any FUSE daemon here)." if n2 else ".")
 else:
     copy += "."
 out += ["## Where nodup loses", "",
