@@ -24,10 +24,8 @@ IMG_SIZE=4G
 systems_setup steady fio:fio
 STEADY=$W/steady.img
 
-one_run() { # DUP: MiB/s of one fio run at $MNT
-  fio --name=w --directory="$MNT" --ioengine=sync --rw=write --bs=1m --size="$SIZE" \
-    --end_fsync=1 --fallocate=none --dedupe_percentage="$1" --output-format=json | fio_mibs_of write
-}
+SIZE_MIB=$(($(numfmt --from=iec "${SIZE^^}") >> 20))
+one_run() { fio_mibs "$MNT" 1m "$SIZE_MIB" 1 "$1" distinct; } # DUP: MiB/s of one run at $MNT
 steady_up() {
   "$NODUP" mount "$STEADY" "$MNT" >/dev/null
   rm -rf "${MNT:?}"/*
