@@ -97,6 +97,57 @@ impl BlockMap {
         old
     }
 
+    /// Map `first + i` to `blocks[i]` for every `i`, as [`BlockMap::set`] block by block would,
+    /// pushing every block a mapping replaced onto `released`; one chunk lookup and one dirty
+    /// mark per unit rather than per block (a 1 MiB write maps 256 blocks).
+    pub fn set_run(&mut self, first: u64, blocks: &[BlockNr], released: &mut Vec<BlockNr>) {
+        let mut i = 0;
+        while i < blocks.len() {
+            let fb = first + i as u64;
+            let u = unit_of(fb);
+            let n = ((unit_start(u + 1) - fb) as usize).min(blocks.len() - i);
+            let run = &blocks[i..i + n];
+            i += n;
+            if run.contains(&0) {
+                // Unmapping may drop a chunk or shrink the direct part: the general path.
+                for (k, &b) in run.iter().enumerate() {
+                    let old = self.set(fb + k as u64, b);
+                    if old != 0 {
+                        released.push(old);
+                    }
+                }
+                continue;
+            }
+            let slots: &mut [BlockNr] = if u == 0 {
+                let end = fb as usize + n;
+                if self.direct.len() < end {
+                    self.direct.resize(end, 0);
+                }
+                &mut self.direct[fb as usize..end]
+            } else {
+                let c = self
+                    .chunks
+                    .entry(u - 1)
+                    .or_insert_with(|| Box::new([0; CHUNK as usize]));
+                let s = ((fb - DIRECT) % CHUNK) as usize;
+                &mut c[s..s + n]
+            };
+            let mut changed = false;
+            for (slot, &b) in slots.iter_mut().zip(run) {
+                let old = std::mem::replace(slot, b);
+                if old == 0 {
+                    self.mapped += 1;
+                } else {
+                    released.push(old);
+                }
+                changed |= old != b;
+            }
+            if changed {
+                self.dirty.insert(u);
+            }
+        }
+    }
+
     fn set_inner(&mut self, fb: u64, phys: BlockNr) -> BlockNr {
         let old = if fb < DIRECT {
             let i = fb as usize;
@@ -322,6 +373,31 @@ mod tests {
             let pairs: Vec<(u64, u64)> = m.iter().collect();
             let want: Vec<(u64, u64)> = model.into_iter().collect();
             prop_assert_eq!(pairs, want);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn set_run_is_set_block_by_block(runs in proptest::collection::vec((prop_oneof![0u64..700, 0u64..3000], proptest::collection::vec(prop_oneof![4 => 1u64..50, 1 => Just(0u64)], 0..1100)), 1..12)) {
+            let mut a = BlockMap::default();
+            let mut b = BlockMap::default();
+            for (first, blocks) in runs {
+                let mut ra = Vec::new();
+                a.set_run(first, &blocks, &mut ra);
+                let mut rb = Vec::new();
+                for (i, &p) in blocks.iter().enumerate() {
+                    let old = b.set(first + i as u64, p);
+                    if old != 0 {
+                        rb.push(old);
+                    }
+                }
+                prop_assert_eq!(ra, rb);
+                prop_assert_eq!(a.mapped(), b.mapped());
+                prop_assert_eq!(a.dirty.take(), b.dirty.take());
+                prop_assert_eq!(a.direct.len(), b.direct.len());
+                prop_assert_eq!(a.chunks.len(), b.chunks.len());
+            }
+            prop_assert_eq!(a.iter().collect::<Vec<_>>(), b.iter().collect::<Vec<_>>());
         }
     }
 

@@ -446,12 +446,7 @@ fn apply_inode_inner(n: &mut Inode, rec: &Record) -> Result<Effects> {
                 .map_mut()
                 .ok_or_else(|| corrupt("a write to a non-file"))?;
             let before = map.mapped();
-            for (i, &b) in blocks.iter().enumerate() {
-                let old = map.set(first + i as u64, b);
-                if old != 0 {
-                    eff.released.push(old);
-                }
-            }
+            map.set_run(*first, blocks, &mut eff.released);
             eff.mapped_delta = map.mapped() as i64 - before as i64;
             n.attr.size = *size;
             n.attr.mtime = *mtime;

@@ -97,6 +97,10 @@ pub enum Record {
     },
 }
 
+/// Room reserved in a frame's buffer beyond [`Record::variable_bytes`]: the header and every
+/// fixed-size field of the largest record (a creation's attributes) fit in it.
+const FRAME_FIXED: usize = 160;
+
 fn enc_ts(e: &mut Enc, t: Ts) {
     e.i64(t.sec);
     e.u32(t.nsec);
@@ -126,9 +130,29 @@ impl Record {
         }
     }
 
+    /// Bytes of the encoding that grow with the record (names, values, block lists), so a
+    /// frame is encoded into one allocation: a 1 MiB write's 2 KiB block list grew its buffer
+    /// six times (2 % of a serving thread's time at 1 MiB, 75 % duplicates).
+    fn variable_bytes(&self) -> usize {
+        match self {
+            Record::Create { name, target, .. } => name.len() + target.len(),
+            Record::Link { name, .. }
+            | Record::Unlink { name, .. }
+            | Record::Rmdir { name, .. } => name.len(),
+            Record::Rename { name, newname, .. } => name.len() + newname.len(),
+            Record::Write { blocks, .. } => 8 * blocks.len(),
+            Record::SetXattr { name, value, .. } => name.len() + value.len(),
+            Record::RemoveXattr { name, .. } => name.len(),
+            Record::SetAttr { .. }
+            | Record::Truncate { .. }
+            | Record::Punch { .. }
+            | Record::Remap { .. } => 0,
+        }
+    }
+
     /// Encode as a complete frame with sequence number `seq`.
     pub fn frame(&self, seq: u64) -> Vec<u8> {
-        let mut e = Enc::with_capacity(64);
+        let mut e = Enc::with_capacity(FRAME_FIXED + self.variable_bytes());
         e.u32(0);
         e.u32(0);
         e.u64(seq);
@@ -539,6 +563,29 @@ mod tests {
         assert_eq!(used, end);
         // Wrong starting sequence: nothing is accepted.
         assert!(parse_all(&payload, 99).0.is_empty());
+    }
+
+    #[test]
+    fn frames_fit_their_reservation() {
+        let mut all = samples();
+        all.push(Record::Write {
+            ino: 9,
+            first: 1 << 40,
+            blocks: (1..=256).collect(),
+            size: u64::MAX,
+            mtime: Ts {
+                sec: -1,
+                nsec: 999_999_999,
+            },
+        });
+        for r in all {
+            let f = r.frame(u64::MAX);
+            assert!(
+                f.len() <= FRAME_FIXED + r.variable_bytes(),
+                "{r:?}: {} bytes",
+                f.len()
+            );
+        }
     }
 
     #[test]
