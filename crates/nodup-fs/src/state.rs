@@ -5,6 +5,7 @@
 
 use crate::acl::{self, ACL_ACCESS, ACL_DEFAULT};
 use crate::error::{FsError, Result};
+use crate::fs::MAX_FILE_SIZE;
 use crate::inode::{Inode, Kind, ROOT_INO};
 use crate::log::record::Record;
 use crate::persist::Persist;
@@ -53,6 +54,8 @@ impl Effects {
         self.mapped_delta += o.mapped_delta;
     }
 }
+
+const BS: u64 = nodup_core::BLOCK_SIZE as u64;
 
 fn corrupt(what: &str) -> FsError {
     FsError::Corrupt(format!("log record refers to {what}"))
@@ -442,6 +445,12 @@ fn apply_inode_inner(n: &mut Inode, rec: &Record) -> Result<Effects> {
             mtime,
             ..
         } => {
+            // Checked before anything changes: a record read back from the medium may claim
+            // any range, and the map must not grow units past the largest file.
+            first
+                .checked_add(blocks.len() as u64)
+                .filter(|&end| end <= MAX_FILE_SIZE / BS)
+                .ok_or_else(|| corrupt("a write past the largest file size"))?;
             let map = n
                 .map_mut()
                 .ok_or_else(|| corrupt("a write to a non-file"))?;
@@ -524,4 +533,53 @@ fn apply_inode_inner(n: &mut Inode, rec: &Record) -> Result<Effects> {
         _ => return Err(corrupt("a namespace record applied to one inode")),
     }
     Ok(eff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inode::{Attr, Kind, Ts};
+
+    fn file() -> Inode {
+        let now = Ts { sec: 1, nsec: 0 };
+        let attr = Attr {
+            kind: Kind::File,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+            size: 0,
+            rdev: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+        };
+        Inode::new(7, attr, 1, b"")
+    }
+
+    fn write(first: u64, blocks: Vec<BlockNr>) -> Record {
+        Record::Write {
+            ino: 7,
+            first,
+            blocks,
+            size: 0,
+            mtime: Ts { sec: 2, nsec: 0 },
+        }
+    }
+
+    #[test]
+    fn a_write_past_the_largest_file_is_corrupt_and_changes_nothing() {
+        let last = MAX_FILE_SIZE / BS;
+        let mut n = file();
+        apply_inode_inner(&mut n, &write(last - 2, vec![5, 6])).unwrap();
+        for (first, blocks) in [
+            (last - 1, vec![8, 9]),
+            (u64::MAX - 1, vec![8, 9]),
+            (u64::MAX, vec![8]),
+        ] {
+            let before = n.clone();
+            assert!(apply_inode_inner(&mut n, &write(first, blocks)).is_err());
+            assert_eq!(n, before);
+        }
+    }
 }
