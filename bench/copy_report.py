@@ -131,7 +131,9 @@ for a in (a1, a2):
     a.set_xticks(list(xs))
     a.set_xticklabels([LABEL[s] for s in systems], rotation=50, ha="right", fontsize=8)
     a.grid(axis="y", alpha=0.3)
-    a.legend(fontsize=8)
+    # Headroom above the tallest bar, so the legend never hides one.
+    a.set_ylim(0, a.get_ylim()[1] * 1.3)
+    a.legend(fontsize=8, loc="upper left")
 fig.suptitle(f"cp -a of {what.split(',')[0]} twice")
 fig.tight_layout()
 fig.savefig(f"{outdir}/copy/{name}.png", dpi=110)
