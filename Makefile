@@ -2,6 +2,8 @@
 # Both install what they need on a fresh Debian machine (you are root there).
 
 CARGO ?= cargo
+# Where cargo puts what it builds.
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 SHELL := /bin/bash
 
 .PHONY: all build release deps test lint unit examples demo torture bench bench-full clean trace-check fs-pjdfstest fs-fsx install install-check
@@ -30,10 +32,14 @@ lint:
 unit:
 	$(CARGO) test --workspace --release
 
-# The library's embedded uses, run as a user would (each checks its own results).
+# The library's embedded uses, run as a user would (each checks its own results). Built for
+# the whole workspace, as `unit` built them (with the dev-dependencies' features), so after
+# `unit` nothing recompiles; `cargo run -p` resolved features per package and rebuilt the
+# libraries twice (95 s of a CI run).
 examples:
-	$(CARGO) run --release -q -p nodup-core --example block_store
-	$(CARGO) run --release -q -p nodup-fs --example embedded_fs
+	$(CARGO) build --release -q --workspace --examples
+	$(TARGET_DIR)/release/examples/block_store
+	$(TARGET_DIR)/release/examples/embedded_fs
 
 test: deps lint unit examples trace-check fs-pjdfstest fs-fsx install-check torture-quick
 	@echo "make test: all suites passed"
