@@ -162,6 +162,23 @@ impl Attr {
             ctime: Ts::dec(d)?,
         })
     }
+
+    /// A regular file's attributes for tests: mode 0644, one link, empty, every time `now`.
+    #[cfg(test)]
+    pub(crate) fn test_file(uid: u32, gid: u32, now: Ts) -> Attr {
+        Attr {
+            kind: Kind::File,
+            perm: 0o644,
+            uid,
+            gid,
+            nlink: 1,
+            size: 0,
+            rdev: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+        }
+    }
 }
 
 /// Kind-specific content of an inode.

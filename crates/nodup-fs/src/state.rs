@@ -538,23 +538,10 @@ fn apply_inode_inner(n: &mut Inode, rec: &Record) -> Result<Effects> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inode::{Attr, Kind, Ts};
+    use crate::inode::{Attr, Ts};
 
     fn file() -> Inode {
-        let now = Ts { sec: 1, nsec: 0 };
-        let attr = Attr {
-            kind: Kind::File,
-            perm: 0o644,
-            uid: 0,
-            gid: 0,
-            nlink: 1,
-            size: 0,
-            rdev: 0,
-            atime: now,
-            mtime: now,
-            ctime: now,
-        };
-        Inode::new(7, attr, 1, b"")
+        Inode::new(7, Attr::test_file(0, 0, Ts { sec: 1, nsec: 0 }), 1, b"")
     }
 
     fn write(first: u64, blocks: Vec<BlockNr>) -> Record {

@@ -449,22 +449,10 @@ pub fn parse_all(payload: &[u8], first_seq: u64) -> (Vec<Record>, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inode::Kind;
 
     fn samples() -> Vec<Record> {
         let now = Ts { sec: 5, nsec: 6 };
-        let attr = Attr {
-            kind: Kind::File,
-            perm: 0o644,
-            uid: 1,
-            gid: 2,
-            nlink: 1,
-            size: 0,
-            rdev: 0,
-            atime: now,
-            mtime: now,
-            ctime: now,
-        };
+        let attr = Attr::test_file(1, 2, now);
         vec![
             Record::Create {
                 parent: 1,
