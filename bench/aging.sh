@@ -5,7 +5,8 @@
 # of the file is gone, then new unique blocks written into them), plus DRAM index memory.
 # Output: docs/results/aging.md (Table 4 form + acceptance) and docs/results/aging.json.
 #
-# Usage: bench/aging.sh                (SIZE=1GiB by default; QUICK=1 for a smoke run)
+# Usage: bench/aging.sh                (SIZE=1GiB by default; QUICK=1 for a smoke run; NODUP=binary
+#   skips the build)
 set -euo pipefail
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
@@ -16,8 +17,10 @@ OUT=${OUT:-docs/results/aging.md}
 JSON=${OUT%.md}.json
 mkdir -p "$(dirname "$OUT")"
 
-cargo build --release -q -p nodup-cli
-NODUP=${CARGO_TARGET_DIR:-$PWD/target}/release/nodup
+if [[ -z ${NODUP:-} ]]; then
+  cargo build --release -q -p nodup-cli
+  NODUP=${CARGO_TARGET_DIR:-$PWD/target}/release/nodup
+fi
 
 tables=$(mktemp)
 trap 'rm -f "$tables"' EXIT

@@ -10,7 +10,8 @@
 #   5. `nodup sim report` writes docs/results/sim/schemes.md and the PNG figures; this script
 #      writes docs/results/sim/speed.md.
 # Usage: bench/sim.sh        (TYPICAL_LINES=10000000 BIG_LINES=100000000 SPEED_LINES=20000000 RUNS=3;
-#                             QUICK=1 shrinks everything for a smoke test; KEEP=1 keeps the traces in WORK)
+#                             QUICK=1 shrinks everything for a smoke test; KEEP=1 keeps the traces in WORK;
+#                             NODUP=binary skips the build)
 set -euo pipefail
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
@@ -24,7 +25,8 @@ if [[ $QUICK == 1 ]]; then TYPICAL_LINES=500000 BIG_LINES=2000000 SPEED_LINES=10
 OUT=${OUT:-docs/results/sim}
 WORK=${WORK:-/tmp/nodup-sim-bench}
 RES=$WORK/results
-NODUP=$PWD/target/release/nodup
+NODUP_GIVEN=${NODUP:+1}
+NODUP=${NODUP:-${CARGO_TARGET_DIR:-$PWD/target}/release/nodup}
 SHARED=/work/tools/cpu-shared
 EXCL=/work/tools/cpu-exclusive
 [[ -x $SHARED ]] || SHARED=""
@@ -43,7 +45,7 @@ need python3 python3
 [[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]] ||
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-dejavu-core >/dev/null
 
-$SHARED cargo build --release -q -p nodup-cli
+[[ -n $NODUP_GIVEN ]] || $SHARED cargo build --release -q -p nodup-cli
 rm -rf "$WORK"
 mkdir -p "$WORK/in" "$RES" "$OUT"
 [[ ${KEEP:-0} == 1 ]] || trap 'rm -rf "$WORK"' EXIT

@@ -23,6 +23,11 @@
 #              at smoke sizes into docs/results/quick/ and leaves the acceptance tables alone;
 #              `make bench-full` runs them at their own sizes into docs/results/.
 #
+# Every experiment runs the same binaries: nodup, nodup-fuseref and nodup-uring-null are built
+# once at the start and copied aside, so a build of the tree during the run (an edit, another
+# session's cargo) cannot change what the later experiments measure; NODUP, FUSEREF and
+# URING_NULL given from outside are used as they are.
+#
 # Usage: bench/suite.sh [EXPERIMENT...]   (FULL=1 for the paper-scale sizes)
 set -euo pipefail
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
@@ -33,6 +38,20 @@ quick=1
 exps=("$@")
 all=(sweep copy trace prefetch metadata recovery memory readpath smart selective sim freewrite)
 [[ ${#exps[@]} -eq 0 ]] && exps=("${all[@]}")
+frozen=$(mktemp -d /tmp/nodup-bench-bin.XXXXXX)
+trap 'rm -rf "$frozen"' EXIT
+if [[ -z ${NODUP:-} || -z ${FUSEREF:-} || -z ${URING_NULL:-} ]]; then
+  bash scripts/deps.sh >/dev/null
+  cargo build --release -q -p nodup-cli -p nodup-fuseref -p nodup-uring-null
+fi
+for b in NODUP:nodup FUSEREF:nodup-fuseref URING_NULL:nodup-uring-null; do
+  var=${b%%:*}
+  if [[ -z ${!var:-} ]]; then
+    cp "${CARGO_TARGET_DIR:-$PWD/target}/release/${b#*:}" "$frozen/"
+    export "$var=$frozen/${b#*:}"
+  fi
+done
+echo "bench: binaries $NODUP ($("$NODUP" --version)), $FUSEREF, $URING_NULL"
 # Where the other papers' scripts write in a quick run (see above).
 Q=docs/results/quick
 summary=()
