@@ -87,5 +87,5 @@ for e in "${exps[@]}"; do
   summary+=("$e: $(($(date +%s) - t0)) s")
 done
 # The side-by-side summary, from whatever the experiments have written so far.
-python3 bench/summary.py docs/results
+python3 bench/summary.py docs/results "$("$NODUP" --version | sed -n 's/.*(commit \([^)]*\)).*/\1/p')"
 echo "bench ($([[ $quick == 1 ]] && echo quick || echo full)): ${summary[*]}; summary in docs/results/README.md"

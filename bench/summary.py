@@ -13,8 +13,10 @@ import sys
 from collections import defaultdict
 
 out_dir = sys.argv[1]
-tree = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                      text=True).stdout.strip() or "unknown"
+# The tree the suite's binaries were built from when the suite passes it (the checkout may have
+# moved on during the run), else the checkout's.
+tree = (sys.argv[2] if len(sys.argv) > 2 else "") or subprocess.run(
+    ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
 NODUP = ["none", "light", "strong", "weak-verify", "smart", "selective"]
 PEERS = ["zfs-off", "zfs", "zfs-4k", "ext4", "btrfs", "bindfs", "pass"]
 DEDUP_PEERS = ["zfs", "zfs-4k"]
