@@ -131,7 +131,7 @@ ensure_nodup() {
   if [[ -z ${NODUP:-} ]]; then
     bash scripts/deps.sh
     cargo build --release -q -p nodup-cli
-    NODUP=$PWD/target/release/nodup
+    NODUP=${CARGO_TARGET_DIR:-$PWD/target}/release/nodup
   fi
 }
 
