@@ -2,7 +2,7 @@
 # How the capture interval moves the results (issue 18): capture the same program (python
 # building and round-tripping JSON records, as bench/sim.sh does) at several sampling intervals,
 # then `nodup sim stats` and `nodup sim run` on each trace. Writes docs/results/sim/interval.md.
-# Usage: bench/sim-interval.sh   (INTERVALS="2 5 10 20 50" ITEMS=30000)
+# Usage: bench/sim-interval.sh   (INTERVALS="2 5 10 20 50" ITEMS=30000; NODUP=binary skips the build)
 set -euo pipefail
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
@@ -12,8 +12,10 @@ OUT=docs/results/sim/interval.md
 SHARED=/work/tools/cpu-shared
 [[ -x $SHARED ]] || SHARED=""
 command -v python3 >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null
-$SHARED cargo build --release -q -p nodup-cli
-NODUP=$PWD/target/release/nodup
+if [[ -z ${NODUP:-} ]]; then
+  $SHARED cargo build --release -q -p nodup-cli
+  NODUP=${CARGO_TARGET_DIR:-$PWD/target}/release/nodup
+fi
 W=$(mktemp -d /tmp/nodup-sim-interval.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 cat >"$W/script.py" <<PY

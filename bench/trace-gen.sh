@@ -7,7 +7,8 @@
 #     configurations interleaved within each round so drift hits them alike.
 # Output: a markdown report on stdout and in docs/results/trace.md (+ CDF plot PNGs).
 # Usage: bench/trace-gen.sh   (SIZE=2G RUNS=3 MODES=batch by default; e.g. SIZE=256M MODES="batch block"
-#        OUT=docs/results/trace-block.md adds block replay, one 4 KiB call per block, on a smaller trace)
+#        OUT=docs/results/trace-block.md adds block replay, one 4 KiB call per block, on a smaller trace;
+#        NODUP=binary skips the build)
 set -euo pipefail
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
@@ -18,10 +19,11 @@ OUT=${OUT:-docs/results/trace.md}
 # The shared samples beside the repository (a clean clone with ../shared next to it).
 SAMPLES=${FIU_DIR:-$PWD/../shared/data/fiu}
 [[ -n ${FIU_DIR:-} || -d $SAMPLES ]] || SAMPLES=/work/shared/data/fiu
-NODUP=$PWD/target/release/nodup
+NODUP_GIVEN=${NODUP:+1}
+NODUP=${NODUP:-${CARGO_TARGET_DIR:-$PWD/target}/release/nodup}
 WORK=/dev/shm/nodup-trace-gen
 MNT=/tmp/nodup-trace-gen-mnt
-cargo build --release -q -p nodup-cli
+[[ -n $NODUP_GIVEN ]] || cargo build --release -q -p nodup-cli
 
 cleanup() {
   if mountpoint -q "$MNT"; then "$NODUP" umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" || true; fi

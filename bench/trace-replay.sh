@@ -5,6 +5,7 @@
 # trace writes) and that no read failed verification. Also cross-checks the mount's dedup
 # counters against `nodup trace stats`.
 # Output: a markdown report on stdout and in docs/results/trace-replay.md.
+# NODUP=binary skips the build.
 set -euo pipefail
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
@@ -12,11 +13,12 @@ OUT=${OUT:-docs/results/trace-replay.md}
 # The shared samples beside the repository (a clean clone with ../shared next to it).
 SAMPLES=${FIU_DIR:-$PWD/../shared/data/fiu}
 [[ -n ${FIU_DIR:-} || -d $SAMPLES ]] || SAMPLES=/work/shared/data/fiu
-NODUP=$PWD/target/release/nodup
+NODUP_GIVEN=${NODUP:+1}
+NODUP=${NODUP:-${CARGO_TARGET_DIR:-$PWD/target}/release/nodup}
 WORK=/dev/shm/nodup-trace-replay
 DISK=/var/tmp/nodup-trace-replay
 MNT=/tmp/nodup-trace-replay-mnt
-cargo build --release -q -p nodup-cli
+[[ -n $NODUP_GIVEN ]] || cargo build --release -q -p nodup-cli
 
 cleanup() {
   if mountpoint -q "$MNT"; then "$NODUP" umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" || true; fi
