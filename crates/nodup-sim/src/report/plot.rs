@@ -178,6 +178,9 @@ where
     let mut chart = ChartBuilder::on(area)
         .caption(&p.title, ("sans-serif", 17))
         .margin(10)
+        // Room for half of the last x tick label ("10000" on a log axis), which is centred
+        // on the plot's right edge.
+        .margin_right(28)
         .x_label_area_size(38)
         .y_label_area_size(58)
         .build_cartesian_2d(x, y)
