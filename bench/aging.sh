@@ -17,10 +17,7 @@ OUT=${OUT:-docs/results/aging.md}
 JSON=${OUT%.md}.json
 mkdir -p "$(dirname "$OUT")"
 
-if [[ -z ${NODUP:-} ]]; then
-  cargo build --release -q -p nodup-cli
-  NODUP=${CARGO_TARGET_DIR:-$PWD/target}/release/nodup
-fi
+ensure_nodup
 
 tables=$(mktemp)
 trap 'rm -f "$tables"' EXIT

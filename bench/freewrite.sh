@@ -34,12 +34,8 @@ MNT=${MNT:-/tmp/nodup-freewrite-mnt}
 VALUES=(128 256 512 1024)
 KEYS=(uniform clustered mixed)
 CAPS=(0.125 0.25 0.5 0.75 0.96)
-if [[ -z ${NODUP:-} && ${1:-} != report ]]; then
-  bash scripts/deps.sh >/dev/null
-  cargo build --release -q -p nodup-cli
-  NODUP=${CARGO_TARGET_DIR:-$PWD/target}/release/nodup
-fi
 source bench/lib.sh
+[[ ${1:-} == report ]] || ensure_nodup >/dev/null
 
 workdir() { if [[ $1 == pmem ]]; then echo /dev/shm/nodup-freewrite; else echo /var/tmp/nodup-freewrite; fi; }
 cleanup() {

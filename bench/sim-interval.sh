@@ -12,10 +12,8 @@ OUT=docs/results/sim/interval.md
 SHARED=/work/tools/cpu-shared
 [[ -x $SHARED ]] || SHARED=""
 command -v python3 >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null
-if [[ -z ${NODUP:-} ]]; then
-  $SHARED cargo build --release -q -p nodup-cli
-  NODUP=${CARGO_TARGET_DIR:-$PWD/target}/release/nodup
-fi
+source bench/lib.sh
+ensure_nodup
 W=$(mktemp -d /tmp/nodup-sim-interval.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 cat >"$W/script.py" <<PY

@@ -25,8 +25,6 @@ if [[ $QUICK == 1 ]]; then TYPICAL_LINES=500000 BIG_LINES=2000000 SPEED_LINES=10
 OUT=${OUT:-docs/results/sim}
 WORK=${WORK:-/tmp/nodup-sim-bench}
 RES=$WORK/results
-NODUP_GIVEN=${NODUP:+1}
-NODUP=${NODUP:-${CARGO_TARGET_DIR:-$PWD/target}/release/nodup}
 SHARED=/work/tools/cpu-shared
 EXCL=/work/tools/cpu-exclusive
 [[ -x $SHARED ]] || SHARED=""
@@ -45,7 +43,7 @@ need python3 python3
 [[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]] ||
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-dejavu-core >/dev/null
 
-[[ -n $NODUP_GIVEN ]] || $SHARED cargo build --release -q -p nodup-cli
+ensure_nodup
 rm -rf "$WORK"
 mkdir -p "$WORK/in" "$RES" "$OUT"
 [[ ${KEEP:-0} == 1 ]] || trap 'rm -rf "$WORK"' EXIT

@@ -19,11 +19,10 @@ OUT=${OUT:-docs/results/trace.md}
 # The shared samples beside the repository (a clean clone with ../shared next to it).
 SAMPLES=${FIU_DIR:-$PWD/../shared/data/fiu}
 [[ -n ${FIU_DIR:-} || -d $SAMPLES ]] || SAMPLES=/work/shared/data/fiu
-NODUP_GIVEN=${NODUP:+1}
-NODUP=${NODUP:-${CARGO_TARGET_DIR:-$PWD/target}/release/nodup}
 WORK=/dev/shm/nodup-trace-gen
 MNT=/tmp/nodup-trace-gen-mnt
-[[ -n $NODUP_GIVEN ]] || cargo build --release -q -p nodup-cli
+source bench/lib.sh
+ensure_nodup
 
 cleanup() {
   if mountpoint -q "$MNT"; then "$NODUP" umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" || true; fi
@@ -36,7 +35,6 @@ mkdir -p "$WORK" "$MNT" docs/results
 field() { python3 -c 'import json,sys; v=json.load(sys.stdin)
 for k in sys.argv[1].split("."): v=v[k]
 print(v)' "$1"; }
-source bench/lib.sh
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a/b }'; }
 
 "$NODUP" trace gen --size "$SIZE" --dup-ratio 0.75 --run-length geom:256 --seed 42 -o "$WORK/gen.fiu" 2>/dev/null

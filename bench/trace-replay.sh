@@ -13,12 +13,11 @@ OUT=${OUT:-docs/results/trace-replay.md}
 # The shared samples beside the repository (a clean clone with ../shared next to it).
 SAMPLES=${FIU_DIR:-$PWD/../shared/data/fiu}
 [[ -n ${FIU_DIR:-} || -d $SAMPLES ]] || SAMPLES=/work/shared/data/fiu
-NODUP_GIVEN=${NODUP:+1}
-NODUP=${NODUP:-${CARGO_TARGET_DIR:-$PWD/target}/release/nodup}
 WORK=/dev/shm/nodup-trace-replay
 DISK=/var/tmp/nodup-trace-replay
 MNT=/tmp/nodup-trace-replay-mnt
-[[ -n $NODUP_GIVEN ]] || cargo build --release -q -p nodup-cli
+source bench/lib.sh
+ensure_nodup
 
 cleanup() {
   if mountpoint -q "$MNT"; then "$NODUP" umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" || true; fi
