@@ -27,6 +27,8 @@ use std::time::Instant;
 const BS: u64 = BLOCK_SIZE as u64;
 /// Largest file size accepted (EFBIG beyond).
 pub const MAX_FILE_SIZE: u64 = 1 << 50;
+/// File blocks below [`MAX_FILE_SIZE`]: no file maps a block at or past it.
+pub const MAX_FILE_BLOCKS: u64 = MAX_FILE_SIZE / BS;
 /// Longest name in a directory.
 pub const NAME_MAX: usize = 255;
 /// Most hard links to one inode.

@@ -5,7 +5,7 @@
 
 use crate::acl::{self, ACL_ACCESS, ACL_DEFAULT};
 use crate::error::{FsError, Result};
-use crate::fs::MAX_FILE_SIZE;
+use crate::fs::MAX_FILE_BLOCKS;
 use crate::inode::{Inode, Kind, ROOT_INO};
 use crate::log::record::Record;
 use crate::persist::Persist;
@@ -54,8 +54,6 @@ impl Effects {
         self.mapped_delta += o.mapped_delta;
     }
 }
-
-const BS: u64 = nodup_core::BLOCK_SIZE as u64;
 
 fn corrupt(what: &str) -> FsError {
     FsError::Corrupt(format!("log record refers to {what}"))
@@ -449,7 +447,7 @@ fn apply_inode_inner(n: &mut Inode, rec: &Record) -> Result<Effects> {
             // any range, and the map must not grow units past the largest file.
             first
                 .checked_add(blocks.len() as u64)
-                .filter(|&end| end <= MAX_FILE_SIZE / BS)
+                .filter(|&end| end <= MAX_FILE_BLOCKS)
                 .ok_or_else(|| corrupt("a write past the largest file size"))?;
             let map = n
                 .map_mut()
@@ -556,7 +554,7 @@ mod tests {
 
     #[test]
     fn a_write_past_the_largest_file_is_corrupt_and_changes_nothing() {
-        let last = MAX_FILE_SIZE / BS;
+        let last = MAX_FILE_BLOCKS;
         let mut n = file();
         apply_inode_inner(&mut n, &write(last - 2, vec![5, 6])).unwrap();
         for (first, blocks) in [

@@ -290,7 +290,7 @@ pub enum HeadBody {
 
 /// Units a file can have (its largest file block is below `MAX_FILE_SIZE`).
 fn max_map_unit() -> u64 {
-    crate::blockmap::unit_of(crate::fs::MAX_FILE_SIZE / nodup_core::BLOCK_SIZE as u64)
+    crate::blockmap::unit_of(crate::fs::MAX_FILE_BLOCKS)
 }
 
 /// Decode a head body.
