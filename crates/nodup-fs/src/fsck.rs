@@ -257,7 +257,7 @@ fn refcount_problems(fs: &FileSystem) -> Vec<String> {
     out
 }
 
-fn check_tables(
+pub(crate) fn check_tables(
     t: &Tables,
     total_blocks: u64,
     area: u64,

@@ -5,7 +5,8 @@
 use crate::acl::{Acl, ACL_DEFAULT};
 use crate::error::{errno, FsError, Result};
 use crate::fs::{name_ok, rename_flags, Caller, FileSystem, LINK_MAX, NAME_MAX};
-use crate::inode::{Attr, Kind, Ts, ROOT_INO};
+use crate::inode::{Attr, Kind, Ts};
+use crate::log::check::moves_below_itself;
 use crate::log::record::Record;
 use crate::state::{Effects, InodeRef, Tables};
 
@@ -234,19 +235,16 @@ impl FileSystem {
                     _ => {}
                 }
             }
+            // A directory cannot move below itself.
             if src_dir {
-                // A directory cannot move below itself.
-                let mut cur = newparent;
-                loop {
-                    if cur == src {
-                        return errno(libc::EINVAL);
+                match moves_below_itself(t, src, newparent) {
+                    Some(false) => {}
+                    Some(true) => return errno(libc::EINVAL),
+                    None => {
+                        return Err(FsError::Corrupt(format!(
+                            "directory {newparent}: its parent chain does not reach the root"
+                        )))
                     }
-                    if cur == ROOT_INO {
-                        break;
-                    }
-                    let c = t.get(cur).ok_or(FsError::Errno(libc::ENOENT))?;
-                    let p = c.read().dir().map_or(ROOT_INO, |d| d.parent);
-                    cur = p;
                 }
             }
             let rec = Record::Rename {

@@ -4,9 +4,9 @@
 //! reproduces exactly the state that was live when the records were appended.
 
 use crate::acl::{self, ACL_ACCESS, ACL_DEFAULT};
-use crate::error::{FsError, Result};
-use crate::fs::MAX_FILE_BLOCKS;
+use crate::error::Result;
 use crate::inode::{Inode, Kind, ROOT_INO};
+use crate::log::check::{self, corrupt};
 use crate::log::record::Record;
 use crate::persist::Persist;
 use nodup_core::BlockNr;
@@ -53,10 +53,6 @@ impl Effects {
         self.released.extend(o.released);
         self.mapped_delta += o.mapped_delta;
     }
-}
-
-fn corrupt(what: &str) -> FsError {
-    FsError::Corrupt(format!("log record refers to {what}"))
 }
 
 impl Tables {
@@ -106,8 +102,10 @@ impl Tables {
         Ok(eff)
     }
 
-    /// Apply one record (any kind).
+    /// Apply one record (any kind); one that does not fit the table (see [`check`]) is refused
+    /// as corrupt before anything changes.
     pub fn apply(&mut self, rec: &Record) -> Result<Effects> {
+        check::namespace(self, rec)?;
         match rec {
             Record::Create {
                 parent,
@@ -119,9 +117,6 @@ impl Tables {
                 let p = self.need(*parent)?;
                 let mut pn = p.write();
                 let is_dir = attr.kind == Kind::Dir;
-                if pn.dir().is_none() {
-                    return Err(corrupt("a non-directory parent"));
-                }
                 let inherit = pn
                     .xattrs
                     .get(ACL_DEFAULT)
@@ -152,9 +147,6 @@ impl Tables {
             } => {
                 let node = self.need(*ino)?;
                 let p = self.need(*parent)?;
-                if p.read().dir().is_none() {
-                    return Err(corrupt("a non-directory parent"));
-                }
                 changing(&self.persist, &mut node.write(), |n| {
                     n.attr.nlink += 1;
                     n.attr.ctime = *now;
@@ -172,9 +164,6 @@ impl Tables {
                 let p = self.need(*parent)?;
                 let ino = {
                     let mut pn = p.write();
-                    if pn.dir().and_then(|d| d.get(name)).is_none() {
-                        return Err(corrupt("a missing entry"));
-                    }
                     let rmdir = matches!(rec, Record::Rmdir { .. });
                     changing(&self.persist, &mut pn, |pn| {
                         let ino = pn.dir_mut().and_then(|d| d.remove(name));
@@ -209,9 +198,6 @@ impl Tables {
                     return Ok(eff);
                 }
                 let src_is_dir = self.need(src)?.read().attr.kind == Kind::Dir;
-                if np.read().dir().is_none() {
-                    return Err(corrupt("a non-directory rename target"));
-                }
                 let ps = &self.persist;
                 if let Some(t) = old {
                     let t_is_dir = self.need(t)?.read().attr.kind == Kind::Dir;
@@ -408,6 +394,7 @@ pub fn apply_inode(n: &mut Inode, rec: &Record, p: &Persist) -> Result<Effects> 
 }
 
 fn apply_inode_inner(n: &mut Inode, rec: &Record) -> Result<Effects> {
+    check::inode(n, rec)?;
     let mut eff = Effects::default();
     match rec {
         Record::SetAttr {
@@ -443,12 +430,6 @@ fn apply_inode_inner(n: &mut Inode, rec: &Record) -> Result<Effects> {
             mtime,
             ..
         } => {
-            // Checked before anything changes: a record read back from the medium may claim
-            // any range, and the map must not grow units past the largest file.
-            first
-                .checked_add(blocks.len() as u64)
-                .filter(|&end| end <= MAX_FILE_BLOCKS)
-                .ok_or_else(|| corrupt("a write past the largest file size"))?;
             let map = n
                 .map_mut()
                 .ok_or_else(|| corrupt("a write to a non-file"))?;
@@ -465,9 +446,6 @@ fn apply_inode_inner(n: &mut Inode, rec: &Record) -> Result<Effects> {
             let map = n
                 .map_mut()
                 .ok_or_else(|| corrupt("a remap of a non-file"))?;
-            if map.get(*index) != *from || *to == 0 {
-                return Err(corrupt("a remap of a block the file does not hold"));
-            }
             map.set(*index, *to);
             eff.released.push(*from);
         }
@@ -536,18 +514,20 @@ fn apply_inode_inner(n: &mut Inode, rec: &Record) -> Result<Effects> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::MAX_FILE_BLOCKS;
     use crate::inode::{Attr, Ts};
 
     fn file() -> Inode {
         Inode::new(7, Attr::test_file(0, 0, Ts { sec: 1, nsec: 0 }), 1, b"")
     }
 
+    /// A write leaving the file at the largest size (so only its range can be wrong).
     fn write(first: u64, blocks: Vec<BlockNr>) -> Record {
         Record::Write {
             ino: 7,
             first,
             blocks,
-            size: 0,
+            size: crate::fs::MAX_FILE_SIZE,
             mtime: Ts { sec: 2, nsec: 0 },
         }
     }
