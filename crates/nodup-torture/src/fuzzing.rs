@@ -221,7 +221,8 @@ pub fn fs_image(script: &[u8]) {
     let _ = fs.shutdown();
 }
 
-fn walk(fs: &FileSystem, dir: u64, depth: usize) {
+/// Read every file and symlink under `dir` (to depth 8).
+pub(crate) fn walk(fs: &FileSystem, dir: u64, depth: usize) {
     if depth > 8 {
         return;
     }
@@ -423,12 +424,13 @@ pub fn reseal_engine_superblock(img: &mut [u8]) {
 }
 
 /// The fuzz targets by name.
-pub const TARGETS: [&str; 5] = [
+pub const TARGETS: [&str; 6] = [
     "engine_image",
     "fs_image",
     "trace_parse",
     "smart_image",
     "crypt_image",
+    "log_records",
 ];
 
 /// The body of target `name`.
@@ -439,6 +441,7 @@ pub fn body(name: &str) -> Option<fn(&[u8])> {
         "trace_parse" => Some(trace_parse),
         "smart_image" => Some(smart_image),
         "crypt_image" => Some(crypt_image),
+        "log_records" => Some(crate::forged_log::log_records),
         _ => None,
     }
 }

@@ -64,6 +64,11 @@ fn fuzz_crypt_image() {
 }
 
 #[test]
+fn fuzz_log_records() {
+    run("log_records", 2000);
+}
+
+#[test]
 fn fuzz_trace_parse() {
     run("trace_parse", 20000);
 }
