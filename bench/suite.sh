@@ -38,7 +38,10 @@ quick=1
 exps=("$@")
 all=(sweep copy trace prefetch metadata recovery memory readpath smart selective sim freewrite)
 [[ ${#exps[@]} -eq 0 ]] && exps=("${all[@]}")
-frozen=$(mktemp -d /tmp/nodup-bench-bin.XXXXXX)
+# The frozen copies sit beside cargo's own binaries (a /tmp mounted noexec could not run them).
+tgt=${CARGO_TARGET_DIR:-$PWD/target}
+mkdir -p "$tgt"
+frozen=$(mktemp -d "$tgt/bench-bin.XXXXXX")
 trap 'rm -rf "$frozen"' EXIT
 if [[ -z ${NODUP:-} || -z ${FUSEREF:-} || -z ${URING_NULL:-} ]]; then
   bash scripts/deps.sh >/dev/null
@@ -47,7 +50,7 @@ fi
 for b in NODUP:nodup FUSEREF:nodup-fuseref URING_NULL:nodup-uring-null; do
   var=${b%%:*}
   if [[ -z ${!var:-} ]]; then
-    cp "${CARGO_TARGET_DIR:-$PWD/target}/release/${b#*:}" "$frozen/"
+    cp "$tgt/release/${b#*:}" "$frozen/"
     export "$var=$frozen/${b#*:}"
   fi
 done

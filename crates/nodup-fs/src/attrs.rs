@@ -6,6 +6,7 @@ use crate::acl::{Acl, ACL_ACCESS, ACL_DEFAULT};
 use crate::error::{errno, FsError, Result};
 use crate::fs::{FileSystem, SetAttr};
 use crate::inode::{Attr, Kind, Ts};
+use crate::log::check::XATTR_VALUE_MAX;
 use crate::log::record::Record;
 
 impl FileSystem {
@@ -65,7 +66,7 @@ impl FileSystem {
         if name.is_empty() || name.len() > 255 {
             return errno(libc::ERANGE);
         }
-        if value.len() > 65536 {
+        if value.len() > XATTR_VALUE_MAX {
             return errno(libc::E2BIG);
         }
         if (name == ACL_ACCESS || name == ACL_DEFAULT) && Acl::parse(value).is_none() {

@@ -173,7 +173,7 @@ impl FileSystem {
             size,
             mtime: Ts::now(),
         };
-        if let Err(e) = self.append(&rec) {
+        if let Err(e) = self.append_for(&d, &rec) {
             drop(d);
             let _ = self.engine.release_batch(&owned);
             return Err(e);

@@ -144,7 +144,7 @@ impl FileSystem {
             size: n.attr.size.max(end),
             mtime: Ts::now(),
         };
-        if let Err(e) = self.append(&rec) {
+        if let Err(e) = self.append_for(&n, &rec) {
             for b in phys {
                 let _ = self.engine.release(b);
             }
@@ -208,7 +208,7 @@ impl FileSystem {
             tail,
             now,
         };
-        if let Err(e) = self.append(&rec) {
+        if let Err(e) = self.append_for(n, &rec) {
             if let Some((_, b)) = tail {
                 let _ = self.engine.release(b);
             }
@@ -309,7 +309,7 @@ impl FileSystem {
                                 size: n.attr.size,
                                 mtime: now,
                             };
-                            if let Err(e) = self.append(&rec) {
+                            if let Err(e) = self.append_for(&n, &rec) {
                                 let _ = self.engine.release(nb);
                                 return Err(e);
                             }
@@ -326,7 +326,7 @@ impl FileSystem {
                             end: last_full,
                             now,
                         };
-                        self.append(&rec)?;
+                        self.append_for(&n, &rec)?;
                         let e = apply_inode(&mut n, &rec, &self.persist)?;
                         eff.released.extend(e.released);
                         eff.mapped_delta += e.mapped_delta;

@@ -11,6 +11,7 @@
 use crate::checkpoint::CkptStats;
 use crate::error::{errno, FsError, Result};
 use crate::inode::{Inode, Kind, Ts};
+use crate::log::check;
 use crate::log::record::Record;
 use crate::log::writer::LogWriter;
 use crate::persist::Persist;
@@ -55,6 +56,10 @@ pub struct FsOptions {
     pub eager_cleaning: bool,
     /// The image file, when there is one (`smart` samples the utilisation of its device).
     pub image_path: Option<std::path::PathBuf>,
+    /// A log record the table refuses (`log::check`) ends the log where it starts, and the
+    /// open goes on (fsck: it reports the record, and with --repair the log is cut there,
+    /// dropping it and any records after it). Without this the open fails on it.
+    pub end_log_at_refused: bool,
 }
 
 /// Who performs an operation (owner of new inodes).
@@ -80,6 +85,9 @@ pub struct RecoveryInfo {
     pub replayed_records: u64,
     /// Replayed records that changed only an inode unlinked while open (dropped at open).
     pub skipped_records: u64,
+    /// The log record that ended the replay because the table refused it (its sequence number
+    /// and why), with [`FsOptions::end_log_at_refused`].
+    pub refused_record: Option<String>,
     /// Seconds spent reading the checkpoint and replaying the log.
     pub load_seconds: f64,
     /// Seconds spent in the engine's open (normal recovery) and failure recovery.
@@ -327,8 +335,16 @@ impl FileSystem {
 
     // ---------------------------------------------------------------- plumbing
 
-    /// Append `rec` to the log (durable on return on a pmem image).
-    pub(crate) fn append(&self, rec: &Record) -> Result<()> {
+    /// Append `rec`, a change of the single inode `n`, to the log (durable on return on a pmem
+    /// image). It must pass the checks replay applies first (`log::check`): a refused record
+    /// in the log would make the image refuse to open; refused here, it is an error instead.
+    pub(crate) fn append_for(&self, n: &Inode, rec: &Record) -> Result<()> {
+        check::inode(n, rec)?;
+        self.append(rec)
+    }
+
+    /// Append `rec` to the log; every caller has checked it against the table first.
+    fn append(&self, rec: &Record) -> Result<()> {
         if self.read_only {
             return errno(libc::EROFS);
         }
@@ -386,6 +402,7 @@ impl FileSystem {
         let _g = self.gate.read();
         let mut t = self.tables.write();
         let (rec, r) = build(&t)?;
+        check::namespace(&t, &rec)?;
         self.append(&rec)?;
         let eff = t.apply(&rec)?;
         drop(t);
@@ -411,7 +428,7 @@ impl FileSystem {
         let mut n = node.write();
         let (rec, r) = build(&n)?;
         if let Some(rec) = rec {
-            self.append(&rec)?;
+            self.append_for(&n, &rec)?;
             let eff = apply_inode(&mut n, &rec, &self.persist)?;
             drop(n);
             self.finish(eff)?;

@@ -45,6 +45,19 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
     if let Some(t) = fixed {
         fs.replace_tables(t)?;
     }
+    // Opened with `end_log_at_refused`: the log was read up to a record the table refused. A
+    // read-write open has already cut the log there.
+    if let Some(r) = &fs.recovery().refused_record {
+        if fs.read_only {
+            rep.problems.push(format!(
+                "{r}; the log was read up to it (fsck --repair ends the log there, dropping it and any records after it)"
+            ));
+        } else {
+            rep.repaired.push(format!(
+                "{r}: the log now ends before it; it and any records after it are dropped"
+            ));
+        }
+    }
     if fs.read_only && fs.recovery().kind == "failure" {
         // Opened read-only, an image that needs failure recovery has neither its allocator
         // nor its reference counts loaded (recovery rebuilds them from the block maps):

@@ -84,6 +84,10 @@ impl FileSystem {
                 libc::ENAMETOOLONG
             });
         }
+        // Only a symlink has a target (a record with one on another kind is refused).
+        if kind != Kind::Symlink && !target.is_empty() {
+            return errno(libc::EINVAL);
+        }
         self.meta_op(true, |t| {
             Self::check_new_name(t, parent, name)?;
             let mut attr = Self::new_attr(t, parent, kind, perm, rdev, who)?;
@@ -215,6 +219,10 @@ impl FileSystem {
             let target = {
                 let g = np.read();
                 let d = g.dir().ok_or(FsError::Errno(libc::ENOTDIR))?;
+                // A removed directory still open takes no new entries (as in create).
+                if g.attr.nlink == 0 {
+                    return errno(libc::ENOENT);
+                }
                 d.get(newname)
             };
             if let Some(tino) = target {

@@ -33,10 +33,13 @@ struct Found {
     skipped: u64,
     /// Blocks of inodes left without links (version-1 images only), for a clean open to release.
     orphan_blocks: Vec<BlockNr>,
+    /// The record that ended the log because the table refused it (`end_at_refused`).
+    refused: Option<String>,
 }
 
 /// Load the checkpoint named by `sb` and replay the log after its cut. Reads only.
-fn load_metadata(m: &dyn Medium, sb: &Superblock) -> Result<Found> {
+/// `end_at_refused`: a record the table refuses ends the log instead of failing the load.
+fn load_metadata(m: &dyn Medium, sb: &Superblock, end_at_refused: bool) -> Result<Found> {
     let (mut tables, ckpt_blocks, manifest, legacy) = if sb.version == 1 {
         let (blocks, payload) = read_chain(
             m,
@@ -71,16 +74,36 @@ fn load_metadata(m: &dyn Medium, sb: &Superblock) -> Result<Found> {
         seq: sb.log_seq,
     };
     let mut skipped = 0u64;
+    let mut seq = start.seq;
+    let mut refused = None;
     let replayed = replay(m, start, sb.log_gen, &mut |rec| {
+        seq += 1;
         // An inode no directory reaches was unlinked while open before the cut: records
         // written to it later change nothing that survives.
         if let Some(ino) = inode_only(&rec) {
             if tables.get(ino).is_none() && ino < tables.next_ino {
                 skipped += 1;
-                return Ok(());
+                return Ok(true);
             }
         }
-        tables.apply(&rec).map(|_| ())
+        match tables.apply(&rec) {
+            Ok(_) => Ok(true),
+            Err(FsError::Corrupt(why)) => {
+                // "log record refers to ..." becomes "log record N refers to ...".
+                let what = match why.strip_prefix("log record ") {
+                    Some(rest) => format!("log record {} {rest}", seq - 1),
+                    None => format!("log record {}: {why}", seq - 1),
+                };
+                if !end_at_refused {
+                    return Err(FsError::Corrupt(format!(
+                        "{what}; `nodup fsck --repair` ends the log before it, dropping it and any records after it"
+                    )));
+                }
+                refused = Some(what);
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     })?;
     // Inodes without links were open when the image was last written; nobody can reach them
     // any more. (A version-2 checkpoint never holds one: they are not reachable.)
@@ -98,6 +121,7 @@ fn load_metadata(m: &dyn Medium, sb: &Superblock) -> Result<Found> {
         replayed,
         skipped,
         orphan_blocks,
+        refused,
     })
 }
 
@@ -208,7 +232,7 @@ impl FileSystem {
                 let r = Engine::open_media(media.clone(), &eopts);
                 (r, t1.elapsed().as_secs_f64())
             });
-            let found = load_metadata(m, &sb);
+            let found = load_metadata(m, &sb, opts.end_log_at_refused);
             let load_seconds = t0.elapsed().as_secs_f64();
             let (r, secs) = match eng.join() {
                 Ok(x) => x,
@@ -233,6 +257,7 @@ impl FileSystem {
             kind: if needs { "failure" } else { "clean" }.into(),
             replayed_records: rp.records,
             skipped_records: found.skipped,
+            refused_record: found.refused.clone(),
             load_seconds,
             ..Default::default()
         };

@@ -77,7 +77,7 @@ impl FileSystem {
             from,
             to,
         };
-        if let Err(e) = self.append(&rec) {
+        if let Err(e) = self.append_for(&n, &rec) {
             let _ = self.engine.release(to);
             return Err(e);
         }

@@ -127,7 +127,7 @@ impl Tables {
                         d.insert(name, *ino);
                     }
                     if is_dir {
-                        pn.attr.nlink += 1;
+                        pn.attr.nlink = pn.attr.nlink.saturating_add(1);
                     }
                     pn.attr.mtime = attr.ctime;
                     pn.attr.ctime = attr.ctime;
@@ -236,7 +236,7 @@ impl Tables {
                         g.attr.mtime = *now;
                         g.attr.ctime = *now;
                         if src_is_dir {
-                            g.attr.nlink += 1;
+                            g.attr.nlink = g.attr.nlink.saturating_add(1);
                         }
                     });
                 }

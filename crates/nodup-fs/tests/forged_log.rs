@@ -1,34 +1,28 @@
 //! A log record whose checksum and sequence number are valid but which asks for something the
 //! tree cannot hold (here a directory moved below itself, which would cut it off from the
-//! root) makes the open fail as corrupt, naming what it asked for, and leaves the image as it
-//! was. The same image without the forgery recovers normally.
+//! root) makes the open fail as corrupt, naming what it asked for and the way out, and leaves
+//! the image as it was. fsck reports it without writing, and with --repair ends the log
+//! before it. The same image without the forgery recovers normally.
 
 use nodup_core::media::MemMedium;
 use nodup_core::FormatOptions;
 use nodup_fs::inode::{Kind, ROOT_INO};
-use nodup_fs::log::record::{Record, FRAME_HEADER};
+use nodup_fs::log::record::{find_frames, Record};
 use nodup_fs::{fsck, Caller, FileSystem, FsError, FsOptions, MediumKind};
 use std::sync::Arc;
 
 /// Offset and sequence number of the only rename frame in `img`, and its record.
 fn find_rename(img: &[u8]) -> (usize, u64, Record) {
-    let mut found = Vec::new();
-    for off in 0..img.len() - FRAME_HEADER {
-        let buf = &img[off..];
-        if Record::declared_len(buf).is_none() {
-            continue;
-        }
-        let seq = u64::from_le_bytes(buf[8..16].try_into().unwrap());
-        if let Some((rec @ Record::Rename { .. }, _)) = Record::parse(buf, seq) {
-            found.push((off, seq, rec));
-        }
-    }
+    let mut found: Vec<_> = find_frames(img)
+        .into_iter()
+        .filter(|(_, _, r)| matches!(r, Record::Rename { .. }))
+        .collect();
     assert_eq!(found.len(), 1, "rename frames in the image");
     found.pop().unwrap()
 }
 
-#[test]
-fn a_forged_record_that_would_break_the_tree_is_refused() {
+/// A new 16 MiB pmem file system in memory.
+fn fresh() -> (Arc<MemMedium>, FileSystem) {
     let medium = Arc::new(MemMedium::new(16 << 20));
     let fs = FileSystem::format(
         medium.clone(),
@@ -38,6 +32,12 @@ fn a_forged_record_that_would_break_the_tree_is_refused() {
         Caller::default(),
     )
     .unwrap();
+    (medium, fs)
+}
+
+#[test]
+fn a_forged_record_that_would_break_the_tree_is_refused() {
+    let (medium, fs) = fresh();
     let mkdir = |parent, name: &[u8]| {
         fs.mknod(parent, name, Kind::Dir, 0o755, 0, b"", Caller::default())
             .unwrap()
@@ -58,25 +58,11 @@ fn a_forged_record_that_would_break_the_tree_is_refused() {
     drop(fs);
 
     // The same rename, moving /d into /d/e instead, framed with a valid checksum.
-    let (off, seq, rec) = find_rename(&img);
-    let Record::Rename {
-        parent,
-        name,
-        newname,
-        now,
-        ..
-    } = rec
-    else {
-        unreachable!()
-    };
-    let forged = Record::Rename {
-        parent,
-        name,
-        newparent: e,
-        newname,
-        now,
+    let (off, seq, mut rec) = find_rename(&img);
+    if let Record::Rename { newparent, .. } = &mut rec {
+        *newparent = e;
     }
-    .frame(seq);
+    let forged = rec.frame(seq);
     let mut bad = img.clone();
     assert_eq!(Record::declared_len(&bad[off..]), Some(forged.len()));
     bad[off..off + forged.len()].copy_from_slice(&forged);
@@ -86,11 +72,77 @@ fn a_forged_record_that_would_break_the_tree_is_refused() {
         .err()
         .unwrap();
     assert!(
-        matches!(&err, FsError::Corrupt(m) if m.contains("below itself")),
+        matches!(&err, FsError::Corrupt(m) if m.contains("below itself") && m.contains("fsck --repair")),
         "{err}"
     );
     assert!(
         bad.snapshot() == before,
         "a refused open wrote to the image"
     );
+
+    // fsck's opens: read-only, the log is read up to the record, which fsck reports, and
+    // nothing is written; read-write, the log ends before it, and the rename is gone.
+    let fsck_opts = |read_only| FsOptions {
+        read_only,
+        end_log_at_refused: true,
+        ..FsOptions::default()
+    };
+    let fs = FileSystem::open(bad.clone(), &fsck_opts(true)).unwrap();
+    let rep = fsck::check(&fs, false).unwrap();
+    assert!(
+        rep.problems.iter().any(|p| p.contains(&format!(
+            "log record {seq} refers to a directory moved below itself"
+        ))),
+        "{:?}",
+        rep.problems
+    );
+    drop(fs);
+    assert!(
+        bad.snapshot() == before,
+        "a read-only fsck open wrote to the image"
+    );
+    let fs = FileSystem::open(bad.clone(), &fsck_opts(false)).unwrap();
+    let rep = fsck::check(&fs, true).unwrap();
+    assert!(rep.consistent(), "{:?}", rep.problems);
+    assert!(
+        rep.repaired
+            .iter()
+            .any(|r| r.contains("the log now ends before it")),
+        "{:?}",
+        rep.repaired
+    );
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = FileSystem::open(bad, &FsOptions::default()).unwrap();
+    assert!(fs.lookup(ROOT_INO, b"z").is_err());
+    assert_eq!(fs.lookup(d, b"e").unwrap().0, e);
+    assert_eq!(fs.lookup(ROOT_INO, b"d").unwrap().0, d);
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+}
+
+/// Library calls whose record the checks would refuse are errors before anything is logged:
+/// a target on a non-symlink, and a rename into a directory removed while open. The file
+/// system goes on, and a crash right after replays cleanly.
+#[test]
+fn calls_the_checks_would_refuse_fail_before_the_log() {
+    let (medium, fs) = fresh();
+    let who = Caller::default();
+    let err = fs
+        .mknod(ROOT_INO, b"f", Kind::File, 0o644, 0, b"target", who)
+        .unwrap_err();
+    assert!(matches!(err, FsError::Errno(libc::EINVAL)), "{err}");
+    fs.mknod(ROOT_INO, b"f", Kind::File, 0o644, 0, b"", who)
+        .unwrap();
+    let (r, _) = fs
+        .mknod(ROOT_INO, b"r", Kind::Dir, 0o755, 0, b"", who)
+        .unwrap();
+    fs.open_handle(r).unwrap();
+    fs.rmdir(ROOT_INO, b"r").unwrap();
+    let err = fs.rename(ROOT_INO, b"f", r, b"g", 0).unwrap_err();
+    assert!(matches!(err, FsError::Errno(libc::ENOENT)), "{err}");
+    let img = medium.snapshot();
+    drop(fs);
+    let fs = FileSystem::open(Arc::new(MemMedium::from_bytes(img)), &FsOptions::default()).unwrap();
+    assert!(fs.lookup(ROOT_INO, b"f").is_ok());
+    assert!(fsck::check(&fs, false).unwrap().consistent());
 }

@@ -38,8 +38,15 @@ pub struct FsckArgs {
     pub encrypt_key_file: Option<PathBuf>,
 }
 
-/// Open an unmounted image for stats/fsck: read-only (file and medium) unless `write`.
-fn open_unmounted(path: &Path, write: bool, key: Option<&Path>) -> Result<(ImageLock, FileSystem)> {
+/// Open an unmounted image for stats/fsck: read-only (file and medium) unless `write`; with
+/// `fsck`, a log record the table refuses ends the log there (for fsck to report, or drop with
+/// --repair) instead of failing the open.
+fn open_unmounted(
+    path: &Path,
+    write: bool,
+    key: Option<&Path>,
+    fsck: bool,
+) -> Result<(ImageLock, FileSystem)> {
     super::mount::check_image(path)?;
     let lock = ImageLock::try_lock(path).map_err(|_| {
         anyhow!(
@@ -51,6 +58,7 @@ fn open_unmounted(path: &Path, write: bool, key: Option<&Path>) -> Result<(Image
         image::open_with(path, !write).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     let mut opts = FsOptions {
         read_only: !write,
+        end_log_at_refused: fsck,
         ..FsOptions::default()
     };
     opts.open.key = key.map(super::mkfs::read_key_file).transpose()?;
@@ -68,7 +76,7 @@ pub fn stats(a: StatsArgs) -> Result<()> {
             .map_or_else(|| t.to_string(), |p| p.display().to_string());
         (v, format!("{img} on {t}"))
     } else if a.target.exists() {
-        let (_lock, fs) = open_unmounted(&a.target, false, a.encrypt_key_file.as_deref())?;
+        let (_lock, fs) = open_unmounted(&a.target, false, a.encrypt_key_file.as_deref(), false)?;
         (fs.stats_json(), format!("{t} (not mounted)"))
     } else {
         bail!("{t}: no such image or mount point");
@@ -371,7 +379,7 @@ fn policy_lines(v: &Value) -> Vec<String> {
 
 /// `nodup fsck`.
 pub fn fsck(a: FsckArgs) -> Result<()> {
-    let (_lock, fs) = open_unmounted(&a.image, a.repair, a.encrypt_key_file.as_deref())?;
+    let (_lock, fs) = open_unmounted(&a.image, a.repair, a.encrypt_key_file.as_deref(), true)?;
     let mut rep = nodup_fs::fsck::check(&fs, a.repair)?;
     if a.repair && fs.recovery().kind == "failure" {
         let ri = fs.recovery();

@@ -1,7 +1,9 @@
 //! What a log record may ask of the inode table, checked before the record changes anything.
 //!
 //! The running file system logs only records that pass: its own checks come first and answer
-//! with errnos. A record read back from the medium has a valid checksum and sequence number,
+//! with errnos, and these run again before every append (`FileSystem::append_for`, `meta_op`),
+//! so a record they refuse is an error there and never reaches the log. A record read back
+//! from the medium has a valid checksum and sequence number,
 //! but a bug that wrote it, or a forged frame, could still ask for a loop in the tree, a second
 //! name for a directory, a block past the end of a file or a reference to block 0. Replay
 //! refuses such a record as corrupt instead of building a table that only fsck would notice.
@@ -292,7 +294,7 @@ mod tests {
                     let size = slack.map_or(any_size, |s| end.saturating_sub(s));
                     Record::Write { ino, first, blocks, size, mtime: NOW }
                 }),
-            3 => (ino(), 0u64..40_000, 1u64..6, prop::sample::select(vec![0u8, 0, 0, 1, 2])).prop_map(|(ino, size, b, t)| {
+            3 => (ino(), 0u64..40_000, 0u64..6, prop::sample::select(vec![0u8, 0, 0, 1, 2])).prop_map(|(ino, size, b, t)| {
                 // Mostly the tail a shrinking truncation logs (the new last block, when partial).
                 let tail = match t {
                     0 => (size % 4096 != 0).then_some((size / 4096, b)),
@@ -420,6 +422,99 @@ mod tests {
             applied.len() == 12 && applied.values().all(|&n| n >= 5),
             "{applied:?}"
         );
+    }
+
+    /// The clauses fsck's table check cannot see (modes, targets, sizes, empty ranges, holes)
+    /// each refuse their record, naming it, and leave the table as it was.
+    #[test]
+    fn each_clause_refuses_what_it_names() {
+        let mut t = seeded();
+        let create = |perm, kind, target: &[u8]| Record::Create {
+            parent: ROOT_INO,
+            name: b"n".to_vec(),
+            ino: 20,
+            attr: Attr {
+                kind,
+                perm,
+                ..Attr::test_file(0, 0, NOW)
+            },
+            target: target.to_vec(),
+        };
+        let xattr = |name: Vec<u8>, len| Record::SetXattr {
+            ino: 4,
+            name,
+            value: vec![0; len],
+            now: NOW,
+        };
+        let cases = [
+            (create(0o100644, Kind::File, b""), "impossible attributes"),
+            (create(0o644, Kind::File, b"t"), "impossible attributes"),
+            (create(0o777, Kind::Symlink, b""), "impossible attributes"),
+            (
+                Record::SetAttr {
+                    ino: 4,
+                    perm: 0o104755,
+                    uid: 0,
+                    gid: 0,
+                    atime: NOW,
+                    mtime: NOW,
+                    ctime: NOW,
+                },
+                "beyond the permission bits",
+            ),
+            (xattr(Vec::new(), 1), "impossible size"),
+            (xattr(vec![b'u'; NAME_MAX + 1], 1), "impossible size"),
+            (
+                xattr(b"user.a".to_vec(), XATTR_VALUE_MAX + 1),
+                "impossible size",
+            ),
+            (
+                Record::Punch {
+                    ino: 4,
+                    start: 2,
+                    end: 2,
+                    now: NOW,
+                },
+                "outside the largest file",
+            ),
+            // File 5's block 1 is a hole inside the file.
+            (
+                Record::Remap {
+                    ino: 5,
+                    index: 1,
+                    from: 0,
+                    to: 3,
+                },
+                "does not hold",
+            ),
+            (
+                Record::Truncate {
+                    ino: 4,
+                    size: 5000,
+                    tail: Some((1, 0)),
+                    now: NOW,
+                },
+                "tail block",
+            ),
+            (
+                Record::Write {
+                    ino: 4,
+                    first: 0,
+                    blocks: vec![2],
+                    size: 4096,
+                    mtime: NOW,
+                },
+                "pass its end of file",
+            ),
+        ];
+        for (rec, what) in cases {
+            let before = snapshot(&t);
+            match t.apply(&rec) {
+                Err(FsError::Corrupt(m)) => assert!(m.contains(what), "{rec:?}: {m}"),
+                r => panic!("{rec:?} gave {r:?}"),
+            }
+            assert!(snapshot(&t) == before, "{rec:?} changed the table");
+        }
     }
 
     #[test]

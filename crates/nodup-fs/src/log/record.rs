@@ -446,6 +446,25 @@ pub fn parse_all(payload: &[u8], first_seq: u64) -> (Vec<Record>, usize) {
     (out, pos)
 }
 
+/// Every valid frame anywhere in `img`, with its offset and sequence number (its own, as its
+/// header says): for tests and forensics that look for records without walking the log chain.
+pub fn find_frames(img: &[u8]) -> Vec<(usize, u64, Record)> {
+    let mut found = Vec::new();
+    for off in 0..img.len().saturating_sub(FRAME_HEADER) {
+        let buf = &img[off..];
+        if Record::declared_len(buf).is_none() {
+            continue;
+        }
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&buf[8..16]);
+        let seq = u64::from_le_bytes(a);
+        if let Some((rec, _)) = Record::parse(buf, seq) {
+            found.push((off, seq, rec));
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

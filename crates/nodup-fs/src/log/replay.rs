@@ -22,13 +22,14 @@ pub struct Replayed {
 }
 
 /// Replay the log chain `gen` from `start`, calling `apply` on each record in order. The log
-/// ends at the first frame that is torn, fails its checksum or carries another sequence number;
-/// an error from `apply` stops the replay and is returned.
+/// ends at the first frame that is torn, fails its checksum or carries another sequence number,
+/// or where `apply` answers `Ok(false)` (the log then ends before that record); an error from
+/// `apply` stops the replay and is returned.
 pub fn replay(
     m: &dyn Medium,
     start: LogPos,
     gen: u64,
-    apply: &mut dyn FnMut(Record) -> Result<()>,
+    apply: &mut dyn FnMut(Record) -> Result<bool>,
 ) -> Result<Replayed> {
     let mut rd = ChainReader::new(m, start.block, ChainKind::Log, gen, start.index);
     let mut blocks = Vec::new();
@@ -53,7 +54,9 @@ pub fn replay(
                 let Some((rec, n)) = Record::parse(rest, seq) else {
                     break;
                 };
-                apply(rec)?;
+                if !apply(rec)? {
+                    break;
+                }
                 cur += n;
                 seq += 1;
                 records += 1;
@@ -149,7 +152,7 @@ mod tests {
             if let Record::SetXattr { ino, .. } = rec {
                 seen.push(ino);
             }
-            Ok(())
+            Ok(true)
         })
         .unwrap();
         assert_eq!(seen, (17..40).collect::<Vec<_>>());
@@ -168,11 +171,24 @@ mod tests {
         let mut n = 0;
         let r = replay(&m, cut, 3, &mut |_| {
             n += 1;
-            Ok(())
+            Ok(true)
         })
         .unwrap();
         assert_eq!(n, 31 - 17);
         let (b, i, o) = ends[30];
         assert_eq!((r.end.block, r.end.index, r.end.off), (b, i, o));
+        // An apply that answers false ends the log before that record (the 6th after the cut).
+        let mut n = 0;
+        let r = replay(&m, cut, 3, &mut |_| {
+            n += 1;
+            Ok(n < 6)
+        })
+        .unwrap();
+        assert_eq!(r.records, 5);
+        let (b, i, o) = ends[17 + 4];
+        assert_eq!(
+            (r.end.block, r.end.index, r.end.off, r.end.seq),
+            (b, i, o, 100 + 22)
+        );
     }
 }

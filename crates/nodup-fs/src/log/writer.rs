@@ -259,7 +259,7 @@ mod tests {
             if let Record::SetXattr { ino, .. } = r {
                 seen.push(ino);
             }
-            Ok(())
+            Ok(true)
         })
         .unwrap();
         assert_eq!(seen, (0..60).collect::<Vec<_>>());
