@@ -44,6 +44,7 @@ fn crashed_image(img: &Path) -> u64 {
 fn a_refused_log_record_is_reported_by_fsck_and_dropped_by_repair() {
     let img = std::path::PathBuf::from(format!("/dev/shm/nodup-forged-{}.img", std::process::id()));
     let _ = std::fs::remove_file(&img);
+    let _cleanup = RemoveOnDrop(img.clone());
     let p = img.to_str().unwrap();
     ok(nodup(&["mkfs", p, "--size", "16M"]));
     let e = crashed_image(&img);
@@ -94,5 +95,13 @@ fn a_refused_log_record_is_reported_by_fsck_and_dropped_by_repair() {
     assert!(out.contains("consistent"), "{out}");
     let stats = json(&nodup(&["stats", p, "--json"]));
     assert!(stats.is_object());
-    std::fs::remove_file(&img).unwrap();
+}
+
+/// Removes the image when the test ends, passed or not.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
