@@ -7,7 +7,7 @@ use crate::fs::{FileSystem, FsOptions, MetaState, RecoveryInfo};
 use crate::inode::ROOT_INO;
 use crate::log::record::Record;
 use crate::log::replay::{replay, Replayed};
-use crate::log::writer::{LogPos, LogWriter};
+use crate::log::writer::LogWriter;
 use crate::persist::load;
 use crate::state::Tables;
 use crate::superblock::{self, MediumKind, Superblock};
@@ -67,17 +67,9 @@ fn load_metadata(m: &dyn Medium, sb: &Superblock, end_at_refused: bool) -> Resul
     if sb.log_off as usize > PAYLOAD {
         return Err(FsError::Corrupt("log offset past the block".into()));
     }
-    let start = LogPos {
-        block: sb.log_head,
-        index: sb.log_index,
-        off: sb.log_off as usize,
-        seq: sb.log_seq,
-    };
     let mut skipped = 0u64;
-    let mut seq = start.seq;
     let mut refused = None;
-    let replayed = replay(m, start, sb.log_gen, &mut |rec| {
-        seq += 1;
+    let replayed = replay(m, sb.log_start(), sb.log_gen, &mut |seq, rec| {
         // An inode no directory reaches was unlinked while open before the cut: records
         // written to it later change nothing that survives.
         if let Some(ino) = inode_only(&rec) {
@@ -91,8 +83,8 @@ fn load_metadata(m: &dyn Medium, sb: &Superblock, end_at_refused: bool) -> Resul
             Err(FsError::Corrupt(why)) => {
                 // "log record refers to ..." becomes "log record N refers to ...".
                 let what = match why.strip_prefix("log record ") {
-                    Some(rest) => format!("log record {} {rest}", seq - 1),
-                    None => format!("log record {}: {why}", seq - 1),
+                    Some(rest) => format!("log record {seq} {rest}"),
+                    None => format!("log record {seq}: {why}"),
                 };
                 if !end_at_refused {
                     return Err(FsError::Corrupt(format!(

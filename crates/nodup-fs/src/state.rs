@@ -61,7 +61,8 @@ impl Tables {
         self.inodes.get(&ino).cloned()
     }
 
-    fn need(&self, ino: u64) -> Result<InodeRef> {
+    /// The inode `ino`; a record naming one that does not exist is corrupt.
+    pub(crate) fn need(&self, ino: u64) -> Result<InodeRef> {
         self.get(ino)
             .ok_or_else(|| corrupt(&format!("missing inode {ino}")))
     }

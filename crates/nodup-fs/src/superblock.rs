@@ -227,6 +227,16 @@ impl Superblock {
     pub fn medium_kind(&self) -> MediumKind {
         MediumKind::from_u32(self.medium).unwrap_or(MediumKind::BlockFile)
     }
+
+    /// Where replay starts: the log position of the checkpoint's cut.
+    pub fn log_start(&self) -> crate::log::writer::LogPos {
+        crate::log::writer::LogPos {
+            block: self.log_head,
+            index: self.log_index,
+            off: self.log_off as usize,
+            seq: self.log_seq,
+        }
+    }
 }
 
 /// Pick the newest valid copy out of two decode results; report the most telling error when

@@ -19,7 +19,6 @@ use nodup_fs::chain::{off, PAYLOAD};
 use nodup_fs::inode::{Attr, Kind, Ts, ROOT_INO};
 use nodup_fs::log::record::Record;
 use nodup_fs::log::replay::replay;
-use nodup_fs::log::writer::LogPos;
 use nodup_fs::superblock::probe_medium;
 use nodup_fs::{fsck, FileSystem, FsOptions};
 
@@ -33,8 +32,6 @@ struct LogEnd {
     room: usize,
     /// Sequence number of the next frame.
     seq: u64,
-    /// Data blocks the base image's files reference (forged writes mostly reuse them).
-    refs: Vec<u64>,
 }
 
 fn log_end() -> &'static LogEnd {
@@ -42,31 +39,11 @@ fn log_end() -> &'static LogEnd {
     E.get_or_init(|| {
         let m = MemMedium::from_bytes(fs_base().dirty.clone());
         let (sb, _, _) = probe_medium(&m).expect("base superblock");
-        let start = LogPos {
-            block: sb.log_head,
-            index: sb.log_index,
-            off: sb.log_off as usize,
-            seq: sb.log_seq,
-        };
-        let r = replay(&m, start, sb.log_gen, &mut |_| Ok(true)).expect("base log");
-        let mut refs = {
-            let fs = FileSystem::open(
-                Arc::new(MemMedium::from_bytes(fs_base().clean.clone())),
-                &FsOptions {
-                    read_only: true,
-                    ..FsOptions::default()
-                },
-            )
-            .expect("open the clean base");
-            fs.with_tables(|t| t.data_refs())
-        };
-        refs.sort_unstable();
-        refs.dedup();
+        let r = replay(&m, sb.log_start(), sb.log_gen, &mut |_, _| Ok(true)).expect("base log");
         LogEnd {
             at: r.end.block as usize * BLOCK_SIZE + off::PAYLOAD + r.end.off,
             room: PAYLOAD - r.end.off,
             seq: r.end.seq,
-            refs,
         }
     })
 }
@@ -102,7 +79,7 @@ impl Input<'_> {
     /// A physical block: mostly one the base image's files hold, else any (0 is a hole).
     fn block(&mut self) -> Option<u64> {
         let b = self.u8()?;
-        let refs = &log_end().refs;
+        let refs = &fs_base().refs;
         Some(match b {
             0 => 0,
             1..=127 if !refs.is_empty() => refs[b as usize % refs.len()],
@@ -264,6 +241,14 @@ fn raw_frame(seq: u64, kind: u8, body: &[u8]) -> Vec<u8> {
     f
 }
 
+/// The crashed base image with `frames` written where its log ends.
+fn with_frames(frames: &[u8]) -> Vec<u8> {
+    let at = log_end().at;
+    let mut img = fs_base().dirty.clone();
+    img[at..at + frames.len()].copy_from_slice(frames);
+    img
+}
+
 /// Fuzz body (see the module documentation).
 pub fn log_records(data: &[u8]) {
     let end = log_end();
@@ -277,9 +262,7 @@ pub fn log_records(data: &[u8]) {
         frames.extend_from_slice(&f);
         seq += 1;
     }
-    let mut img = fs_base().dirty.clone();
-    img[end.at..end.at + frames.len()].copy_from_slice(&frames);
-    let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img));
+    let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(with_frames(&frames)));
     let Ok(fs) = FileSystem::open(m, &FsOptions::default()) else {
         return;
     };
@@ -303,13 +286,11 @@ mod tests {
     fn forged_records_are_replayed_or_refused() {
         let end = log_end();
         let open = |recs: &[Record]| {
-            let mut img = fs_base().dirty.clone();
-            let mut at = end.at;
-            for (i, r) in recs.iter().enumerate() {
-                let f = r.frame(end.seq + i as u64);
-                img[at..at + f.len()].copy_from_slice(&f);
-                at += f.len();
-            }
+            let frames: Vec<u8> = (end.seq..)
+                .zip(recs)
+                .flat_map(|(seq, r)| r.frame(seq))
+                .collect();
+            let img = with_frames(&frames);
             FileSystem::open(Arc::new(MemMedium::from_bytes(img)), &FsOptions::default())
         };
         let create = Record::Create {

@@ -33,6 +33,8 @@ pub struct BaseImage {
     pub dirty: Vec<u8>,
     /// (offset, length) ranges the selector chooses from.
     pub hot: Vec<(u64, u64)>,
+    /// Data blocks the files reference, sorted, each once.
+    pub refs: Vec<u64>,
 }
 
 /// A small tree with files, a hard link and a symlink, checkpointed and then changed again (so
@@ -91,17 +93,20 @@ fn build_fs_base_with(fopts: &FormatOptions) -> BaseImage {
         (area + 2) * BS,
         (data_start.saturating_sub(area + 2)).max(1) * BS,
     ));
-    let refs = fs.with_tables(|t| t.data_refs());
+    let mut refs = fs.with_tables(|t| t.data_refs());
     if let Some(&b) = refs.first() {
         hot.push((b * BS, BS));
     }
     hot.push((0, BASE_BYTES));
+    refs.sort_unstable();
+    refs.dedup();
     fs.shutdown().expect("shutdown");
     drop(fs);
     BaseImage {
         clean: mem.snapshot(),
         dirty,
         hot,
+        refs,
     }
 }
 
@@ -344,8 +349,10 @@ fn build_smart_base() -> BaseImage {
             (data_start.saturating_sub(area + 2)).max(1) * BS,
         ),
     ];
-    let mut held: std::collections::HashSet<u64> =
-        fs.with_tables(|t| t.data_refs()).into_iter().collect();
+    let mut refs = fs.with_tables(|t| t.data_refs());
+    refs.sort_unstable();
+    refs.dedup();
+    let mut held: std::collections::HashSet<u64> = refs.iter().copied().collect();
     held.extend(fs.meta_blocks());
     let alloc = fs.engine().allocator();
     for b in data_start..data_start + data_blocks {
@@ -360,6 +367,7 @@ fn build_smart_base() -> BaseImage {
         clean: mem.snapshot(),
         dirty,
         hot,
+        refs,
     }
 }
 

@@ -3,10 +3,10 @@
 //! The running file system logs only records that pass: its own checks come first and answer
 //! with errnos, and these run again before every append (`FileSystem::append_for`, `meta_op`),
 //! so a record they refuse is an error there and never reaches the log. A record read back
-//! from the medium has a valid checksum and sequence number,
-//! but a bug that wrote it, or a forged frame, could still ask for a loop in the tree, a second
-//! name for a directory, a block past the end of a file or a reference to block 0. Replay
-//! refuses such a record as corrupt instead of building a table that only fsck would notice.
+//! from the medium has a valid checksum and sequence number, but a bug that wrote it, or a
+//! forged frame, could still ask for a loop in the tree, a second name for a directory, a block
+//! past the end of a file or a reference to block 0. Replay refuses such a record as corrupt
+//! instead of building a table that only fsck would notice.
 
 use crate::error::{FsError, Result};
 use crate::fs::{name_ok, LINK_MAX, MAX_FILE_BLOCKS, MAX_FILE_SIZE, NAME_MAX};
@@ -43,25 +43,21 @@ pub(crate) fn moves_below_itself(t: &Tables, dir: u64, newparent: u64) -> Option
     None
 }
 
-fn need(t: &Tables, ino: u64) -> Result<InodeRef> {
-    t.get(ino)
-        .ok_or_else(|| corrupt(&format!("missing inode {ino}")))
-}
-
 /// The inode `parent/name` names (the entry must exist and point at an inode).
 fn entry(t: &Tables, parent: u64, name: &[u8]) -> Result<(u64, InodeRef)> {
-    let ino = need(t, parent)?
+    let ino = t
+        .need(parent)?
         .read()
         .dir()
         .and_then(|d| d.get(name))
         .ok_or_else(|| corrupt("a missing entry"))?;
-    Ok((ino, need(t, ino)?))
+    Ok((ino, t.need(ino)?))
 }
 
 /// `parent/name` can be created: a valid name, absent from an existing directory.
 fn new_entry(t: &Tables, parent: u64, name: &[u8]) -> Result<()> {
     name_ok(name).map_err(|_| corrupt("an invalid name"))?;
-    match need(t, parent)?.read().dir() {
+    match t.need(parent)?.read().dir() {
         None => Err(corrupt("a non-directory parent")),
         Some(d) if d.get(name).is_some() => Err(corrupt("a name that already exists")),
         Some(_) => Ok(()),
@@ -96,7 +92,7 @@ pub(crate) fn namespace(t: &Tables, rec: &Record) -> Result<()> {
             parent, name, ino, ..
         } => {
             new_entry(t, *parent, name)?;
-            let node = need(t, *ino)?;
+            let node = t.need(*ino)?;
             let n = node.read();
             if n.attr.kind == Kind::Dir || n.attr.nlink == 0 || n.attr.nlink >= LINK_MAX {
                 return Err(corrupt("a link to an inode that cannot take one"));
@@ -124,7 +120,8 @@ pub(crate) fn namespace(t: &Tables, rec: &Record) -> Result<()> {
         } => {
             let (src, snode) = entry(t, *parent, name)?;
             name_ok(newname).map_err(|_| corrupt("an invalid name"))?;
-            let target = need(t, *newparent)?
+            let target = t
+                .need(*newparent)?
                 .read()
                 .dir()
                 .ok_or_else(|| corrupt("a non-directory rename target"))?
@@ -134,7 +131,7 @@ pub(crate) fn namespace(t: &Tables, rec: &Record) -> Result<()> {
             }
             let src_dir = snode.read().attr.kind == Kind::Dir;
             if let Some(tino) = target {
-                let tnode = need(t, tino)?;
+                let tnode = t.need(tino)?;
                 let tn = tnode.read();
                 match (src_dir, tn.dir()) {
                     (false, None) => {}

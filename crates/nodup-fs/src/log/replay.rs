@@ -21,7 +21,8 @@ pub struct Replayed {
     pub end: LogPos,
 }
 
-/// Replay the log chain `gen` from `start`, calling `apply` on each record in order. The log
+/// Replay the log chain `gen` from `start`, calling `apply` on each record in order, with its
+/// sequence number. The log
 /// ends at the first frame that is torn, fails its checksum or carries another sequence number,
 /// or where `apply` answers `Ok(false)` (the log then ends before that record); an error from
 /// `apply` stops the replay and is returned.
@@ -29,7 +30,7 @@ pub fn replay(
     m: &dyn Medium,
     start: LogPos,
     gen: u64,
-    apply: &mut dyn FnMut(Record) -> Result<bool>,
+    apply: &mut dyn FnMut(u64, Record) -> Result<bool>,
 ) -> Result<Replayed> {
     let mut rd = ChainReader::new(m, start.block, ChainKind::Log, gen, start.index);
     let mut blocks = Vec::new();
@@ -54,7 +55,7 @@ pub fn replay(
                 let Some((rec, n)) = Record::parse(rest, seq) else {
                     break;
                 };
-                if !apply(rec)? {
+                if !apply(seq, rec)? {
                     break;
                 }
                 cur += n;
@@ -148,7 +149,7 @@ mod tests {
         }
         let cut = cut.unwrap();
         let mut seen = Vec::new();
-        let r = replay(&m, cut, 3, &mut |rec| {
+        let r = replay(&m, cut, 3, &mut |_, rec| {
             if let Record::SetXattr { ino, .. } = rec {
                 seen.push(ino);
             }
@@ -169,7 +170,7 @@ mod tests {
         m.write(b * BLOCK_SIZE as u64 + 40 + o as u64 + 20, &[0xee; 4])
             .unwrap();
         let mut n = 0;
-        let r = replay(&m, cut, 3, &mut |_| {
+        let r = replay(&m, cut, 3, &mut |_, _| {
             n += 1;
             Ok(true)
         })
@@ -179,7 +180,7 @@ mod tests {
         assert_eq!((r.end.block, r.end.index, r.end.off), (b, i, o));
         // An apply that answers false ends the log before that record (the 6th after the cut).
         let mut n = 0;
-        let r = replay(&m, cut, 3, &mut |_| {
+        let r = replay(&m, cut, 3, &mut |_, _| {
             n += 1;
             Ok(n < 6)
         })

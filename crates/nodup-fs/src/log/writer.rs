@@ -255,7 +255,7 @@ mod tests {
             seq: 100,
         };
         let mut seen = Vec::new();
-        replay(&*m, start, 3, &mut |r| {
+        replay(&*m, start, 3, &mut |_, r| {
             if let Record::SetXattr { ino, .. } = r {
                 seen.push(ino);
             }
