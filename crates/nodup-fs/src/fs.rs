@@ -56,10 +56,11 @@ pub struct FsOptions {
     pub eager_cleaning: bool,
     /// The image file, when there is one (`smart` samples the utilisation of its device).
     pub image_path: Option<std::path::PathBuf>,
-    /// A log record the table refuses (`log::check`) ends the log where it starts, and the
-    /// open goes on (fsck: it reports the record, and with --repair the log is cut there,
-    /// dropping it and any records after it). Without this the open fails on it.
-    pub end_log_at_refused: bool,
+    /// Opened by fsck, which reports (and with --repair fixes) what a normal open refuses: the
+    /// checkpoint's inode table is loaded without the open's check of it (fsck runs the same
+    /// check), and a log record the table refuses (`log::check`) ends the log where it starts
+    /// (with --repair the log is cut there, dropping it and any records after it).
+    pub fsck: bool,
 }
 
 /// Who performs an operation (owner of new inodes).
@@ -86,7 +87,7 @@ pub struct RecoveryInfo {
     /// Replayed records that changed only an inode unlinked while open (dropped at open).
     pub skipped_records: u64,
     /// The log record that ended the replay because the table refused it (its sequence number
-    /// and why), with [`FsOptions::end_log_at_refused`].
+    /// and why), with [`FsOptions::fsck`].
     pub refused_record: Option<String>,
     /// Seconds spent reading the checkpoint and replaying the log.
     pub load_seconds: f64,

@@ -9,6 +9,7 @@ use crate::inode::{Kind, ROOT_INO};
 use crate::state::Tables;
 use nodup_core::alloc::bitmap::Bitmap;
 use nodup_core::BLOCK_SIZE;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{HashMap, HashSet, VecDeque};
 
 /// What fsck found (and fixed, with `repair`).
@@ -38,14 +39,18 @@ pub const NEEDS_RECOVERY: &str =
 /// the engine's reference counts from the block maps.
 pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
     let mut rep = FsckReport::default();
-    let total_blocks = fs.engine().medium().len() / BLOCK_SIZE as u64;
-    let area = fs.client_area();
-    let meta: HashSet<u64> = fs.meta_blocks().into_iter().collect();
-    let fixed = fs.with_tables(|t| check_tables(t, total_blocks, area, &meta, &mut rep, repair));
+    let (start, len) = fs.engine().data_area();
+    let meta: FxHashSet<u64> = fs.meta_blocks().into_iter().collect();
+    let bounds = Bounds {
+        data: start..start + len,
+        meta: &meta,
+    };
+    let fixed = fs.with_tables(|t| check_tables(t, &bounds, &mut rep, repair));
     if let Some(t) = fixed {
         fs.replace_tables(t)?;
     }
-    // Opened with `end_log_at_refused`: the log was read up to a record the table refused. A
+    rep.distinct_blocks = fs.with_tables(distinct_blocks);
+    // Opened with `fsck`: the log was read up to a record the table refused. A
     // read-write open has already cut the log there.
     if let Some(r) = &fs.recovery().refused_record {
         if fs.read_only {
@@ -161,6 +166,26 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
     Ok(rep)
 }
 
+/// Problems of the inode table alone, what an open refuses in a checkpoint: the tree, link
+/// counts, and block maps inside the data area, off the checkpoint and the log, before their
+/// files' ends. (A block free in the allocator, or counted once and mapped twice, is for
+/// [`check`]: blocks the file system took from free space since the open, its reserve, do
+/// not count here.)
+pub fn check_tree(fs: &FileSystem) -> Vec<String> {
+    let (start, len) = fs.engine().data_area();
+    let mut meta: FxHashSet<u64> = fs.meta_blocks().into_iter().collect();
+    for b in fs.meta.lock().reserve.iter().chain(&fs.log.lock().spare) {
+        meta.remove(b);
+    }
+    let bounds = Bounds {
+        data: start..start + len,
+        meta: &meta,
+    };
+    let mut rep = FsckReport::default();
+    fs.with_tables(|t| check_tables(t, &bounds, &mut rep, false));
+    rep.problems
+}
+
 /// What [`block_holders`] found, in blocks; each count but `unlisted` is a problem.
 struct Holding {
     /// Allocated blocks of the data area that nothing holds, beyond `unlisted`.
@@ -270,23 +295,49 @@ fn refcount_problems(fs: &FileSystem) -> Vec<String> {
     out
 }
 
+/// Where a block map may point: inside the engine's data area, not at a block of the file
+/// system's own metadata.
+pub(crate) struct Bounds<'a> {
+    pub data: std::ops::Range<u64>,
+    pub meta: &'a FxHashSet<u64>,
+}
+
+impl Bounds<'_> {
+    fn allows(&self, b: u64) -> bool {
+        self.data.contains(&b) && !self.meta.contains(&b)
+    }
+}
+
+/// Check the inode table: one tree from the root (every directory reached by exactly one
+/// entry, its parent pointer naming that directory), link counts, no inode unreachable, no
+/// entry dangling, block maps inside `bounds` and their files. Problems go to `rep`; with
+/// `repair`, returns a fixed copy of the table. The open runs it too (a checkpoint's units
+/// are each checked when decoded, this is what they say together).
 pub(crate) fn check_tables(
     t: &Tables,
-    total_blocks: u64,
-    area: u64,
-    meta: &HashSet<u64>,
+    bounds: &Bounds,
     rep: &mut FsckReport,
     repair: bool,
 ) -> Option<Tables> {
     let mut problems = Vec::new();
-    let mut links: HashMap<u64, u32> = HashMap::new();
-    let mut subdirs: HashMap<u64, u32> = HashMap::new();
-    let mut dangling: Vec<(u64, Vec<u8>)> = Vec::new();
-    let mut seen_dirs: HashSet<u64> = HashSet::new();
+    let mut links: FxHashMap<u64, u32> = FxHashMap::default();
+    let mut subdirs: FxHashMap<u64, u32> = FxHashMap::default();
+    // Entries to remove: pointing at no inode, or a second name of a directory.
+    let mut drop_entries: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut wrong_parent: Vec<(u64, u64)> = Vec::new();
+    let mut seen_dirs: FxHashSet<u64> = FxHashSet::default();
     let mut queue = VecDeque::from([ROOT_INO]);
     seen_dirs.insert(ROOT_INO);
-    if t.get(ROOT_INO).is_none() {
-        problems.push("root directory missing".to_string());
+    match t.get(ROOT_INO) {
+        None => problems.push("root directory missing".to_string()),
+        Some(r) => {
+            if r.read().dir().is_some_and(|d| d.parent != ROOT_INO) {
+                problems.push(format!(
+                    "directory {ROOT_INO}: parent pointer is not {ROOT_INO}"
+                ));
+                wrong_parent.push((ROOT_INO, ROOT_INO));
+            }
+        }
     }
     while let Some(d) = queue.pop_front() {
         let Some(node) = t.get(d) else { continue };
@@ -301,25 +352,30 @@ pub(crate) fn check_tables(
                     "entry {:?} in directory {d} points at missing inode {child}",
                     String::from_utf8_lossy(name)
                 ));
-                dangling.push((d, name.to_vec()));
+                drop_entries.push((d, name.to_vec()));
                 continue;
             };
-            *links.entry(child).or_default() += 1;
             let cn = c.read();
             if cn.attr.kind == Kind::Dir {
-                *subdirs.entry(d).or_default() += 1;
                 if !seen_dirs.insert(child) {
-                    problems.push(format!("directory {child} has more than one parent"));
+                    problems.push(format!(
+                        "directory {child} has more than one parent (entry {:?} in directory {d})",
+                        String::from_utf8_lossy(name)
+                    ));
+                    drop_entries.push((d, name.to_vec()));
                     continue;
                 }
+                *subdirs.entry(d).or_default() += 1;
                 if cn.dir().map(|x| x.parent) != Some(d) {
                     problems.push(format!("directory {child}: parent pointer is not {d}"));
+                    wrong_parent.push((child, d));
                 }
                 queue.push_back(child);
+            } else {
+                *links.entry(child).or_default() += 1;
             }
         }
     }
-    let mut distinct = HashSet::new();
     let mut bad_refs: Vec<(u64, u64)> = Vec::new();
     let mut unreachable = Vec::new();
     let mut wrong_nlink = Vec::new();
@@ -329,8 +385,9 @@ pub(crate) fn check_tables(
         let expect = match n.attr.kind {
             Kind::Dir => {
                 rep.directories += 1;
-                if ino != ROOT_INO && !seen_dirs.contains(&ino) {
+                if !seen_dirs.contains(&ino) {
                     unreachable.push(ino);
+                    continue;
                 }
                 2 + subdirs.get(&ino).copied().unwrap_or(0)
             }
@@ -339,11 +396,12 @@ pub(crate) fn check_tables(
                 let l = links.get(&ino).copied().unwrap_or(0);
                 if l == 0 {
                     unreachable.push(ino);
+                    continue;
                 }
                 l
             }
         };
-        if n.attr.nlink != expect && !unreachable.contains(&ino) {
+        if n.attr.nlink != expect {
             problems.push(format!(
                 "inode {ino}: link count {} but {expect} links",
                 n.attr.nlink
@@ -353,15 +411,12 @@ pub(crate) fn check_tables(
         if let Some(m) = n.map() {
             for (fb, b) in m.iter() {
                 rep.block_refs += 1;
-                if b >= total_blocks || (b >= area && b < area + 2) || b == 0 || meta.contains(&b) {
+                if !bounds.allows(b) {
                     problems.push(format!(
                         "inode {ino} block {fb}: invalid physical block {b}"
                     ));
                     bad_refs.push((ino, fb));
-                } else {
-                    distinct.insert(b);
-                }
-                if fb * BLOCK_SIZE as u64 >= n.attr.size {
+                } else if fb * BLOCK_SIZE as u64 >= n.attr.size {
                     problems.push(format!(
                         "inode {ino}: block {fb} mapped beyond the end of file"
                     ));
@@ -373,20 +428,31 @@ pub(crate) fn check_tables(
     for ino in &unreachable {
         problems.push(format!("inode {ino} is not reachable from the root"));
     }
-    rep.distinct_blocks = distinct.len() as u64;
     rep.problems.extend(problems);
     if !repair || rep.problems.is_empty() {
         return None;
     }
-    // Repair on a copy of the table: drop dangling entries and bad references, fix link
-    // counts, and unreachable inodes go away (their blocks are released by the recovery).
+    // Repair on a copy of the table: drop dangling entries, second names of directories and
+    // bad references, fix parent pointers and link counts, and unreachable inodes go away
+    // (their blocks are released by the recovery).
     let fixed = t.deep_copy();
-    for (d, name) in dangling {
+    for (d, name) in drop_entries {
         if let Some(n) = fixed.get(d) {
             n.write().dir_mut().map(|x| x.remove(&name));
         }
+        rep.repaired.push(format!(
+            "removed entry {:?} in directory {d}",
+            String::from_utf8_lossy(&name)
+        ));
+    }
+    for (dir, parent) in wrong_parent {
+        if let Some(n) = fixed.get(dir) {
+            if let Some(x) = n.write().dir_mut() {
+                x.parent = parent;
+            }
+        }
         rep.repaired
-            .push(format!("removed dangling entry in directory {d}"));
+            .push(format!("set parent pointer of directory {dir} to {parent}"));
     }
     for (ino, fb) in bad_refs {
         if let Some(n) = fixed.get(ino) {
@@ -408,12 +474,16 @@ pub(crate) fn check_tables(
         rep.repaired
             .push(format!("removed unreachable inode {ino}"));
     }
-    let mut d = HashSet::new();
-    for node in fixed.inodes.values() {
+    Some(fixed)
+}
+
+/// Distinct data blocks the block maps of `t` reference.
+fn distinct_blocks(t: &Tables) -> u64 {
+    let mut d = FxHashSet::default();
+    for node in t.inodes.values() {
         if let Some(m) = node.read().map() {
             d.extend(m.blocks());
         }
     }
-    rep.distinct_blocks = d.len() as u64;
-    Some(fixed)
+    d.len() as u64
 }

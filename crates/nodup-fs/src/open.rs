@@ -11,7 +11,7 @@ use crate::log::writer::LogWriter;
 use crate::persist::load;
 use crate::state::Tables;
 use crate::superblock::{self, MediumKind, Superblock};
-use crate::{snapshot_v1, Caller};
+use crate::{fsck, snapshot_v1, Caller};
 use nodup_core::media::Medium;
 use nodup_core::{BlockNr, Engine, FormatOptions, Media, OpenState};
 use std::sync::atomic::Ordering;
@@ -38,8 +38,14 @@ struct Found {
 }
 
 /// Load the checkpoint named by `sb` and replay the log after its cut. Reads only.
-/// `end_at_refused`: a record the table refuses ends the log instead of failing the load.
-fn load_metadata(m: &dyn Medium, sb: &Superblock, end_at_refused: bool) -> Result<Found> {
+/// `for_fsck`: the checkpoint's table is not checked (fsck checks and repairs it), and a record
+/// the table refuses ends the log instead of failing the load.
+fn load_metadata(
+    m: &dyn Medium,
+    sb: &Superblock,
+    data: std::ops::Range<BlockNr>,
+    for_fsck: bool,
+) -> Result<Found> {
     let (mut tables, ckpt_blocks, manifest, legacy) = if sb.version == 1 {
         let (blocks, payload) = read_chain(
             m,
@@ -54,7 +60,16 @@ fn load_metadata(m: &dyn Medium, sb: &Superblock, end_at_refused: bool) -> Resul
         let t = snapshot_v1::decode(&payload)?;
         (t, blocks.clone(), Vec::new(), blocks)
     } else {
-        let l = load::load(m, sb.ckpt_head, sb.ckpt_gen)?;
+        // The loader checks the tree as it walks it, unless fsck (which checks it itself).
+        let l = load::load(
+            m,
+            sb.ckpt_head,
+            sb.ckpt_gen,
+            (!for_fsck).then(|| load::Bounds {
+                data: data.clone(),
+                meta: vec![sb.log_head],
+            }),
+        )?;
         let mut blocks = l.manifest_blocks.clone();
         for s in l.tables.persist.segs.lock().values() {
             blocks.extend_from_slice(&s.blocks);
@@ -63,6 +78,11 @@ fn load_metadata(m: &dyn Medium, sb: &Superblock, end_at_refused: bool) -> Resul
     };
     if tables.get(ROOT_INO).is_none() {
         return Err(FsError::Corrupt("root directory missing".into()));
+    }
+    if !for_fsck && sb.version == 1 {
+        // Before the log: a record is checked against the table it changes, which must
+        // itself be sound. (A version-2 checkpoint was checked as it was loaded.)
+        check_checkpoint(&tables, data, &ckpt_blocks)?;
     }
     if sb.log_off as usize > PAYLOAD {
         return Err(FsError::Corrupt("log offset past the block".into()));
@@ -86,7 +106,7 @@ fn load_metadata(m: &dyn Medium, sb: &Superblock, end_at_refused: bool) -> Resul
                     Some(rest) => format!("log record {seq} {rest}"),
                     None => format!("log record {seq}: {why}"),
                 };
-                if !end_at_refused {
+                if !for_fsck {
                     return Err(FsError::Corrupt(format!(
                         "{what}; `nodup fsck --repair` ends the log before it, dropping it and any records after it"
                     )));
@@ -97,12 +117,16 @@ fn load_metadata(m: &dyn Medium, sb: &Superblock, end_at_refused: bool) -> Resul
             Err(e) => Err(e),
         }
     })?;
-    // Inodes without links were open when the image was last written; nobody can reach them
-    // any more. (A version-2 checkpoint never holds one: they are not reachable.)
+    // Inodes without links were open when a version-1 image was last written; nobody can
+    // reach them any more. A version-2 checkpoint holds only inodes a directory reaches, so
+    // one without links there is a wrong link count, for the check above (and fsck) to report
+    // rather than a reason to release the blocks of a file that is still named.
     let mut orphan_blocks = Vec::new();
-    for ino in tables.unlinked() {
-        if let Some(n) = tables.remove_inode(ino) {
-            orphan_blocks.extend(n.read().data_blocks());
+    if sb.version == 1 {
+        for ino in tables.unlinked() {
+            if let Some(n) = tables.remove_inode(ino) {
+                orphan_blocks.extend(n.read().data_blocks());
+            }
         }
     }
     Ok(Found {
@@ -115,6 +139,28 @@ fn load_metadata(m: &dyn Medium, sb: &Superblock, end_at_refused: bool) -> Resul
         orphan_blocks,
         refused,
     })
+}
+
+/// Refuse a version-1 checkpoint whose inode table fsck's table check finds a problem in: a
+/// second name for a directory, a wrong link count, a block map pointing outside the data area
+/// or into the metadata (what `persist::load::Tree` checks in a version-2 checkpoint).
+fn check_checkpoint(t: &Tables, data: std::ops::Range<BlockNr>, ckpt: &[BlockNr]) -> Result<()> {
+    let meta: rustc_hash::FxHashSet<u64> = ckpt.iter().copied().collect();
+    let bounds = fsck::Bounds { data, meta: &meta };
+    let mut rep = fsck::FsckReport::default();
+    fsck::check_tables(t, &bounds, &mut rep, false);
+    match rep.problems.split_first() {
+        None => Ok(()),
+        Some((first, rest)) => {
+            let more = match rest.len() {
+                0 => String::new(),
+                n => format!(" (and {n} more problems)"),
+            };
+            Err(FsError::Corrupt(format!(
+                "checkpoint: {first}{more}; `nodup fsck --repair` repairs it"
+            )))
+        }
+    }
 }
 
 /// The inode a record changes alone (no directory entry involved).
@@ -210,6 +256,12 @@ impl FileSystem {
         // is not a nodup image is refused as such before any key is looked at. The key is then
         // checked, and the metadata read through the decrypting medium.
         let (sb, _, _) = superblock::probe_medium(&*medium)?;
+        // Where block maps may point, for the check of the checkpoint (the engine's superblock
+        // is in the clear; when it does not load, the engine's open below fails on it).
+        let data = match nodup_core::engine::superblock::Superblock::load(&*medium) {
+            Ok(esb) => esb.data_start..esb.data_start + esb.data_blocks,
+            Err(_) => 0..u64::MAX,
+        };
         let media = Media::unlock(medium, opts.open.key.as_ref())?;
         let medium = media.meta.clone();
         let m = &*medium;
@@ -224,7 +276,7 @@ impl FileSystem {
                 let r = Engine::open_media(media.clone(), &eopts);
                 (r, t1.elapsed().as_secs_f64())
             });
-            let found = load_metadata(m, &sb, opts.end_log_at_refused);
+            let found = load_metadata(m, &sb, data, opts.fsck);
             let load_seconds = t0.elapsed().as_secs_f64();
             let (r, secs) = match eng.join() {
                 Ok(x) => x,

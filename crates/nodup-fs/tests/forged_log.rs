@@ -84,7 +84,7 @@ fn a_forged_record_that_would_break_the_tree_is_refused() {
     // nothing is written; read-write, the log ends before it, and the rename is gone.
     let fsck_opts = |read_only| FsOptions {
         read_only,
-        end_log_at_refused: true,
+        fsck: true,
         ..FsOptions::default()
     };
     let fs = FileSystem::open(bad.clone(), &fsck_opts(true)).unwrap();

@@ -432,13 +432,14 @@ pub fn reseal_engine_superblock(img: &mut [u8]) {
 }
 
 /// The fuzz targets by name.
-pub const TARGETS: [&str; 6] = [
+pub const TARGETS: [&str; 7] = [
     "engine_image",
     "fs_image",
     "trace_parse",
     "smart_image",
     "crypt_image",
     "log_records",
+    "checkpoint_tree",
 ];
 
 /// The body of target `name`.
@@ -450,6 +451,7 @@ pub fn body(name: &str) -> Option<fn(&[u8])> {
         "smart_image" => Some(smart_image),
         "crypt_image" => Some(crypt_image),
         "log_records" => Some(crate::forged_log::log_records),
+        "checkpoint_tree" => Some(crate::forged_checkpoint::checkpoint_tree),
         _ => None,
     }
 }

@@ -7,13 +7,15 @@
 //! - [`crash`]: systematic crash states on `CrashSim` at every fence.
 //! - [`faults`]: injected I/O errors and short writes through `FaultMedium`.
 //! - [`fuzzing`]: the bodies of the fuzz targets and a seeded mutation driver for stable Rust;
-//!   [`forged_log`]: the body of the one that forges log records with valid checksums.
+//!   [`forged_log`] and [`forged_checkpoint`]: the bodies of the ones that forge log records
+//!   and checkpoints with valid checksums.
 //! - [`stress`]: concurrent threads on one file system with a model check, and a full device.
 //! - [`kill9`]: kill -9 of the real mount daemon under load, remount, fsck, fsynced files.
 //! - [`summary`]: the contract's summary lines.
 
 pub mod crash;
 pub mod faults;
+pub mod forged_checkpoint;
 pub mod forged_log;
 pub mod fuzzing;
 pub mod kill9;

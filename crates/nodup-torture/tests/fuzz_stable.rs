@@ -69,6 +69,11 @@ fn fuzz_log_records() {
 }
 
 #[test]
+fn fuzz_checkpoint_tree() {
+    run("checkpoint_tree", 2000);
+}
+
+#[test]
 fn fuzz_trace_parse() {
     run("trace_parse", 20000);
 }

@@ -58,7 +58,7 @@ fn open_unmounted(
         image::open_with(path, !write).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     let mut opts = FsOptions {
         read_only: !write,
-        end_log_at_refused: fsck,
+        fsck,
         ..FsOptions::default()
     };
     opts.open.key = key.map(super::mkfs::read_key_file).transpose()?;

@@ -223,10 +223,10 @@ pub(crate) fn inode(n: &Inode, rec: &Record) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fsck::{check_tables, FsckReport};
+    use crate::fsck::{check_tables, Bounds, FsckReport};
     use crate::inode::{Attr, Ts};
     use proptest::prelude::*;
-    use std::collections::{BTreeMap, HashSet};
+    use std::collections::BTreeMap;
 
     const NOW: Ts = Ts { sec: 5, nsec: 0 };
 
@@ -374,6 +374,8 @@ mod tests {
         #[test]
         fn any_record_is_refused_or_keeps_the_tree_sound(recs in prop::collection::vec(record(), 1..80)) {
             let mut t = seeded();
+            let meta = rustc_hash::FxHashSet::default();
+            let bounds = Bounds { data: 1..u64::MAX, meta: &meta };
             for rec in &recs {
                 let before = snapshot(&t);
                 match t.apply(rec) {
@@ -384,7 +386,7 @@ mod tests {
                     }
                 }
                 let mut rep = FsckReport::default();
-                check_tables(&t, u64::MAX, 1 << 62, &HashSet::new(), &mut rep, false);
+                check_tables(&t, &bounds, &mut rep, false);
                 prop_assert!(rep.problems.is_empty(), "after {rec:?}: {:?}", rep.problems);
             }
         }

@@ -12,6 +12,8 @@
 //! live bytes are tracked here, and a checkpoint rewrites the live units of the emptiest
 //! segments (cleaning) so the segments stay within a small factor of the live metadata.
 
+#[cfg(test)]
+mod forged;
 pub mod load;
 pub mod manifest;
 pub mod unit;

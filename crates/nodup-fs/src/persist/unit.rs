@@ -21,13 +21,17 @@
 //! - map unit: map entries; dir unit: dir entries.
 //!
 //! Every field is checked on decode: lengths, checksums, indices inside their unit, cookies
-//! inside their unit and increasing, names valid, no zero block or inode number.
+//! inside their unit and increasing, names valid, no zero block or inode number (nor
+//! `u64::MAX`, one past which the next inode number would overflow), and a head's attributes
+//! possible (`impossible`). What the units say together (the tree, link counts, block
+//! numbers) is checked when the image is opened (`fsck::check_tables`).
 
 use crate::blockmap::{BlockMap, CHUNK, DIRECT};
 use crate::codec::{Dec, Enc};
 use crate::dir::{Directory, UNIT_COOKIES};
 use crate::error::{FsError, Result};
 use crate::inode::{Attr, Body, Inode};
+use crate::log::check::XATTR_VALUE_MAX;
 use nodup_core::BlockNr;
 use std::collections::BTreeMap;
 
@@ -220,7 +224,7 @@ fn dec_dir_entries(d: &mut Dec, unit: u64) -> Result<DirEntries> {
         if c < lo || c - lo >= UNIT_COOKIES || v.last().is_some_and(|l| l.0 >= c) {
             return Err(corrupt("directory cookie out of order".into()));
         }
-        if ino == 0 || bad_name {
+        if ino == 0 || ino == u64::MAX || bad_name {
             return Err(corrupt("bad directory entry".into()));
         }
         v.push((c, name, ino));
@@ -293,10 +297,43 @@ fn max_map_unit() -> u64 {
     crate::blockmap::unit_of(crate::fs::MAX_FILE_BLOCKS)
 }
 
+/// Largest next cookie a directory head may hold: cookies are readdir offsets, which the kernel
+/// holds as signed 64-bit numbers, and half that range leaves counting on from it 2^62 inserts.
+const MAX_NEXT_COOKIE: u64 = i64::MAX as u64 / 2;
+
+/// What makes a head's attributes impossible for any inode the file system writes: mode bits
+/// beyond the permission bits, a size past the largest file, a timestamp's nanoseconds past a
+/// second (its conversion to a `SystemTime` could overflow), an extended attribute of a size
+/// `setxattr` refuses.
+fn impossible(attr: &Attr, xattrs: &crate::inode::Xattrs) -> Option<&'static str> {
+    if attr.perm & !0o7777 != 0 {
+        return Some("mode bits beyond the permission bits");
+    }
+    if attr.size > crate::fs::MAX_FILE_SIZE {
+        return Some("a size past the largest file");
+    }
+    if [attr.atime, attr.mtime, attr.ctime]
+        .iter()
+        .any(|t| t.nsec >= 1_000_000_000)
+    {
+        return Some("a timestamp out of range");
+    }
+    let bad_xattr = |(k, v): (&Vec<u8>, &Vec<u8>)| {
+        k.is_empty() || k.len() > crate::fs::NAME_MAX || v.len() > XATTR_VALUE_MAX
+    };
+    if xattrs.iter().any(bad_xattr) {
+        return Some("an extended attribute of an impossible size");
+    }
+    None
+}
+
 /// Decode a head body.
 pub fn decode_head(body: &[u8]) -> Result<Head> {
     let mut d = Dec::new(body);
     let (attr, xattrs) = Inode::dec_attr_xattrs(&mut d)?;
+    if let Some(what) = impossible(&attr, &xattrs) {
+        return Err(corrupt(format!("a head with {what}")));
+    }
     use crate::inode::Kind;
     let body = match attr.kind {
         Kind::File => HeadBody::File {
@@ -306,6 +343,9 @@ pub fn decode_head(body: &[u8]) -> Result<Head> {
         Kind::Dir => {
             let parent = d.u64()?;
             let next_cookie = d.u64()?;
+            if next_cookie > MAX_NEXT_COOKIE {
+                return Err(corrupt("directory cookies past their range".into()));
+            }
             let units = dec_unit_list(&mut d, next_cookie / UNIT_COOKIES)?;
             HeadBody::Dir {
                 parent,
@@ -374,7 +414,7 @@ pub fn for_each_unit(payload: &[u8], f: &mut dyn FnMut(RawUnit) -> Result<()>) -
         let kind = UnitKind::from_u8(d.u8()?)?;
         let ino = d.u64()?;
         let unit = d.u64()?;
-        if ino == 0 || (kind == UnitKind::Head) != (unit == 0) {
+        if ino == 0 || ino == u64::MAX || (kind == UnitKind::Head) != (unit == 0) {
             return Err(corrupt("bad unit key".into()));
         }
         f(RawUnit {
