@@ -89,6 +89,9 @@ pub struct RecoveryInfo {
     /// The log record that ended the replay because the table refused it (its sequence number
     /// and why), with [`FsOptions::fsck`].
     pub refused_record: Option<String>,
+    /// With [`FsOptions::fsck`]: what its table check found in the checkpoint as loaded, before
+    /// the log was replayed on it (a normal open refuses such a checkpoint).
+    pub checkpoint_problems: Vec<String>,
     /// Seconds spent reading the checkpoint and replaying the log.
     pub load_seconds: f64,
     /// Seconds spent in the engine's open (normal recovery) and failure recovery.

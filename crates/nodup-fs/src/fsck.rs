@@ -29,6 +29,16 @@ impl FsckReport {
     pub fn consistent(&self) -> bool {
         self.problems.is_empty()
     }
+
+    /// A problem fsck's open found: reported as `problem` by a read-only check, as `repaired`
+    /// by a read-write one (whose open already fixed it).
+    fn found_at_open(&mut self, read_only: bool, problem: String, repaired: String) {
+        if read_only {
+            self.problems.push(problem);
+        } else {
+            self.repaired.push(repaired);
+        }
+    }
 }
 
 /// The problem a read-only check of an image that was not unmounted cleanly reports.
@@ -49,19 +59,28 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
     if let Some(t) = fixed {
         fs.replace_tables(t)?;
     }
-    rep.distinct_blocks = fs.with_tables(distinct_blocks);
+    rep.distinct_blocks = fs.with_tables(|t| distinct_blocks(t, &bounds));
+    // The checkpoint as loaded, where the log changed what the table check above saw: a
+    // normal open refuses it. A read-write open has already replaced it by a checkpoint of the
+    // table after the log.
+    for p in &fs.recovery().checkpoint_problems {
+        if rep.problems.contains(p) || rep.repaired.iter().any(|r| r.contains(p.as_str())) {
+            continue;
+        }
+        rep.found_at_open(
+            fs.read_only,
+            format!("checkpoint, before the log is replayed: {p} (fsck --repair writes a checkpoint of the table after the log)"),
+            format!("checkpoint, before the log is replayed: {p}: replaced by a checkpoint of the table after the log"),
+        );
+    }
     // Opened with `fsck`: the log was read up to a record the table refused. A
     // read-write open has already cut the log there.
     if let Some(r) = &fs.recovery().refused_record {
-        if fs.read_only {
-            rep.problems.push(format!(
-                "{r}; the log was read up to it (fsck --repair ends the log there, dropping it and any records after it)"
-            ));
-        } else {
-            rep.repaired.push(format!(
-                "{r}: the log now ends before it; it and any records after it are dropped"
-            ));
-        }
+        rep.found_at_open(
+            fs.read_only,
+            format!("{r}; the log was read up to it (fsck --repair ends the log there, dropping it and any records after it)"),
+            format!("{r}: the log now ends before it; it and any records after it are dropped"),
+        );
     }
     if fs.read_only && fs.recovery().kind == "failure" {
         // Opened read-only, an image that needs failure recovery has neither its allocator
@@ -394,7 +413,9 @@ pub(crate) fn check_tables(
             _ => {
                 rep.files += 1;
                 let l = links.get(&ino).copied().unwrap_or(0);
-                if l == 0 {
+                // A root that is not a directory was reported above; removing it would leave
+                // no tree at all.
+                if l == 0 && ino != ROOT_INO {
                     unreachable.push(ino);
                     continue;
                 }
@@ -416,7 +437,7 @@ pub(crate) fn check_tables(
                         "inode {ino} block {fb}: invalid physical block {b}"
                     ));
                     bad_refs.push((ino, fb));
-                } else if fb * BLOCK_SIZE as u64 >= n.attr.size {
+                } else if fb >= n.attr.size.div_ceil(BLOCK_SIZE as u64) {
                     problems.push(format!(
                         "inode {ino}: block {fb} mapped beyond the end of file"
                     ));
@@ -477,12 +498,13 @@ pub(crate) fn check_tables(
     Some(fixed)
 }
 
-/// Distinct data blocks the block maps of `t` reference.
-fn distinct_blocks(t: &Tables) -> u64 {
+/// Distinct data blocks inside `bounds` the block maps of `t` reference (what the engine
+/// should count in use; the others are reported as invalid).
+fn distinct_blocks(t: &Tables, bounds: &Bounds) -> u64 {
     let mut d = FxHashSet::default();
     for node in t.inodes.values() {
         if let Some(m) = node.read().map() {
-            d.extend(m.blocks());
+            d.extend(m.blocks().filter(|&b| bounds.allows(b)));
         }
     }
     d.len() as u64

@@ -36,6 +36,11 @@ impl Ts {
             nsec: t.tv_nsec as u32,
         }
     }
+    /// True when the nanoseconds are below a second, as every time the file system makes is
+    /// (a larger value could overflow the conversion to a `SystemTime`).
+    pub fn valid(self) -> bool {
+        self.nsec < 1_000_000_000
+    }
     /// Convert to a `SystemTime` (for FUSE attributes).
     pub fn to_system(self) -> std::time::SystemTime {
         use std::time::{Duration, UNIX_EPOCH};

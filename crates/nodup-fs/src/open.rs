@@ -33,8 +33,10 @@ struct Found {
     skipped: u64,
     /// Blocks of inodes left without links (version-1 images only), for a clean open to release.
     orphan_blocks: Vec<BlockNr>,
-    /// The record that ended the log because the table refused it (`end_at_refused`).
+    /// The record that ended the log because the table refused it (fsck only).
     refused: Option<String>,
+    /// What fsck's table check found in the checkpoint as loaded, before the log (fsck only).
+    checkpoint_problems: Vec<String>,
 }
 
 /// Load the checkpoint named by `sb` and replay the log after its cut. Reads only.
@@ -79,11 +81,36 @@ fn load_metadata(
     if tables.get(ROOT_INO).is_none() {
         return Err(FsError::Corrupt("root directory missing".into()));
     }
-    if !for_fsck && sb.version == 1 {
-        // Before the log: a record is checked against the table it changes, which must
-        // itself be sound. (A version-2 checkpoint was checked as it was loaded.)
-        check_checkpoint(&tables, data, &ckpt_blocks)?;
+    // Inodes without links were open when a version-1 image was last written; nobody can
+    // reach them any more (records written to them after the cut are skipped below). A
+    // version-2 checkpoint holds only inodes a directory reaches, so one without links there
+    // is a wrong link count, for the checks to report rather than a reason to release the
+    // blocks of a file that is still named.
+    let mut orphan_blocks = Vec::new();
+    if sb.version == 1 {
+        for ino in tables.unlinked() {
+            if let Some(n) = tables.remove_inode(ino) {
+                orphan_blocks.extend(n.read().data_blocks());
+            }
+        }
     }
+    // Before the log: a record is checked against the table it changes, which must itself be
+    // sound. A version-2 checkpoint was checked as it was loaded; fsck loads without and
+    // reports what is wrong with the checkpoint as well as with the table after the log (a
+    // record may have removed the problem from the one, not from the image).
+    let meta = [&ckpt_blocks[..], &[sb.log_head]].concat();
+    let checkpoint_problems = if for_fsck {
+        table_problems(&tables, data, &meta)
+    } else {
+        if sb.version == 1 {
+            if let Some(first) = table_problems(&tables, data, &meta).first() {
+                return Err(FsError::Corrupt(format!(
+                    "checkpoint: {first}; `nodup fsck --repair` repairs it"
+                )));
+            }
+        }
+        Vec::new()
+    };
     if sb.log_off as usize > PAYLOAD {
         return Err(FsError::Corrupt("log offset past the block".into()));
     }
@@ -117,18 +144,6 @@ fn load_metadata(
             Err(e) => Err(e),
         }
     })?;
-    // Inodes without links were open when a version-1 image was last written; nobody can
-    // reach them any more. A version-2 checkpoint holds only inodes a directory reaches, so
-    // one without links there is a wrong link count, for the check above (and fsck) to report
-    // rather than a reason to release the blocks of a file that is still named.
-    let mut orphan_blocks = Vec::new();
-    if sb.version == 1 {
-        for ino in tables.unlinked() {
-            if let Some(n) = tables.remove_inode(ino) {
-                orphan_blocks.extend(n.read().data_blocks());
-            }
-        }
-    }
     Ok(Found {
         tables,
         ckpt_blocks,
@@ -138,29 +153,19 @@ fn load_metadata(
         skipped,
         orphan_blocks,
         refused,
+        checkpoint_problems,
     })
 }
 
-/// Refuse a version-1 checkpoint whose inode table fsck's table check finds a problem in: a
-/// second name for a directory, a wrong link count, a block map pointing outside the data area
-/// or into the metadata (what `persist::load::Tree` checks in a version-2 checkpoint).
-fn check_checkpoint(t: &Tables, data: std::ops::Range<BlockNr>, ckpt: &[BlockNr]) -> Result<()> {
-    let meta: rustc_hash::FxHashSet<u64> = ckpt.iter().copied().collect();
+/// What fsck's table check finds wrong with a checkpoint's inode table `t` (a second name for
+/// a directory, a wrong link count, a block map pointing outside the data area or at the
+/// metadata blocks `meta`): what `persist::load::Tree` checks as it loads version 2.
+fn table_problems(t: &Tables, data: std::ops::Range<BlockNr>, meta: &[BlockNr]) -> Vec<String> {
+    let meta: rustc_hash::FxHashSet<u64> = meta.iter().copied().collect();
     let bounds = fsck::Bounds { data, meta: &meta };
     let mut rep = fsck::FsckReport::default();
     fsck::check_tables(t, &bounds, &mut rep, false);
-    match rep.problems.split_first() {
-        None => Ok(()),
-        Some((first, rest)) => {
-            let more = match rest.len() {
-                0 => String::new(),
-                n => format!(" (and {n} more problems)"),
-            };
-            Err(FsError::Corrupt(format!(
-                "checkpoint: {first}{more}; `nodup fsck --repair` repairs it"
-            )))
-        }
-    }
+    rep.problems
 }
 
 /// The inode a record changes alone (no directory entry involved).
@@ -257,11 +262,9 @@ impl FileSystem {
         // checked, and the metadata read through the decrypting medium.
         let (sb, _, _) = superblock::probe_medium(&*medium)?;
         // Where block maps may point, for the check of the checkpoint (the engine's superblock
-        // is in the clear; when it does not load, the engine's open below fails on it).
-        let data = match nodup_core::engine::superblock::Superblock::load(&*medium) {
-            Ok(esb) => esb.data_start..esb.data_start + esb.data_blocks,
-            Err(_) => 0..u64::MAX,
-        };
+        // is in the clear).
+        let esb = nodup_core::engine::superblock::Superblock::load(&*medium)?;
+        let data = esb.data_start..esb.data_start + esb.data_blocks;
         let media = Media::unlock(medium, opts.open.key.as_ref())?;
         let medium = media.meta.clone();
         let m = &*medium;
@@ -302,6 +305,7 @@ impl FileSystem {
             replayed_records: rp.records,
             skipped_records: found.skipped,
             refused_record: found.refused.clone(),
+            checkpoint_problems: found.checkpoint_problems.clone(),
             load_seconds,
             ..Default::default()
         };

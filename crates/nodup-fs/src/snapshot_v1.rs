@@ -15,6 +15,7 @@ use crate::codec::Dec;
 use crate::codec::Enc;
 use crate::dir::Directory;
 use crate::error::{FsError, Result};
+use crate::fs::MAX_FILE_BLOCKS;
 use crate::inode::{Body, Inode};
 use crate::state::Tables;
 
@@ -70,6 +71,11 @@ fn enc_inode(e: &mut Enc, n: &Inode) {
 fn dec_inode(d: &mut Dec) -> Result<Inode> {
     let ino = d.u64()?;
     let (attr, xattrs) = Inode::dec_attr_xattrs(d)?;
+    if let Some(what) = crate::persist::unit::impossible(&attr, &xattrs) {
+        return Err(FsError::Corrupt(format!(
+            "checkpoint: inode {ino} has {what}"
+        )));
+    }
     let body = match attr.kind {
         crate::inode::Kind::File => {
             let mut m = BlockMap::default();
@@ -77,6 +83,11 @@ fn dec_inode(d: &mut Dec) -> Result<Inode> {
             for _ in 0..runs {
                 let start = d.u64()?;
                 let n = d.u32()? as u64;
+                if start.checked_add(n).is_none_or(|end| end > MAX_FILE_BLOCKS) {
+                    return Err(FsError::Corrupt(format!(
+                        "checkpoint: inode {ino} maps blocks past the largest file"
+                    )));
+                }
                 for i in 0..n {
                     m.set(start + i, d.u64()?);
                 }

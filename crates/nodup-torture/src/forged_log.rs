@@ -48,11 +48,12 @@ fn log_end() -> &'static LogEnd {
     })
 }
 
-/// The input, read a byte at a time; `None` once it is used up.
-struct Input<'a>(&'a [u8]);
+/// The input, read a byte at a time; `None` once it is used up (`forged_checkpoint` reads its
+/// input this way too).
+pub(crate) struct Input<'a>(pub(crate) &'a [u8]);
 
 impl Input<'_> {
-    fn u8(&mut self) -> Option<u8> {
+    pub(crate) fn u8(&mut self) -> Option<u8> {
         let (&b, rest) = self.0.split_first()?;
         self.0 = rest;
         Some(b)

@@ -210,20 +210,27 @@ pub fn fs_image(script: &[u8]) {
         return;
     };
     if !read_only {
-        if let Ok((ino, _)) = fs.mknod(
-            ROOT_INO,
-            b"fuzz-new",
-            Kind::File,
-            0o644,
-            0,
-            b"",
-            Caller::default(),
-        ) {
-            let _ = fs.write(ino, 0, &pattern_block(1));
-        }
+        write_one(&fs);
         let _ = fsck::check(&fs, true);
     }
     let _ = fs.shutdown();
+}
+
+/// Create `/fuzz-new` and write a block to it (errors allowed): a fuzzed image that opened
+/// must take a new file.
+pub(crate) fn write_one(fs: &FileSystem) {
+    let made = fs.mknod(
+        ROOT_INO,
+        b"fuzz-new",
+        Kind::File,
+        0o644,
+        0,
+        b"",
+        Caller::default(),
+    );
+    if let Ok((ino, _)) = made {
+        let _ = fs.write(ino, 0, &pattern_block(1));
+    }
 }
 
 /// Read every file and symlink under `dir` (to depth 8).

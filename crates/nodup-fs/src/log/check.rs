@@ -10,7 +10,7 @@
 
 use crate::error::{FsError, Result};
 use crate::fs::{name_ok, LINK_MAX, MAX_FILE_BLOCKS, MAX_FILE_SIZE, NAME_MAX};
-use crate::inode::{Inode, Kind, ROOT_INO};
+use crate::inode::{Inode, Kind, Ts, ROOT_INO};
 use crate::log::record::Record;
 use crate::state::{InodeRef, Tables};
 use nodup_core::BLOCK_SIZE;
@@ -64,9 +64,53 @@ fn new_entry(t: &Tables, parent: u64, name: &[u8]) -> Result<()> {
     }
 }
 
+/// Every timestamp a record carries (padded with zero times).
+fn times(rec: &Record) -> [Ts; 3] {
+    let z = Ts::default();
+    match rec {
+        Record::Create { attr, .. } => [attr.atime, attr.mtime, attr.ctime],
+        Record::SetAttr {
+            atime,
+            mtime,
+            ctime,
+            ..
+        } => [*atime, *mtime, *ctime],
+        Record::Write { mtime, .. } => [*mtime, z, z],
+        Record::Link { now, .. }
+        | Record::Unlink { now, .. }
+        | Record::Rmdir { now, .. }
+        | Record::Rename { now, .. }
+        | Record::Truncate { now, .. }
+        | Record::Punch { now, .. }
+        | Record::SetXattr { now, .. }
+        | Record::RemoveXattr { now, .. } => [*now, z, z],
+        Record::Remap { .. } => [z, z, z],
+    }
+}
+
+/// A record's times are ones the file system makes: a checkpoint holding another would not
+/// decode (`persist::unit`), so replaying it would leave an image that cannot be opened.
+fn times_ok(rec: &Record) -> Result<()> {
+    if times(rec).iter().all(|t| t.valid()) {
+        Ok(())
+    } else {
+        Err(corrupt("a timestamp out of range"))
+    }
+}
+
 /// Check a record that changes the namespace (create, link, unlink, rmdir, rename) against
 /// `t`; records that change one inode are checked by [`inode`] and pass here.
 pub(crate) fn namespace(t: &Tables, rec: &Record) -> Result<()> {
+    if matches!(
+        rec,
+        Record::Create { .. }
+            | Record::Link { .. }
+            | Record::Unlink { .. }
+            | Record::Rmdir { .. }
+            | Record::Rename { .. }
+    ) {
+        times_ok(rec)?;
+    }
     match rec {
         Record::Create {
             parent,
@@ -82,6 +126,7 @@ pub(crate) fn namespace(t: &Tables, rec: &Record) -> Result<()> {
             let nlink = if attr.kind == Kind::Dir { 2 } else { 1 };
             if attr.nlink != nlink
                 || attr.perm & !0o7777 != 0
+                || attr.size > MAX_FILE_SIZE
                 || (attr.kind == Kind::Symlink) == target.is_empty()
             {
                 return Err(corrupt("a new inode with impossible attributes"));
@@ -154,6 +199,7 @@ pub(crate) fn namespace(t: &Tables, rec: &Record) -> Result<()> {
 
 /// Check a record that changes the single inode `n` (attributes, data, extended attributes).
 pub(crate) fn inode(n: &Inode, rec: &Record) -> Result<()> {
+    times_ok(rec)?;
     let file = || {
         n.map()
             .ok_or_else(|| corrupt("a data change to a non-file"))
@@ -439,6 +485,13 @@ mod tests {
             },
             target: target.to_vec(),
         };
+        let create_with = |attr| Record::Create {
+            parent: ROOT_INO,
+            name: b"n".to_vec(),
+            ino: 20,
+            attr,
+            target: Vec::new(),
+        };
         let xattr = |name: Vec<u8>, len| Record::SetXattr {
             ino: 4,
             name,
@@ -460,6 +513,47 @@ mod tests {
                     ctime: NOW,
                 },
                 "beyond the permission bits",
+            ),
+            (
+                create_with(Attr {
+                    size: MAX_FILE_SIZE + 1,
+                    ..Attr::test_file(0, 0, NOW)
+                }),
+                "impossible attributes",
+            ),
+            (
+                create_with(Attr {
+                    mtime: Ts {
+                        sec: 1,
+                        nsec: 1_000_000_000,
+                    },
+                    ..Attr::test_file(0, 0, NOW)
+                }),
+                "timestamp out of range",
+            ),
+            (
+                Record::Unlink {
+                    parent: ROOT_INO,
+                    name: b"f".to_vec(),
+                    now: Ts {
+                        sec: 0,
+                        nsec: u32::MAX,
+                    },
+                },
+                "timestamp out of range",
+            ),
+            (
+                Record::Write {
+                    ino: 4,
+                    first: 0,
+                    blocks: vec![],
+                    size: 3 * 4096,
+                    mtime: Ts {
+                        sec: 0,
+                        nsec: 1_000_000_000,
+                    },
+                },
+                "timestamp out of range",
             ),
             (xattr(Vec::new(), 1), "impossible size"),
             (xattr(vec![b'u'; NAME_MAX + 1], 1), "impossible size"),

@@ -219,7 +219,7 @@ fn live(segs: &mut SegTable, loc: Loc) {
 /// same rules as fsck's table check, refused with its wording and the way out.
 pub struct Tree {
     data: Range<BlockNr>,
-    /// Blocks of the checkpoint itself, by offset in the data area.
+    /// Metadata blocks (the checkpoint's and the log's first), by offset in the data area.
     meta: Bitmap,
     /// Entries naming each inode (the root starts at 0: any entry naming it is one too many).
     links: IntMap<u64, u32>,
@@ -278,7 +278,7 @@ impl Tree {
                 "inode {ino} block {fb}: invalid physical block {b}"
             ));
         }
-        if fb * BS >= size {
+        if fb >= size.div_ceil(BS) {
             return refuse(format!(
                 "inode {ino}: block {fb} mapped beyond the end of file"
             ));
@@ -328,12 +328,24 @@ fn build(
     seen.insert(ROOT_INO);
     let mut max_ino = ROOT_INO;
     while let Some((ino, from)) = queue.pop_front() {
-        let hraw = u.heads.remove(&ino).ok_or_else(|| {
-            corrupt(format!(
-                "directory {from} has an entry for inode {ino}, which has no head"
-            ))
-        })?;
+        let Some(hraw) = u.heads.remove(&ino) else {
+            if ino != ROOT_INO && tree.is_none() {
+                // fsck: the entry stays, pointing at no inode, for its table check to report
+                // and --repair to remove.
+                continue;
+            }
+            let what = format!("directory {from} has an entry for inode {ino}, which has no head");
+            return if ino == ROOT_INO {
+                Err(corrupt(what))
+            } else {
+                refuse(what)
+            };
+        };
         let h = unit::decode_head(u.body(&hraw))?;
+        if ino == ROOT_INO && h.attr.kind != Kind::Dir {
+            // Nothing to repair towards: fsck refuses it too.
+            return Err(corrupt("the root is not a directory".into()));
+        }
         let hloc = hraw.loc;
         max_ino = max_ino.max(ino);
         let mut n = Inode::new(ino, h.attr.clone(), ROOT_INO, b"");

@@ -24,7 +24,7 @@
 //! inside their unit and increasing, names valid, no zero block or inode number (nor
 //! `u64::MAX`, one past which the next inode number would overflow), and a head's attributes
 //! possible (`impossible`). What the units say together (the tree, link counts, block
-//! numbers) is checked when the image is opened (`fsck::check_tables`).
+//! numbers) is checked as the loader walks the tree (`persist::load::Tree`).
 
 use crate::blockmap::{BlockMap, CHUNK, DIRECT};
 use crate::codec::{Dec, Enc};
@@ -305,16 +305,16 @@ const MAX_NEXT_COOKIE: u64 = i64::MAX as u64 / 2;
 /// beyond the permission bits, a size past the largest file, a timestamp's nanoseconds past a
 /// second (its conversion to a `SystemTime` could overflow), an extended attribute of a size
 /// `setxattr` refuses.
-fn impossible(attr: &Attr, xattrs: &crate::inode::Xattrs) -> Option<&'static str> {
+pub(crate) fn impossible(attr: &Attr, xattrs: &crate::inode::Xattrs) -> Option<&'static str> {
     if attr.perm & !0o7777 != 0 {
         return Some("mode bits beyond the permission bits");
     }
     if attr.size > crate::fs::MAX_FILE_SIZE {
         return Some("a size past the largest file");
     }
-    if [attr.atime, attr.mtime, attr.ctime]
+    if ![attr.atime, attr.mtime, attr.ctime]
         .iter()
-        .any(|t| t.nsec >= 1_000_000_000)
+        .all(|t| t.valid())
     {
         return Some("a timestamp out of range");
     }
