@@ -310,14 +310,33 @@ impl FileSystem {
             ..Default::default()
         };
         if needs && !opts.read_only {
-            let refs = found.tables.data_refs();
+            let mut refs = found.tables.data_refs();
             let metas: Vec<BlockNr> = found
                 .ckpt_blocks
                 .iter()
                 .chain(rp.blocks.iter())
                 .copied()
                 .collect();
-            let report = engine.recover(&mut refs.into_iter(), &mut metas.into_iter())?;
+            if opts.fsck {
+                // A reference failure recovery refuses (outside the data area, or on a
+                // metadata block) is left to fsck's table check, which unmaps it; the engine
+                // counts the others.
+                let (start, len) = engine.data_area();
+                let meta: rustc_hash::FxHashSet<u64> = metas.iter().copied().collect();
+                refs.retain(|b| (start..start + len).contains(b) && !meta.contains(b));
+            }
+            let report = engine
+                .recover(&mut refs.into_iter(), &mut metas.into_iter())
+                .map_err(|e| match e {
+                    // A block map (from the checkpoint or a replayed record) the recovery
+                    // refuses.
+                    nodup_core::Error::Invalid(m)
+                        if m.starts_with("referenced block") || m.starts_with("metadata block") =>
+                    {
+                        FsError::Corrupt(format!("{m}; `nodup fsck --repair` unmaps it"))
+                    }
+                    e => e.into(),
+                })?;
             info.engine = Some(report);
         } else if !needs && !opts.read_only && !found.orphan_blocks.is_empty() {
             engine.release_batch(&found.orphan_blocks)?;
