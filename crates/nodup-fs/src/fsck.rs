@@ -64,7 +64,7 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
     // normal open refuses it. A read-write open has already replaced it by a checkpoint of the
     // table after the log.
     for p in &fs.recovery().checkpoint_problems {
-        if rep.problems.contains(p) || rep.repaired.iter().any(|r| r.contains(p.as_str())) {
+        if rep.problems.contains(p) {
             continue;
         }
         rep.found_at_open(
@@ -196,12 +196,19 @@ pub fn check_tree(fs: &FileSystem) -> Vec<String> {
     for b in fs.meta.lock().reserve.iter().chain(&fs.log.lock().spare) {
         meta.remove(b);
     }
-    let bounds = Bounds {
-        data: start..start + len,
-        meta: &meta,
-    };
+    fs.with_tables(|t| table_problems(t, start..start + len, &meta))
+}
+
+/// What [`check_tables`] finds wrong with `t`, block maps held to the data area `data` and off
+/// the metadata blocks `meta` (the open's check of a version-1 checkpoint, fsck's of the
+/// checkpoint as loaded, [`check_tree`]).
+pub(crate) fn table_problems(
+    t: &Tables,
+    data: std::ops::Range<u64>,
+    meta: &FxHashSet<u64>,
+) -> Vec<String> {
     let mut rep = FsckReport::default();
-    fs.with_tables(|t| check_tables(t, &bounds, &mut rep, false));
+    check_tables(t, &Bounds { data, meta }, &mut rep, false);
     rep.problems
 }
 
@@ -322,7 +329,8 @@ pub(crate) struct Bounds<'a> {
 }
 
 impl Bounds<'_> {
-    fn allows(&self, b: u64) -> bool {
+    /// True when a block map may point at `b`.
+    pub(crate) fn allows(&self, b: u64) -> bool {
         self.data.contains(&b) && !self.meta.contains(&b)
     }
 }
@@ -330,8 +338,9 @@ impl Bounds<'_> {
 /// Check the inode table: one tree from the root (every directory reached by exactly one
 /// entry, its parent pointer naming that directory), link counts, no inode unreachable, no
 /// entry dangling, block maps inside `bounds` and their files. Problems go to `rep`; with
-/// `repair`, returns a fixed copy of the table. The open runs it too (a checkpoint's units
-/// are each checked when decoded, this is what they say together).
+/// `repair`, returns a fixed copy of the table. The open runs it on a version-1 checkpoint and
+/// fsck's open on the checkpoint as loaded (a version-2 checkpoint is held to the same rules
+/// by `persist::load::Tree` as it loads).
 pub(crate) fn check_tables(
     t: &Tables,
     bounds: &Bounds,

@@ -14,6 +14,7 @@ use crate::superblock::{self, MediumKind, Superblock};
 use crate::{fsck, snapshot_v1, Caller};
 use nodup_core::media::Medium;
 use nodup_core::{BlockNr, Engine, FormatOptions, Media, OpenState};
+use rustc_hash::FxHashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -98,12 +99,12 @@ fn load_metadata(
     // sound. A version-2 checkpoint was checked as it was loaded; fsck loads without and
     // reports what is wrong with the checkpoint as well as with the table after the log (a
     // record may have removed the problem from the one, not from the image).
-    let meta = [&ckpt_blocks[..], &[sb.log_head]].concat();
+    let meta: FxHashSet<u64> = ckpt_blocks.iter().chain([&sb.log_head]).copied().collect();
     let checkpoint_problems = if for_fsck {
-        table_problems(&tables, data, &meta)
+        fsck::table_problems(&tables, data, &meta)
     } else {
         if sb.version == 1 {
-            if let Some(first) = table_problems(&tables, data, &meta).first() {
+            if let Some(first) = fsck::table_problems(&tables, data, &meta).first() {
                 return Err(FsError::Corrupt(format!(
                     "checkpoint: {first}; `nodup fsck --repair` repairs it"
                 )));
@@ -155,17 +156,6 @@ fn load_metadata(
         refused,
         checkpoint_problems,
     })
-}
-
-/// What fsck's table check finds wrong with a checkpoint's inode table `t` (a second name for
-/// a directory, a wrong link count, a block map pointing outside the data area or at the
-/// metadata blocks `meta`): what `persist::load::Tree` checks as it loads version 2.
-fn table_problems(t: &Tables, data: std::ops::Range<BlockNr>, meta: &[BlockNr]) -> Vec<String> {
-    let meta: rustc_hash::FxHashSet<u64> = meta.iter().copied().collect();
-    let bounds = fsck::Bounds { data, meta: &meta };
-    let mut rep = fsck::FsckReport::default();
-    fsck::check_tables(t, &bounds, &mut rep, false);
-    rep.problems
 }
 
 /// The inode a record changes alone (no directory entry involved).
@@ -322,8 +312,12 @@ impl FileSystem {
                 // metadata block) is left to fsck's table check, which unmaps it; the engine
                 // counts the others.
                 let (start, len) = engine.data_area();
-                let meta: rustc_hash::FxHashSet<u64> = metas.iter().copied().collect();
-                refs.retain(|b| (start..start + len).contains(b) && !meta.contains(b));
+                let meta: FxHashSet<u64> = metas.iter().copied().collect();
+                let bounds = fsck::Bounds {
+                    data: start..start + len,
+                    meta: &meta,
+                };
+                refs.retain(|&b| bounds.allows(b));
             }
             let report = engine
                 .recover(&mut refs.into_iter(), &mut metas.into_iter())

@@ -10,14 +10,21 @@
 
 use crate::error::{FsError, Result};
 use crate::fs::{name_ok, LINK_MAX, MAX_FILE_BLOCKS, MAX_FILE_SIZE, NAME_MAX};
-use crate::inode::{Inode, Kind, Ts, ROOT_INO};
+use crate::inode::{Inode, Kind, Ts, Xattrs, ROOT_INO};
 use crate::log::record::Record;
+use crate::persist::unit::impossible;
 use crate::state::{InodeRef, Tables};
 use nodup_core::BLOCK_SIZE;
 
 const BS: u64 = BLOCK_SIZE as u64;
 /// Largest extended-attribute value the file system stores (Linux's XATTR_SIZE_MAX).
 pub const XATTR_VALUE_MAX: usize = 65536;
+
+/// An extended attribute the file system can hold: a name of 1 to NAME_MAX bytes and a value
+/// of at most [`XATTR_VALUE_MAX`] (what setxattr accepts; checkpoint heads are held to it too).
+pub(crate) fn xattr_fits(name: &[u8], value: &[u8]) -> bool {
+    !name.is_empty() && name.len() <= NAME_MAX && value.len() <= XATTR_VALUE_MAX
+}
 
 /// The error for a record that asks for `what`.
 pub(crate) fn corrupt(what: &str) -> FsError {
@@ -125,8 +132,7 @@ pub(crate) fn namespace(t: &Tables, rec: &Record) -> Result<()> {
             }
             let nlink = if attr.kind == Kind::Dir { 2 } else { 1 };
             if attr.nlink != nlink
-                || attr.perm & !0o7777 != 0
-                || attr.size > MAX_FILE_SIZE
+                || impossible(attr, &Xattrs::new()).is_some()
                 || (attr.kind == Kind::Symlink) == target.is_empty()
             {
                 return Err(corrupt("a new inode with impossible attributes"));
@@ -258,7 +264,7 @@ pub(crate) fn inode(n: &Inode, rec: &Record) -> Result<()> {
             )
         }
         Record::SetXattr { name, value, .. } => ok(
-            !name.is_empty() && name.len() <= NAME_MAX && value.len() <= XATTR_VALUE_MAX,
+            xattr_fits(name, value),
             "an extended attribute of an impossible size",
         ),
         Record::RemoveXattr { .. } => Ok(()),

@@ -31,7 +31,7 @@ use crate::codec::{Dec, Enc};
 use crate::dir::{Directory, UNIT_COOKIES};
 use crate::error::{FsError, Result};
 use crate::inode::{Attr, Body, Inode};
-use crate::log::check::XATTR_VALUE_MAX;
+use crate::log::check::xattr_fits;
 use nodup_core::BlockNr;
 use std::collections::BTreeMap;
 
@@ -301,7 +301,8 @@ fn max_map_unit() -> u64 {
 /// holds as signed 64-bit numbers, and half that range leaves counting on from it 2^62 inserts.
 const MAX_NEXT_COOKIE: u64 = i64::MAX as u64 / 2;
 
-/// What makes a head's attributes impossible for any inode the file system writes: mode bits
+/// What makes a head's attributes impossible for any inode the file system writes (a created
+/// inode's in a log record too, `log::check`): mode bits
 /// beyond the permission bits, a size past the largest file, a timestamp's nanoseconds past a
 /// second (its conversion to a `SystemTime` could overflow), an extended attribute of a size
 /// `setxattr` refuses.
@@ -318,10 +319,7 @@ pub(crate) fn impossible(attr: &Attr, xattrs: &crate::inode::Xattrs) -> Option<&
     {
         return Some("a timestamp out of range");
     }
-    let bad_xattr = |(k, v): (&Vec<u8>, &Vec<u8>)| {
-        k.is_empty() || k.len() > crate::fs::NAME_MAX || v.len() > XATTR_VALUE_MAX
-    };
-    if xattrs.iter().any(bad_xattr) {
+    if !xattrs.iter().all(|(k, v)| xattr_fits(k, v)) {
         return Some("an extended attribute of an impossible size");
     }
     None
