@@ -11,14 +11,25 @@ use nodup_fs::log::record::{find_frames, Record};
 use nodup_fs::{fsck, Caller, FileSystem, FsError, FsOptions, MediumKind};
 use std::sync::Arc;
 
-/// Offset and sequence number of the only rename frame in `img`, and its record.
-fn find_rename(img: &[u8]) -> (usize, u64, Record) {
+/// `img` with its only frame of the kind `is_kind` picks rewritten by `change`, framed again
+/// with a valid checksum and its own sequence number (returned with it).
+fn reframe(
+    img: &[u8],
+    is_kind: impl Fn(&Record) -> bool,
+    change: impl FnOnce(&mut Record),
+) -> (Vec<u8>, u64) {
     let mut found: Vec<_> = find_frames(img)
         .into_iter()
-        .filter(|(_, _, r)| matches!(r, Record::Rename { .. }))
+        .filter(|(_, _, r)| is_kind(r))
         .collect();
-    assert_eq!(found.len(), 1, "rename frames in the image");
-    found.pop().unwrap()
+    assert_eq!(found.len(), 1, "frames of the kind in the image");
+    let (off, seq, mut rec) = found.pop().unwrap();
+    change(&mut rec);
+    let forged = rec.frame(seq);
+    let mut bad = img.to_vec();
+    assert_eq!(Record::declared_len(&bad[off..]), Some(forged.len()));
+    bad[off..off + forged.len()].copy_from_slice(&forged);
+    (bad, seq)
 }
 
 /// A new 16 MiB pmem file system in memory.
@@ -58,14 +69,15 @@ fn a_forged_record_that_would_break_the_tree_is_refused() {
     drop(fs);
 
     // The same rename, moving /d into /d/e instead, framed with a valid checksum.
-    let (off, seq, mut rec) = find_rename(&img);
-    if let Record::Rename { newparent, .. } = &mut rec {
-        *newparent = e;
-    }
-    let forged = rec.frame(seq);
-    let mut bad = img.clone();
-    assert_eq!(Record::declared_len(&bad[off..]), Some(forged.len()));
-    bad[off..off + forged.len()].copy_from_slice(&forged);
+    let (bad, seq) = reframe(
+        &img,
+        |r| matches!(r, Record::Rename { .. }),
+        |r| {
+            if let Record::Rename { newparent, .. } = r {
+                *newparent = e;
+            }
+        },
+    );
     let bad = Arc::new(MemMedium::from_bytes(bad));
     let before = bad.snapshot();
     let err = FileSystem::open(bad.clone(), &FsOptions::default())
@@ -169,19 +181,15 @@ fn a_replayed_block_outside_the_data_area_is_repaired_by_fsck() {
     fs.write(f, 0, &[7u8; 4096]).unwrap();
     let img = medium.snapshot();
     drop(fs);
-    let mut writes: Vec<_> = find_frames(&img)
-        .into_iter()
-        .filter(|(_, _, r)| matches!(r, Record::Write { .. }))
-        .collect();
-    assert_eq!(writes.len(), 1, "write frames in the image");
-    let (off, seq, mut rec) = writes.pop().unwrap();
-    if let Record::Write { blocks, .. } = &mut rec {
-        blocks[0] = 1;
-    }
-    let forged = rec.frame(seq);
-    let mut bad = img.clone();
-    assert_eq!(Record::declared_len(&bad[off..]), Some(forged.len()));
-    bad[off..off + forged.len()].copy_from_slice(&forged);
+    let (bad, _) = reframe(
+        &img,
+        |r| matches!(r, Record::Write { .. }),
+        |r| {
+            if let Record::Write { blocks, .. } = r {
+                blocks[0] = 1;
+            }
+        },
+    );
 
     let m = Arc::new(MemMedium::from_bytes(bad.clone()));
     let err = FileSystem::open(m, &FsOptions::default()).err().unwrap();
