@@ -12,6 +12,7 @@ use crate::persist::load;
 use crate::state::Tables;
 use crate::superblock::{self, MediumKind, Superblock};
 use crate::{fsck, snapshot_v1, Caller};
+use nodup_core::alloc::bitmap::Bitmap;
 use nodup_core::media::Medium;
 use nodup_core::{BlockNr, Engine, FormatOptions, Media, OpenState};
 use rustc_hash::FxHashSet;
@@ -38,6 +39,42 @@ struct Found {
     refused: Option<String>,
     /// What fsck's table check found in the checkpoint as loaded, before the log (fsck only).
     checkpoint_problems: Vec<String>,
+    /// The data-area blocks the checkpoint's maps point at, by offset from the area's start
+    /// (a version-2 checkpoint checked as it loaded; not fsck).
+    mapped: Option<Bitmap>,
+}
+
+/// On a clean open, refuse a block map onto a block the engine's own metadata holds (a region
+/// of dedup entries, a fingerprint group of the store): unlinking that file would free the
+/// block under the engine, and the next write would overwrite its metadata. The engine and the
+/// checkpoint are read side by side, so this is checked once both are in, before anything is
+/// written: the engine's blocks against `mapped`, the loader's record of the blocks the maps
+/// point at (offsets from `data_start`), or against every map when there is none (a
+/// version-1 checkpoint). Failure recovery refuses such a reference itself.
+fn refuse_engine_blocks(
+    engine: &Engine,
+    tables: &Tables,
+    mapped: Option<&Bitmap>,
+    data_start: BlockNr,
+) -> Result<()> {
+    let mut held = FxHashSet::default();
+    engine.with_engine_owned_blocks(&mut |blocks, _| {
+        held.extend(blocks.iter().copied().filter(|&b| {
+            mapped.is_none_or(|m| {
+                b.checked_sub(data_start)
+                    .is_some_and(|i| i < m.len() as u64 && m.get(i as usize))
+            })
+        }))
+    });
+    if held.is_empty() {
+        return Ok(());
+    }
+    let Some((ino, fb, b)) = tables.find_ref(|b| held.contains(&b)) else {
+        return Ok(());
+    };
+    Err(FsError::Corrupt(format!(
+        "checkpoint: inode {ino} block {fb}: invalid physical block {b} (the engine's metadata holds it); `nodup fsck --repair` repairs it"
+    )))
 }
 
 /// Load the checkpoint named by `sb` and replay the log after its cut. Reads only.
@@ -49,7 +86,7 @@ fn load_metadata(
     data: std::ops::Range<BlockNr>,
     for_fsck: bool,
 ) -> Result<Found> {
-    let (mut tables, ckpt_blocks, manifest, legacy) = if sb.version == 1 {
+    let (mut tables, ckpt_blocks, manifest, legacy, mapped) = if sb.version == 1 {
         let (blocks, payload) = read_chain(
             m,
             sb.ckpt_head,
@@ -61,7 +98,7 @@ fn load_metadata(
             return Err(FsError::Corrupt("checkpoint not found".into()));
         }
         let t = snapshot_v1::decode(&payload)?;
-        (t, blocks.clone(), Vec::new(), blocks)
+        (t, blocks.clone(), Vec::new(), blocks, None)
     } else {
         // The loader checks the tree as it walks it, unless fsck (which checks it itself).
         let l = load::load(
@@ -77,7 +114,7 @@ fn load_metadata(
         for s in l.tables.persist.segs.lock().values() {
             blocks.extend_from_slice(&s.blocks);
         }
-        (l.tables, blocks, l.manifest_blocks, Vec::new())
+        (l.tables, blocks, l.manifest_blocks, Vec::new(), l.mapped)
     };
     if tables.get(ROOT_INO).is_none() {
         return Err(FsError::Corrupt("root directory missing".into()));
@@ -155,6 +192,7 @@ fn load_metadata(
         orphan_blocks,
         refused,
         checkpoint_problems,
+        mapped,
     })
 }
 
@@ -283,13 +321,17 @@ impl FileSystem {
         let t1 = Instant::now();
         let (engine, state) = engine_res?;
         let found = found?;
+        let rp = &found.replayed;
+        let needs = !sb.is_clean() || state == OpenState::NeedsRecovery || rp.records > 0;
+        if !opts.fsck && !needs {
+            let data_start = engine.data_area().0;
+            refuse_engine_blocks(&engine, &found.tables, found.mapped.as_ref(), data_start)?;
+        }
         if !opts.read_only {
             engine.begin_use()?;
         }
         let (area, _) = engine.client_area();
         let (_, slot) = superblock::read_pair(m, area)?;
-        let rp = &found.replayed;
-        let needs = !sb.is_clean() || state == OpenState::NeedsRecovery || rp.records > 0;
         let mut info = RecoveryInfo {
             kind: if needs { "failure" } else { "clean" }.into(),
             replayed_records: rp.records,
@@ -308,11 +350,15 @@ impl FileSystem {
                 .copied()
                 .collect();
             if opts.fsck {
-                // A reference failure recovery refuses (outside the data area, or on a
-                // metadata block) is left to fsck's table check, which unmaps it; the engine
-                // counts the others.
+                // A reference failure recovery refuses (outside the data area, on a metadata
+                // block, on a block of the engine's metadata layout) is left to fsck's table
+                // check, which unmaps it; the engine counts the others.
                 let (start, len) = engine.data_area();
-                let meta: FxHashSet<u64> = metas.iter().copied().collect();
+                let meta: FxHashSet<u64> = metas
+                    .iter()
+                    .copied()
+                    .chain(engine.layout_blocks())
+                    .collect();
                 let bounds = fsck::Bounds {
                     data: start..start + len,
                     meta: &meta,
@@ -327,6 +373,9 @@ impl FileSystem {
                     nodup_core::Error::Invalid(m)
                         if m.starts_with("referenced block") || m.starts_with("metadata block") =>
                     {
+                        FsError::Corrupt(format!("{m}; `nodup fsck --repair` unmaps it"))
+                    }
+                    nodup_core::Error::Corrupt(m) if m.starts_with("region block") => {
                         FsError::Corrupt(format!("{m}; `nodup fsck --repair` unmaps it"))
                     }
                     e => e.into(),

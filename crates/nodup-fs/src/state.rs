@@ -291,6 +291,18 @@ impl Tables {
         }
     }
 
+    /// Some reference (inode, file block, physical block) whose physical block `hit` selects
+    /// (which one, when several are, is unspecified).
+    pub fn find_ref(&self, hit: impl Fn(BlockNr) -> bool) -> Option<(u64, u64, BlockNr)> {
+        for (&ino, node) in &self.inodes {
+            let n = node.read();
+            if let Some((fb, b)) = n.map().and_then(|m| m.iter().find(|&(_, b)| hit(b))) {
+                return Some((ino, fb, b));
+            }
+        }
+        None
+    }
+
     /// Every data-block reference held by files (once per reference).
     pub fn data_refs(&self) -> Vec<BlockNr> {
         let mut v = Vec::new();

@@ -159,12 +159,10 @@ fn calls_the_checks_would_refuse_fail_before_the_log() {
     assert!(fsck::check(&fs, false).unwrap().consistent());
 }
 
-/// A replayed write that maps a block outside the data area (block 1 holds the file system's
-/// superblocks) passes the record checks, which know no geometry, and failure recovery refuses
-/// it: the open fails naming the block and the way out, and fsck --repair (whose open leaves
-/// the reference to its table check) unmaps it, after which the image mounts.
-#[test]
-fn a_replayed_block_outside_the_data_area_is_repaired_by_fsck() {
+/// A replayed write of file block 0 forged to map the block `target` picks: failure recovery
+/// refuses it, so the open fails naming the block and the way out, and fsck --repair (whose
+/// open leaves the reference to its table check) unmaps it, after which the image mounts.
+fn replayed_block_repaired_by_fsck(target: impl Fn(&FileSystem) -> u64) {
     let (medium, fs) = fresh();
     let f = fs
         .mknod(
@@ -178,7 +176,13 @@ fn a_replayed_block_outside_the_data_area_is_repaired_by_fsck() {
         )
         .unwrap()
         .0;
-    fs.write(f, 0, &[7u8; 4096]).unwrap();
+    // 300 distinct blocks in one write (one record): more dedup entries than the fixed
+    // region holds, so the region layout has taken blocks of the data area too.
+    let data: Vec<u8> = (0..300 * 4096u32)
+        .map(|i| (i / 4096 + i % 7) as u8)
+        .collect();
+    fs.write(f, 0, &data).unwrap();
+    let block = target(&fs);
     let img = medium.snapshot();
     drop(fs);
     let (bad, _) = reframe(
@@ -186,7 +190,7 @@ fn a_replayed_block_outside_the_data_area_is_repaired_by_fsck() {
         |r| matches!(r, Record::Write { .. }),
         |r| {
             if let Record::Write { blocks, .. } = r {
-                blocks[0] = 1;
+                blocks[0] = block;
             }
         },
     );
@@ -194,7 +198,7 @@ fn a_replayed_block_outside_the_data_area_is_repaired_by_fsck() {
     let m = Arc::new(MemMedium::from_bytes(bad.clone()));
     let err = FileSystem::open(m, &FsOptions::default()).err().unwrap();
     assert!(
-        matches!(&err, FsError::Corrupt(msg) if msg.contains("block 1") && msg.contains("fsck --repair")),
+        matches!(&err, FsError::Corrupt(msg) if msg.contains(&format!("block {block}")) && msg.contains("fsck --repair")),
         "{err}"
     );
     let m = Arc::new(MemMedium::from_bytes(bad));
@@ -220,4 +224,23 @@ fn a_replayed_block_outside_the_data_area_is_repaired_by_fsck() {
     )
     .unwrap();
     assert!(fsck::check(&fs, false).unwrap().consistent());
+}
+
+/// Block 1 holds the file system's superblocks, outside the engine's data area: the record
+/// checks know no geometry and pass it.
+#[test]
+fn a_replayed_block_outside_the_data_area_is_repaired_by_fsck() {
+    replayed_block_repaired_by_fsck(|_| 1);
+}
+
+/// A block of the engine's metadata layout (the region holding the dedup entries) is inside
+/// the data area; unlinking the file would free it under the engine.
+#[test]
+fn a_replayed_block_of_the_engine_metadata_is_repaired_by_fsck() {
+    replayed_block_repaired_by_fsck(|fs| {
+        *fs.engine()
+            .layout_blocks()
+            .first()
+            .expect("the light policy's region layout holds a block")
+    });
 }

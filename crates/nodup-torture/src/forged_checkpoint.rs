@@ -1,12 +1,14 @@
 //! Fuzz body `checkpoint_tree`: checkpoints whose units are all well framed, forged by changing
-//! the clean base image's inode table by hand and letting the checkpoint writer write it.
+//! the inode table of the clean base image (`fuzzing::tree_base`) by hand and letting the
+//! checkpoint writer write it.
 //!
 //! A byte patch of a checkpoint (the `fs_image` target) almost never survives a unit's
 //! checksum, so what the units say together (the tree, link counts, where the block maps
 //! point) and the attributes a head holds were out of the fuzzers' reach. Here the input is a
 //! small program of changes to the table (an entry added or removed, a link count, a parent
-//! pointer, a mapped block, a size, an impossible mode, timestamp or extended attribute, an
-//! inode dropped), each built from a few input bytes. The forged image must then:
+//! pointer, a mapped block (a file's, one of the engine's metadata, an extreme), a size, an
+//! impossible mode, timestamp or extended attribute, an inode dropped), each built from a few
+//! input bytes. The forged image must then:
 //! - open normally, with a tree fsck's table check finds sound and that can be read and
 //!   emptied without a panic, or be refused as corrupt without a byte written;
 //! - unless a unit does not decode (an impossible attribute) or the root is gone, be opened by
@@ -20,7 +22,7 @@ use nodup_fs::state::Tables;
 use nodup_fs::{fsck, FileSystem, FsError, FsOptions};
 
 use crate::forged_log::Input;
-use crate::fuzzing::{fs_base, walk, write_one};
+use crate::fuzzing::{tree_base, walk, write_one};
 
 /// The table's inodes, sorted, and those of one kind.
 fn inodes(t: &Tables, keep: impl Fn(Kind) -> bool) -> Vec<u64> {
@@ -63,11 +65,12 @@ fn step(inp: &mut Input, t: &mut Tables) -> Option<()> {
         2 => t.get(pick(&all, a)?)?.write().attr.nlink = 1 + u32::from(b % 4),
         3 => t.get(pick(&dirs, a)?)?.write().dir_mut()?.parent = pick(&all, b)?,
         4 => {
-            let refs = &fs_base().refs;
+            let (refs, engine) = (&tree_base().refs, &tree_base().engine_blocks);
             let fb = if b & 0x80 != 0 { 511 } else { u64::from(b % 4) };
             let phys = match inp.u8()? {
                 0 => 0,
                 c @ 1..=127 if !refs.is_empty() => refs[c as usize % refs.len()],
+                c @ 144..=159 if !engine.is_empty() => engine[c as usize % engine.len()],
                 c => u64::from(c) << (b % 12),
             };
             t.get(pick(&files, a)?)?.write().map_mut()?.set(fb, phys);
@@ -127,7 +130,7 @@ fn open(img: &[u8], opts: &FsOptions) -> (Arc<MemMedium>, Result<FileSystem, FsE
 
 /// Fuzz body: see the module documentation.
 pub fn checkpoint_tree(data: &[u8]) {
-    let (m, fs) = open(&fs_base().clean, &FsOptions::default());
+    let (m, fs) = open(&tree_base().clean, &FsOptions::default());
     let fs = fs.expect("the clean base image opens");
     let mut t = fs.with_tables(|t| t.deep_copy());
     let mut inp = Input(data);
@@ -186,7 +189,7 @@ mod tests {
     #[test]
     fn forgeries_are_refused_or_open_and_repair_converges() {
         let forge = |input: &[u8]| {
-            let (m, fs) = open(&fs_base().clean, &FsOptions::default());
+            let (m, fs) = open(&tree_base().clean, &FsOptions::default());
             let fs = fs.unwrap();
             let mut t = fs.with_tables(|t| t.deep_copy());
             let mut inp = Input(input);
@@ -206,12 +209,18 @@ mod tests {
         assert!(second.contains("more than one parent"), "{second}");
         let block = forge(&[4, 0, 2, 128]).expect("refused");
         assert!(block.contains("invalid physical block"), "{block}");
+        let engine = forge(&[4, 0, 2, 144]).expect("refused");
+        assert!(
+            engine.contains("the engine's metadata holds it"),
+            "{engine}"
+        );
         let mode = forge(&[6, 1, 3]).expect("refused");
         assert!(mode.contains("mode bits"), "{mode}");
         for input in [
             &b""[..],
             &[0, 2, 1],
             &[4, 0, 2, 128],
+            &[4, 0, 2, 144],
             &[3, 1, 0, 2, 3, 1],
             &[9, 2, 0],
         ] {

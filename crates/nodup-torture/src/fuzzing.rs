@@ -35,12 +35,21 @@ pub struct BaseImage {
     pub hot: Vec<(u64, u64)>,
     /// Data blocks the files reference, sorted, each once.
     pub refs: Vec<u64>,
+    /// Data-area blocks the engine's own metadata holds (layout regions, store groups; not
+    /// listed for the `smart` base, whose fuzz body forges no block maps).
+    pub engine_blocks: Vec<u64>,
 }
 
 /// A small tree with files, a hard link and a symlink, checkpointed and then changed again (so
 /// the dirty twin has log records to replay), formatted with `fopts`.
 fn build_fs_base_with(fopts: &FormatOptions) -> BaseImage {
-    let mem = Arc::new(MemMedium::new(BASE_BYTES));
+    build_fs_base(fopts, BASE_BYTES, 0)
+}
+
+/// [`build_fs_base_with`] on a medium of `bytes`, with a file `big` of `big_blocks` distinct
+/// blocks beside the tree.
+fn build_fs_base(fopts: &FormatOptions, bytes: u64, big_blocks: u32) -> BaseImage {
+    let mem = Arc::new(MemMedium::new(bytes));
     let opts = crate::verify::open_opts_for(fopts.encrypt.is_some());
     let fs = FileSystem::format(
         mem.clone(),
@@ -74,6 +83,15 @@ fn build_fs_base_with(fopts: &FormatOptions) -> BaseImage {
     }
     fs.mknod(ROOT_INO, b"link", Kind::Symlink, 0o777, 0, b"f0", who)
         .expect("symlink");
+    if big_blocks > 0 {
+        let (ino, _) = fs
+            .mknod(ROOT_INO, b"big", Kind::File, 0o644, 0, b"", who)
+            .expect("create");
+        let data: Vec<u8> = (0..big_blocks)
+            .flat_map(|i| pattern_block(1000 + u64::from(i)))
+            .collect();
+        fs.write(ino, 0, &data).expect("write");
+    }
     fs.checkpoint(false).expect("checkpoint");
     // Records after the checkpoint, so the dirty image has a log to replay.
     let (ino, _) = fs.lookup(ROOT_INO, b"f0").expect("lookup");
@@ -97,9 +115,12 @@ fn build_fs_base_with(fopts: &FormatOptions) -> BaseImage {
     if let Some(&b) = refs.first() {
         hot.push((b * BS, BS));
     }
-    hot.push((0, BASE_BYTES));
+    hot.push((0, bytes));
     refs.sort_unstable();
     refs.dedup();
+    let mut engine_blocks = Vec::new();
+    fs.engine()
+        .with_engine_owned_blocks(&mut |b, _| engine_blocks.extend_from_slice(b));
     fs.shutdown().expect("shutdown");
     drop(fs);
     BaseImage {
@@ -107,6 +128,7 @@ fn build_fs_base_with(fopts: &FormatOptions) -> BaseImage {
         dirty,
         hot,
         refs,
+        engine_blocks,
     }
 }
 
@@ -114,6 +136,14 @@ fn build_fs_base_with(fopts: &FormatOptions) -> BaseImage {
 pub fn fs_base() -> &'static BaseImage {
     static B: OnceLock<BaseImage> = OnceLock::new();
     B.get_or_init(|| build_fs_base_with(&FormatOptions::default()))
+}
+
+/// The base images of `checkpoint_tree`: [`fs_base`]'s tree on 2 MiB with a file of 160
+/// distinct blocks, more dedup entries than the region layout's fixed region holds, so the
+/// layout has taken blocks of the data area for a block map to be forged onto.
+pub fn tree_base() -> &'static BaseImage {
+    static B: OnceLock<BaseImage> = OnceLock::new();
+    B.get_or_init(|| build_fs_base(&FormatOptions::default(), 2 << 20, 160))
 }
 
 /// The encrypted base images: `selective` under [`crate::verify::TEST_KEY`] (built once per
@@ -375,6 +405,7 @@ fn build_smart_base() -> BaseImage {
         dirty,
         hot,
         refs,
+        engine_blocks: Vec::new(),
     }
 }
 

@@ -104,6 +104,12 @@ impl Engine {
         self.layout.owned_blocks().len() as u64
     }
 
+    /// The data-area blocks the metadata layout holds (a region layout's entry blocks): a
+    /// caller's reference to one is damage, which failure recovery refuses.
+    pub fn layout_blocks(&self) -> Vec<BlockNr> {
+        self.layout.owned_blocks()
+    }
+
     /// Blocks of the data area held by the policy's store for its on-media part.
     pub fn store_owned_blocks(&self) -> u64 {
         self.store.dyn_store().owned_blocks()

@@ -12,6 +12,8 @@ use crate::state::Tables;
 use crate::superblock::MediumKind;
 use crate::Caller;
 use nodup_core::media::MemMedium;
+use nodup_core::meta::MetaLayoutKind;
+use nodup_core::policy::PolicyKind;
 use nodup_core::FormatOptions;
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -25,11 +27,16 @@ struct Tree {
 
 /// A cleanly unmounted 16 MiB image holding the seeded tree.
 fn seeded() -> (Vec<u8>, Tree) {
+    seeded_with(&FormatOptions::default())
+}
+
+/// [`seeded`], formatted with `fopts`.
+fn seeded_with(fopts: &FormatOptions) -> (Vec<u8>, Tree) {
     let medium = Arc::new(MemMedium::new(16 << 20));
     let fs = FileSystem::format(
         medium.clone(),
         MediumKind::Pmem,
-        &FormatOptions::default(),
+        fopts,
         &FsOptions::default(),
         Caller::default(),
     )
@@ -172,6 +179,96 @@ fn a_block_outside_the_data_area_is_refused() {
         tb.get(t.f).unwrap().write().map_mut().unwrap().set(1, 1);
     });
     refused_then_repaired(&bad, "invalid physical block 1");
+}
+
+/// A block of the engine's metadata layout (the region holding the dedup entries) is inside
+/// the data area and off the file system's metadata, so the loader's bounds pass it; the open
+/// checks the maps against the engine once both are read. Accepted, an unlink of `/f` would
+/// free the region under the engine.
+#[test]
+fn a_block_of_the_engine_metadata_layout_is_refused() {
+    let (img, t) = seeded();
+    // More dedup entries than the fixed region holds: the layout takes data-area blocks.
+    let (m, fs) = open(&img, &FsOptions::default()).unwrap();
+    let big = fs
+        .mknod(
+            ROOT_INO,
+            b"big",
+            Kind::File,
+            0o644,
+            0,
+            b"",
+            Caller::default(),
+        )
+        .unwrap()
+        .0;
+    let data: Vec<u8> = (0..300 * 4096u32)
+        .map(|i| (i / 4096 + i % 7) as u8)
+        .collect();
+    fs.write(big, 0, &data).unwrap();
+    let region = *fs
+        .engine()
+        .layout_blocks()
+        .first()
+        .expect("the light policy's region layout holds a block");
+    fs.shutdown().unwrap();
+    drop(fs);
+    let img = m.snapshot();
+    let bad = forged(&img, |tb| {
+        tb.get(t.f)
+            .unwrap()
+            .write()
+            .map_mut()
+            .unwrap()
+            .set(1, region);
+    });
+    refused_then_repaired(&bad, &format!("invalid physical block {region}"));
+}
+
+/// A block of a `smart` image's on-media fingerprint groups: refused at open too. fsck reports
+/// it as held twice, and --repair keeps the file's block (the groups are only a finding aid)
+/// and rebuilds the groups elsewhere.
+#[test]
+fn a_block_of_the_store_groups_is_refused() {
+    let fo = FormatOptions {
+        policy: PolicyKind::Smart,
+        mem_budget: 64 << 10,
+        meta_layout: MetaLayoutKind::default_for(PolicyKind::Smart),
+        ..Default::default()
+    };
+    let (img, t) = seeded_with(&fo);
+    let held = |img: &[u8]| {
+        let (_, fs) = open(img, &fsck_opts(true)).unwrap();
+        let mut v = Vec::new();
+        fs.engine()
+            .with_engine_owned_blocks(&mut |b, _| v.extend_from_slice(b));
+        v
+    };
+    let group = *held(&img)
+        .first()
+        .expect("a clean shutdown leaves smart's groups on the medium");
+    let bad = forged(&img, |tb| {
+        tb.get(t.f)
+            .unwrap()
+            .write()
+            .map_mut()
+            .unwrap()
+            .set(1, group);
+    });
+    assert!(
+        held(&bad).contains(&group),
+        "the forging shutdown moved the group"
+    );
+    let msg = refused(&bad);
+    assert!(
+        msg.contains(&format!("invalid physical block {group}")) && msg.contains("fsck --repair"),
+        "{msg}"
+    );
+    let problems = repaired(&bad);
+    assert!(
+        problems.iter().any(|p| p.contains("held twice")),
+        "{problems:?}"
+    );
 }
 
 #[test]

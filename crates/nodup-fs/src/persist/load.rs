@@ -28,6 +28,10 @@ pub struct Loaded {
     pub manifest_blocks: Vec<BlockNr>,
     /// Units read that are no longer current (older copies, deleted inodes).
     pub dead_units: u64,
+    /// Loaded with bounds: the data-area blocks some block map points at, by offset from the
+    /// area's start (the open checks the engine's own blocks against it once the engine is
+    /// open: the two are read side by side).
+    pub mapped: Option<Bitmap>,
 }
 
 fn corrupt(m: String) -> FsError {
@@ -179,15 +183,14 @@ pub fn load(m: &dyn Medium, head: BlockNr, gen: u64, bounds: Option<Bounds>) -> 
         tree
     });
     build(&mut u, &mut t, &mut segs, tree.as_mut())?;
-    if let Some(tree) = tree {
-        tree.finish()?;
-    }
+    let mapped = tree.map(Tree::finish).transpose()?;
     u.dead += (u.heads.len() + u.maps.len() + u.dirs.len()) as u64;
     *persist.segs.lock() = segs;
     Ok(Loaded {
         tables: t,
         manifest_blocks,
         dead_units: u.dead,
+        mapped,
     })
 }
 
@@ -221,6 +224,8 @@ pub struct Tree {
     data: Range<BlockNr>,
     /// Metadata blocks (the checkpoint's and the log's first), by offset in the data area.
     meta: Bitmap,
+    /// Blocks some block map points at, by offset in the data area.
+    mapped: Bitmap,
     /// Entries naming each inode (the root starts at 0: any entry naming it is one too many).
     links: IntMap<u64, u32>,
     /// Subdirectories of each directory, counted through the parent pointers (each checked
@@ -233,8 +238,10 @@ pub struct Tree {
 impl Tree {
     fn new(data: Range<BlockNr>) -> Tree {
         let len = data.end.saturating_sub(data.start);
+        let bits = usize::try_from(len).unwrap_or(usize::MAX);
         let mut t = Tree {
-            meta: Bitmap::new(usize::try_from(len).unwrap_or(usize::MAX)),
+            meta: Bitmap::new(bits),
+            mapped: Bitmap::new(bits),
             data,
             links: IntMap::default(),
             subdirs: IntMap::default(),
@@ -271,7 +278,7 @@ impl Tree {
     }
 
     /// File block `fb` of inode `ino` (of `size` bytes) maps physical block `b`.
-    fn block(&self, ino: u64, size: u64, fb: u64, b: BlockNr) -> Result<()> {
+    fn block(&mut self, ino: u64, size: u64, fb: u64, b: BlockNr) -> Result<()> {
         let ok = self.data.contains(&b) && !self.meta.get((b - self.data.start) as usize);
         if !ok {
             return refuse(format!(
@@ -283,12 +290,13 @@ impl Tree {
                 "inode {ino}: block {fb} mapped beyond the end of file"
             ));
         }
+        self.mapped.set((b - self.data.start) as usize);
         Ok(())
     }
 
     /// After the walk: every directory has one name (the root none), every link count is the
-    /// number of names (a directory's: two plus its subdirectories).
-    fn finish(self) -> Result<()> {
+    /// number of names (a directory's: two plus its subdirectories). Returns the blocks mapped.
+    fn finish(self) -> Result<Bitmap> {
         for &(ino, nlink, is_dir) in &self.nlinks {
             let names = self.links.get(&ino).copied().unwrap_or(0);
             let expect = if is_dir {
@@ -305,7 +313,7 @@ impl Tree {
                 ));
             }
         }
-        Ok(())
+        Ok(self.mapped)
     }
 }
 
@@ -356,21 +364,26 @@ fn build(
             tr.nlinks
                 .push((ino, h.attr.nlink, h.attr.kind == Kind::Dir));
         }
-        // Where this file's blocks may point, when the tree is checked.
-        let check = tree.as_deref().map(|tr| (tr, ino, h.attr.size));
         match h.body {
             HeadBody::File { units, first } => {
                 if h.attr.kind != Kind::File {
                     return Err(corrupt(format!("inode {ino}: head kind mismatch")));
                 }
+                // Where this file's blocks may point, when the tree is checked.
+                let mut check = tree.as_deref_mut().map(|tr| (tr, ino, h.attr.size));
                 let mut map = BlockMap::default();
-                put_map(&mut map, 0, &first, check)?;
+                put_map(&mut map, 0, &first, &mut check)?;
                 for k in units {
                     let raw = u
                         .maps
                         .remove(&(ino, k))
                         .ok_or_else(|| corrupt(format!("inode {ino}: map unit {k} missing")))?;
-                    put_map(&mut map, k, &unit::decode_map_unit(u.body(&raw))?, check)?;
+                    put_map(
+                        &mut map,
+                        k,
+                        &unit::decode_map_unit(u.body(&raw))?,
+                        &mut check,
+                    )?;
                     n.ck.units.insert(k, raw.loc);
                     live(segs, raw.loc);
                 }
@@ -435,13 +448,13 @@ fn put_map(
     map: &mut BlockMap,
     unit: u64,
     e: &MapEntries,
-    check: Option<(&Tree, u64, u64)>,
+    check: &mut Option<(&mut Tree, u64, u64)>,
 ) -> Result<()> {
     let base = unit_start(unit);
     for &(i, b) in e {
         let fb = base + i as u64;
         if let Some((tr, ino, size)) = check {
-            tr.block(ino, size, fb, b)?;
+            tr.block(*ino, *size, fb, b)?;
         }
         map.set(fb, b);
     }
