@@ -118,7 +118,7 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
                 "{free_meta} file-system metadata blocks are free in the allocator"
             ));
         }
-        let h = block_holders(fs);
+        let h = block_holders(fs, &bounds);
         if h.leaked > 0 {
             let behind = if h.unlisted > 0 {
                 format!(
@@ -193,17 +193,16 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
 
 /// Problems of the inode table alone, what an open refuses in a checkpoint: the tree, link
 /// counts, and block maps inside the data area, off the checkpoint, the log and the engine's
-/// own metadata (layout regions, store groups), before their files' ends. (A block free in
-/// the allocator, or counted once and mapped twice, is for [`check`]: blocks the file system
-/// took from free space since the open, its reserve, do not count here.)
+/// metadata layout, before their files' ends. (A block free in the allocator, held by a
+/// `smart` group too, or counted once and mapped twice, is for [`check`]: blocks the file
+/// system took from free space since the open, its reserve, do not count here.)
 pub fn check_tree(fs: &FileSystem) -> Vec<String> {
     let (start, len) = fs.engine().data_area();
     let mut meta: FxHashSet<u64> = fs.meta_blocks().into_iter().collect();
     for b in fs.meta.lock().reserve.iter().chain(&fs.log.lock().spare) {
         meta.remove(b);
     }
-    fs.engine()
-        .with_engine_owned_blocks(&mut |blocks, _| meta.extend(blocks.iter().copied()));
+    meta.extend(fs.engine().layout_blocks());
     fs.with_tables(|t| table_problems(t, start..start + len, &meta))
 }
 
@@ -242,13 +241,20 @@ struct Holding {
 /// so a leak and a block held twice cannot hide each other. Taken under the gate, so no file
 /// operation moves blocks in between; a mount's background work (deferred releases at sync, a
 /// checkpoint's writes) runs outside the gate, so on a live mount the figures are only as good
-/// as its quiet moment.
-fn block_holders(fs: &FileSystem) -> Holding {
+/// as its quiet moment. A file's reference `bounds` refuses is the table check's to report (one
+/// onto a region of the metadata layout would otherwise count as held twice too).
+fn block_holders(fs: &FileSystem, bounds: &Bounds) -> Holding {
     let eng = fs.engine();
     let alloc = eng.allocator();
     let (start, len) = eng.data_area();
     let _g = fs.gate.write();
-    let mut held: HashSet<u64> = fs.tables.read().data_refs().into_iter().collect();
+    let mut held: HashSet<u64> = fs
+        .tables
+        .read()
+        .data_refs()
+        .into_iter()
+        .filter(|&b| bounds.allows(b))
+        .collect();
     held.extend(fs.meta_blocks());
     held.extend(fs.pending.lock().iter().copied());
     let mut h = Holding {
