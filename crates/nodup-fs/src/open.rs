@@ -80,6 +80,44 @@ fn refuse_engine_blocks(
     )))
 }
 
+/// On a clean open, refuse block maps the engine's saved state does not account for: a mapped
+/// block free in its allocator (the next write could take it and overwrite the file), or a
+/// number of distinct mapped blocks other than the engine's count of blocks in use (a leak, or
+/// a block released under a file). `mapped` is the loader's record of the mapped blocks, with
+/// the allocator's layout: one bit per block of the data area, which the allocator manages.
+/// Both are word-wise passes over bitmaps of a bit per block. (Reference counts block by block
+/// are fsck's.)
+fn refuse_unaccounted(engine: &Engine, tables: &Tables, mapped: &Bitmap) -> Result<()> {
+    let alloc = engine.allocator();
+    let allocated = alloc.snapshot();
+    if allocated.len() == mapped.len() {
+        let hit = mapped
+            .words()
+            .iter()
+            .zip(allocated.words())
+            .enumerate()
+            .find(|(_, (m, a))| *m & !*a != 0);
+        if let Some((i, (m, a))) = hit {
+            let b = alloc.start() + i as u64 * 64 + u64::from((m & !a).trailing_zeros());
+            let at = tables
+                .find_ref(|x| x == b)
+                .map(|(ino, fb, _)| format!("inode {ino} block {fb}: "))
+                .unwrap_or_default();
+            return Err(FsError::Corrupt(format!(
+                "checkpoint: {at}block {b} is mapped but free in the allocator; `nodup fsck --repair` repairs it"
+            )));
+        }
+    }
+    let in_use = engine.open_report().map_or(0, |r| r.referenced_blocks);
+    let distinct = mapped.count_ones() as u64;
+    if in_use != distinct {
+        return Err(FsError::Corrupt(format!(
+            "checkpoint: engine counts {in_use} data blocks in use, block maps reference {distinct} distinct blocks; `nodup fsck --repair` repairs it"
+        )));
+    }
+    Ok(())
+}
+
 /// Load the checkpoint named by `sb` and replay the log after its cut. Reads only.
 /// `for_fsck`: the checkpoint's table is not checked (fsck checks and repairs it), and a record
 /// the table refuses ends the log instead of failing the load.
@@ -329,6 +367,9 @@ impl FileSystem {
         if !opts.fsck && !needs {
             let data_start = engine.data_area().0;
             refuse_engine_blocks(&engine, &found.tables, found.mapped.as_ref(), data_start)?;
+            if let Some(mapped) = &found.mapped {
+                refuse_unaccounted(&engine, &found.tables, mapped)?;
+            }
         }
         if !opts.read_only {
             engine.begin_use()?;
