@@ -81,6 +81,13 @@ fn forged(img: &[u8], forge: impl FnOnce(&Tables)) -> Vec<u8> {
     m.snapshot()
 }
 
+/// `img` with block 1 of `/f` (inode `f`) mapped to `b`.
+fn remapped(img: &[u8], f: u64, b: u64) -> Vec<u8> {
+    forged(img, |tb| {
+        tb.get(f).unwrap().write().map_mut().unwrap().set(1, b);
+    })
+}
+
 /// The open refuses `img` as corrupt, writing nothing; returns the message.
 fn refused(img: &[u8]) -> String {
     let m = Arc::new(MemMedium::from_bytes(img.to_vec()));
@@ -177,9 +184,7 @@ fn a_wrong_link_count_is_refused() {
 fn a_block_outside_the_data_area_is_refused() {
     let (img, t) = seeded();
     // Block 1 is the engine's client area, where the file system's superblocks live.
-    let bad = forged(&img, |tb| {
-        tb.get(t.f).unwrap().write().map_mut().unwrap().set(1, 1);
-    });
+    let bad = remapped(&img, t.f, 1);
     refused_then_repaired(&bad, "invalid physical block 1");
 }
 
@@ -216,14 +221,7 @@ fn a_block_of_the_engine_metadata_layout_is_refused() {
     fs.shutdown().unwrap();
     drop(fs);
     let img = m.snapshot();
-    let bad = forged(&img, |tb| {
-        tb.get(t.f)
-            .unwrap()
-            .write()
-            .map_mut()
-            .unwrap()
-            .set(1, region);
-    });
+    let bad = remapped(&img, t.f, region);
     assert!(refused(&bad).contains("(the engine's metadata holds it)"));
     refused_then_repaired(&bad, &format!("invalid physical block {region}"));
 }
@@ -250,14 +248,7 @@ fn a_block_of_the_store_groups_is_repaired_by_fsck() {
     let group = *held(&img)
         .first()
         .expect("a clean shutdown leaves smart's groups on the medium");
-    let bad = forged(&img, |tb| {
-        tb.get(t.f)
-            .unwrap()
-            .write()
-            .map_mut()
-            .unwrap()
-            .set(1, group);
-    });
+    let bad = remapped(&img, t.f, group);
     assert!(
         held(&bad).contains(&group),
         "the forging shutdown moved the group"
@@ -292,9 +283,7 @@ fn a_block_free_in_the_allocator_is_refused() {
         .find(|&b| !fs.engine().allocator().is_allocated(b) && !meta.contains(&b))
         .expect("a free block");
     drop(fs);
-    let bad = forged(&img, |tb| {
-        tb.get(t.f).unwrap().write().map_mut().unwrap().set(1, free);
-    });
+    let bad = remapped(&img, t.f, free);
     let msg = refused(&bad);
     assert!(
         msg.contains(&format!("block {free} is mapped but free")),
@@ -308,13 +297,10 @@ fn a_block_free_in_the_allocator_is_refused() {
 #[test]
 fn a_block_the_maps_lost_is_refused() {
     let (img, t) = seeded();
-    let bad = forged(&img, |tb| {
-        let n = tb.get(t.f).unwrap();
-        let mut g = n.write();
-        let map = g.map_mut().unwrap();
-        let first = map.get(0);
-        map.set(1, first);
-    });
+    let (_, fs) = open(&img, &fsck_opts(true)).unwrap();
+    let first = fs.with_tables(|tb| tb.get(t.f).unwrap().read().map().unwrap().get(0));
+    drop(fs);
+    let bad = remapped(&img, t.f, first);
     refused_then_repaired(&bad, "distinct blocks");
 }
 
