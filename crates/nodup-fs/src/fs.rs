@@ -180,6 +180,10 @@ pub struct FileSystem {
     pub(crate) cut_scratch: Mutex<crate::checkpoint::CutScratch>,
     /// Released blocks waiting for the next sync before they go back (blockfile images).
     pub(crate) pending: Mutex<Vec<BlockNr>>,
+    /// Held by [`FileSystem::sync`] from taking `pending` until the engine has released it,
+    /// so the unmount waits for a release in flight (the maintenance thread's) instead of
+    /// saving the engine's counts in the middle of it.
+    pub(crate) releasing: Mutex<()>,
     ctxs: Mutex<Vec<WriteCtx>>,
     /// File blocks mapped by all files (the logical size, in blocks).
     pub(crate) mapped: AtomicU64,
@@ -241,6 +245,7 @@ impl FileSystem {
             admitted_blocks: AtomicU64::new(0),
             cut_scratch: Mutex::new(Default::default()),
             pending: Mutex::new(Vec::new()),
+            releasing: Mutex::new(()),
             ctxs: Mutex::new(Vec::new()),
             mapped: AtomicU64::new(mapped),
             recovery,
@@ -327,10 +332,15 @@ impl FileSystem {
     }
 
     /// Make everything written so far durable (fsync on BlockFile) and drop deferred references.
+    /// Once the unmount has begun, its final checkpoint takes and releases them instead.
     pub fn sync(&self) -> Result<()> {
+        let _r = self.releasing.lock();
         let pending = {
             let _log = self.log.lock();
             self.medium.fence()?;
+            if self.is_shut_down() {
+                return Ok(());
+            }
             std::mem::take(&mut *self.pending.lock())
         };
         self.engine.release_batch(&pending)?;

@@ -290,6 +290,16 @@ fn a_block_free_in_the_allocator_is_refused() {
         "{msg}"
     );
     refused_then_repaired(&bad, "free in the allocator");
+    // A read-only open neither allocates nor frees: it takes the image (with a warning), so
+    // the data can be read or copied off before the repair, and writes nothing.
+    let ro = FsOptions {
+        read_only: true,
+        ..FsOptions::default()
+    };
+    let (m, fs) = open(&bad, &ro).expect("a read-only open");
+    assert_eq!(fs.read(t.f, 0, 4096).unwrap().len(), 4096);
+    drop(fs);
+    assert!(m.snapshot() == bad, "a read-only open wrote to the image");
 }
 
 /// A map moved onto a block its file already maps: every block is allocated, but one the
