@@ -180,10 +180,11 @@ pub struct FileSystem {
     pub(crate) cut_scratch: Mutex<crate::checkpoint::CutScratch>,
     /// Released blocks waiting for the next sync before they go back (blockfile images).
     pub(crate) pending: Mutex<Vec<BlockNr>>,
-    /// Held by [`FileSystem::sync`] from taking `pending` until the engine has released it,
-    /// so the unmount waits for a release in flight (the maintenance thread's) instead of
-    /// saving the engine's counts in the middle of it.
-    pub(crate) releasing: Mutex<()>,
+    /// Held shared by [`FileSystem::sync`] from taking `pending` until the engine has released
+    /// it, and taken exclusively by the unmount, which so waits for every release in flight
+    /// (the maintenance thread's) instead of saving the engine's counts in the middle of one;
+    /// syncs do not wait for each other.
+    pub(crate) releasing: RwLock<()>,
     ctxs: Mutex<Vec<WriteCtx>>,
     /// File blocks mapped by all files (the logical size, in blocks).
     pub(crate) mapped: AtomicU64,
@@ -245,7 +246,7 @@ impl FileSystem {
             admitted_blocks: AtomicU64::new(0),
             cut_scratch: Mutex::new(Default::default()),
             pending: Mutex::new(Vec::new()),
-            releasing: Mutex::new(()),
+            releasing: RwLock::new(()),
             ctxs: Mutex::new(Vec::new()),
             mapped: AtomicU64::new(mapped),
             recovery,
@@ -334,7 +335,7 @@ impl FileSystem {
     /// Make everything written so far durable (fsync on BlockFile) and drop deferred references.
     /// Once the unmount has begun, its final checkpoint takes and releases them instead.
     pub fn sync(&self) -> Result<()> {
-        let _r = self.releasing.lock();
+        let _r = self.releasing.read();
         let pending = {
             let _log = self.log.lock();
             self.medium.fence()?;

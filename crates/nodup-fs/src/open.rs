@@ -69,15 +69,24 @@ fn refuse_engine_blocks(
             })
         })
         .collect();
-    if held.is_empty() {
-        return Ok(());
+    match map_onto(tables, &held) {
+        Some(what) => Err(FsError::Corrupt(format!(
+            "checkpoint: {what}; `nodup fsck --repair` repairs it"
+        ))),
+        None => Ok(()),
     }
-    let Some((ino, fb, b)) = tables.find_ref(|b| held.contains(&b)) else {
-        return Ok(());
-    };
-    Err(FsError::Corrupt(format!(
-        "checkpoint: inode {ino} block {fb}: invalid physical block {b} (the engine's metadata holds it); `nodup fsck --repair` repairs it"
-    )))
+}
+
+/// Some block map onto a block of `held` (the engine's metadata layout), as the open's and
+/// fsck's refusals name it.
+fn map_onto(tables: &Tables, held: &FxHashSet<u64>) -> Option<String> {
+    if held.is_empty() {
+        return None;
+    }
+    let (ino, fb, b) = tables.find_ref(|b| held.contains(&b))?;
+    Some(format!(
+        "inode {ino} block {fb}: invalid physical block {b} (the engine's metadata holds it)"
+    ))
 }
 
 /// On a clean open, refuse block maps the engine's saved state does not account for: a mapped
@@ -108,7 +117,10 @@ fn refuse_unaccounted(engine: &Engine, tables: &Tables, mapped: &Bitmap) -> Resu
             )));
         }
     }
-    let in_use = engine.open_report().map_or(0, |r| r.referenced_blocks);
+    // Every clean open has the report; without one there is no saved count to hold the maps to.
+    let Some(in_use) = engine.open_report().map(|r| r.referenced_blocks) else {
+        return Ok(());
+    };
     let distinct = mapped.count_ones() as u64;
     if in_use != distinct {
         return Err(FsError::Corrupt(format!(
@@ -416,13 +428,11 @@ impl FileSystem {
                     meta: &meta,
                 };
                 refs.retain(|&b| bounds.allows(b));
-            } else if !layout.is_empty() && refs.iter().any(|b| layout.contains(b)) {
+            } else if let Some(what) = map_onto(&found.tables, &layout) {
                 // Failure recovery would refuse it too, naming only the block.
-                if let Some((ino, fb, b)) = found.tables.find_ref(|b| layout.contains(&b)) {
-                    return Err(FsError::Corrupt(format!(
-                        "inode {ino} block {fb}: invalid physical block {b} (the engine's metadata holds it); `nodup fsck --repair` unmaps it"
-                    )));
-                }
+                return Err(FsError::Corrupt(format!(
+                    "{what}; `nodup fsck --repair` unmaps it"
+                )));
             }
             let report = engine
                 .recover(&mut refs.into_iter(), &mut metas.into_iter())
@@ -516,7 +526,7 @@ impl FileSystem {
         // A release of deferred references in flight (the maintenance thread's sync) finishes
         // before the final checkpoint and the engine's save; later syncs see `shut` and leave
         // them to the checkpoint.
-        drop(self.releasing.lock());
+        drop(self.releasing.write());
         // The worker stops first; what it has not done yet is kept for the next mount.
         self.stop_smart_worker();
         if let Err(e) = self.smart_checkpoint() {
@@ -563,7 +573,7 @@ mod tests {
         .unwrap();
         let done = AtomicBool::new(false);
         std::thread::scope(|s| {
-            let held = fs.releasing.lock();
+            let held = fs.releasing.read();
             let t = s.spawn(|| {
                 fs.shutdown().unwrap();
                 done.store(true, Ordering::SeqCst);

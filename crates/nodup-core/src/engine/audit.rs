@@ -119,8 +119,9 @@ impl Engine {
     /// regions and the store's on-media part) one by one, called while the store cannot take
     /// or give back any; `unlisted` counts the store's blocks it could not list (behind damage
     /// to a group's chain). fsck's per-block check; listing reads every group block. Call it
-    /// while no writer is active (the layout grows only under a write). `f` runs under the store's lock: it must not
-    /// call into the engine or the store (it would wait for itself), only copy what it needs.
+    /// while no writer is active (the layout grows only under a write). `f` runs under the
+    /// store's lock: it must not call into the engine or the store (it would wait for itself),
+    /// only copy what it needs.
     pub fn with_engine_owned_blocks(&self, f: &mut dyn FnMut(&[BlockNr], u64)) {
         let layout = self.layout.owned_blocks();
         self.store.dyn_store().list_owned_blocks(layout, f);

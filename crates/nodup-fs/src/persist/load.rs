@@ -279,7 +279,8 @@ impl Tree {
 
     /// File block `fb` of inode `ino` (of `size` bytes) maps physical block `b`.
     fn block(&mut self, ino: u64, size: u64, fb: u64, b: BlockNr) -> Result<()> {
-        let ok = self.data.contains(&b) && !self.meta.get((b - self.data.start) as usize);
+        let at = b.wrapping_sub(self.data.start) as usize;
+        let ok = self.data.contains(&b) && !self.meta.get(at);
         if !ok {
             return refuse(format!(
                 "inode {ino} block {fb}: invalid physical block {b}"
@@ -290,7 +291,7 @@ impl Tree {
                 "inode {ino}: block {fb} mapped beyond the end of file"
             ));
         }
-        self.mapped.set((b - self.data.start) as usize);
+        self.mapped.set(at);
         Ok(())
     }
 
