@@ -533,7 +533,8 @@ impl FileSystem {
             crate::logging::warn(&format!("smart: skipped-buffer checkpoint at unmount: {e}"));
         }
         self.checkpoint(true)?;
-        // The gate keeps the maintenance thread from allocating while we give blocks back.
+        // No operation runs now (the gate), and a reserve top-up still in flight (the
+        // maintenance thread's) sees `shut` under `meta` and allocates nothing.
         let _g = self.gate.write();
         let spare: Vec<BlockNr> = {
             let mut log = self.log.lock();
@@ -591,6 +592,42 @@ mod tests {
             *fs.pending.lock(),
             vec![12345],
             "a sync after the unmount took pending"
+        );
+    }
+
+    /// A reserve top-up that began before the unmount (the maintenance thread's tick) and
+    /// reaches `meta` after it allocates nothing: the unmount has taken the reserve back, and
+    /// blocks allocated then would be counted in use with nothing holding them.
+    #[test]
+    fn top_up_after_the_unmount_began_allocates_nothing() {
+        let fs = FileSystem::format(
+            Arc::new(MemMedium::new(16 << 20)),
+            MediumKind::Pmem,
+            &FormatOptions::default(),
+            &FsOptions::default(),
+            Caller::default(),
+        )
+        .unwrap();
+        assert!(fs.reserve_want() > 0);
+        let free = fs.engine.allocator().free_blocks();
+        std::thread::scope(|s| {
+            let mut meta = fs.meta.lock();
+            let reserve = std::mem::take(&mut meta.reserve);
+            let t = s.spawn(|| fs.top_up_reserve());
+            // The top-up is past its start and waits for `meta`, as it would behind the
+            // unmount taking the reserve.
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            fs.shut.store(true, Ordering::SeqCst);
+            drop(meta);
+            assert!(t.join().unwrap());
+            let mut meta = fs.meta.lock();
+            assert!(meta.reserve.is_empty(), "the top-up refilled the reserve");
+            meta.reserve = reserve;
+        });
+        assert_eq!(
+            fs.engine.allocator().free_blocks(),
+            free,
+            "blocks allocated after the unmount began"
         );
     }
 }

@@ -21,20 +21,23 @@ impl FileSystem {
     /// Keep enough metadata blocks aside for the next checkpoint. Returns whether the reserve
     /// is as large as wanted. The caller must not hold the gate.
     pub(crate) fn top_up_reserve(&self) -> bool {
+        let want = self.reserve_want();
+        let mut meta = self.meta.lock();
+        // Checked under `meta`, which the unmount holds to take the reserve back: a top-up
+        // that passed the check before the unmount began (the maintenance thread's) would
+        // otherwise allocate after it and leave blocks nothing holds in the engine's counts.
         if self.is_shut_down() {
             return true;
         }
-        let want = self.reserve_want();
-        let mut meta = self.meta.lock();
         if meta.reserve.len() < want {
             if let Ok(more) = self.engine.alloc_meta(want - meta.reserve.len()) {
                 meta.reserve.extend(more);
             }
         } else if meta.reserve.len() > 2 * want + 64 {
             // A burst of changes wanted a large reserve; give back what the next checkpoint
-            // will not need, so it shows as free space again.
+            // will not need, so it shows as free space again. Still under `meta`, so the
+            // unmount's save of the engine cannot come between the drain and the free.
             let excess: Vec<BlockNr> = meta.reserve.drain(want..).collect();
-            drop(meta);
             let _ = self.engine.free_meta(&excess);
             return true;
         }
