@@ -51,22 +51,30 @@ of_null = {}
 # one job, (of NULL_SYS, of zfs-fuse dedup=on, of light's default mount, rounds).
 
 
-def focused(name, system, null_sys):
-    rounds = defaultdict(dict)
-    for row in load(f"{out_dir}/fs-ceiling/{name}.tsv"):
-        if row["bs"] == "1m" and row["wb"] == "0" and row["jobs"] == "1":
-            rounds[(int(row["dup"]), row["round"])][row["system"]] = float(row["mibs"])
-    res = {}
-    for d in (0, 75):
-        rs = [r for (dd, _), r in rounds.items() if dd == d and system in r]
-        of = [med([r[system] / r[b] for r in rs if r.get(b)]) for b in (null_sys, "zfs", "light")]
-        if of[0] is not None:
-            res[d] = (*of, len(rs))
-    return res
+def focused(names, system, null_sys):
+    """From the first of the fs-ceiling tables `names` that measured `system`: the figures
+    above per dups, and where they come from (for the sentence that quotes them)."""
+    for name in names:
+        rounds = defaultdict(dict)
+        for row in load(f"{out_dir}/fs-ceiling/{name}.tsv"):
+            if row["bs"] == "1m" and row["wb"] == "0" and row["jobs"] == "1":
+                rounds[(int(row["dup"]), row["round"])][row["system"]] = float(row["mibs"])
+        res = {}
+        for d in (0, 75):
+            rs = [r for (dd, _), r in rounds.items() if dd == d and system in r]
+            of = [med([r[system] / r[b] for r in rs if r.get(b)])
+                  for b in (null_sys, "zfs", "light")]
+            if of[0] is not None:
+                res[d] = (*of, len(rs))
+        if res:
+            where = "its fio table" if name == "fio" else f"focused run `{name}`"
+            return res, where
+    return {}, None
 
 
-async_of = focused("fio-async", "light-async", "null")
-direct_of = focused("fio-direct", "light-direct", "null-direct")
+# The full fio table first (one run for every cell), then the focused runs of earlier sessions.
+async_of, async_where = focused(("fio", "fio-async"), "light-async", "null")
+direct_of, direct_where = focused(("fio", "fio-direct"), "light-direct", "null-direct")
 copies = {}
 sweep = load(f"{out_dir}/sweep/sweep.tsv")
 if sweep:
@@ -264,7 +272,7 @@ ceiling = ("- Against the FUSE ceiling at 1 MiB, one writer: light reaches "
 # its own transport, *discard*, in the same rounds), from the first fs-ceiling table that
 # measured it: the part of light's gap to null that no data path avoids here.
 store_of_null = None
-for name in ("fio-floors", "fio", "fio-1m"):
+for name in ("fio", "fio-floors", "fio-1m"):
     rounds = defaultdict(dict)
     for row in load(f"{out_dir}/fs-ceiling/{name}.tsv"):
         if row["bs"] == "1m" and row["wb"] == "0" and row["jobs"] == "1":
@@ -282,7 +290,7 @@ if 75 in async_of:
         f"stored, durable at fsync) it reaches {an:.2f} × null at 75 %"
         + (f" and {a0:.2f} at 0 %" if a0 is not None else "")
         + (f", {az:.2f} × zfs-fuse dedup=on at 75 %" if az is not None else "")
-        + f" (`fs-ceiling.md`, focused run `fio-async`, {n} rounds of 512 MiB).")
+        + f" (`fs-ceiling.md`, {async_where}, {n} rounds of 512 MiB).")
 if 75 in direct_of:
     dn, dz, dl, n = direct_of[75]
     dl0 = direct_of.get(0, (None, None, None))[2]
@@ -293,7 +301,7 @@ if 75 in direct_of:
         + (f" and {dl0:.2f} × at 0 %" if dl0 is not None else "")
         + (f", {dz:.2f} × zfs-fuse dedup=on at 75 %" if dz is not None else "")
         + f", but the null file system gains more from it: {dn:.2f} × a null mounted the same "
-        f"way (`fs-ceiling.md`, focused run `fio-direct`, {n} rounds of 512 MiB).")
+        f"way (`fs-ceiling.md`, {direct_where}, {n} rounds of 512 MiB).")
 if parts and store_of_null is not None:
     ceiling = ceiling[:-1] + (
         f"; a FUSE file system that only keeps every byte in /dev/shm, with no dedup work, "
