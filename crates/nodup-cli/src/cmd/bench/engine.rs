@@ -382,7 +382,14 @@ pub fn run(a: EngineArgs) -> Result<()> {
         // 100 % = rewrite of a unique stream (pass 2), as in the paper.
         let gen_dup = if dup == 100 { 0 } else { dup };
         let stream = Stream::generate(nblocks, gen_dup, 0x5EED_0000 + dup as u64);
-        actual_dup.insert(dup, stream.dup_percent());
+        // At 100 % the measured pass rewrites the stream, so every block it writes is a
+        // duplicate; the stream itself holds none.
+        let measured = if dup == 100 {
+            100.0
+        } else {
+            stream.dup_percent()
+        };
+        actual_dup.insert(dup, measured);
         let calls = stream.calls(BLOCKS_PER_CALL);
         let points = points_for(dup, &a);
         for run in 0..a.runs {
