@@ -558,20 +558,25 @@ mod tests {
     use nodup_core::media::MemMedium;
     use std::sync::atomic::AtomicBool;
 
-    /// The unmount waits for a release of deferred references in flight (the maintenance
-    /// thread's sync holds `releasing` from taking them until the engine has released them):
-    /// saved in the middle of one, the engine's counts would leak the blocks. A sync after the
-    /// unmount has begun leaves them to the final checkpoint.
-    #[test]
-    fn shutdown_waits_for_a_release_in_flight() {
-        let fs = FileSystem::format(
+    /// A new 16 MiB pmem file system in memory.
+    fn fresh() -> FileSystem {
+        FileSystem::format(
             Arc::new(MemMedium::new(16 << 20)),
             MediumKind::Pmem,
             &FormatOptions::default(),
             &FsOptions::default(),
             Caller::default(),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// The unmount waits for a release of deferred references in flight (the maintenance
+    /// thread's sync holds `releasing` from taking them until the engine has released them):
+    /// saved in the middle of one, the engine's counts would leak the blocks. A sync after the
+    /// unmount has begun leaves them to the final checkpoint.
+    #[test]
+    fn shutdown_waits_for_a_release_in_flight() {
+        let fs = fresh();
         let done = AtomicBool::new(false);
         std::thread::scope(|s| {
             let held = fs.releasing.read();
@@ -600,14 +605,7 @@ mod tests {
     /// blocks allocated then would be counted in use with nothing holding them.
     #[test]
     fn top_up_after_the_unmount_began_allocates_nothing() {
-        let fs = FileSystem::format(
-            Arc::new(MemMedium::new(16 << 20)),
-            MediumKind::Pmem,
-            &FormatOptions::default(),
-            &FsOptions::default(),
-            Caller::default(),
-        )
-        .unwrap();
+        let fs = fresh();
         assert!(fs.reserve_want() > 0);
         let free = fs.engine.allocator().free_blocks();
         std::thread::scope(|s| {
