@@ -600,9 +600,10 @@ mod tests {
         );
     }
 
-    /// A reserve top-up that began before the unmount (the maintenance thread's tick) and
-    /// reaches `meta` after it allocates nothing: the unmount has taken the reserve back, and
-    /// blocks allocated then would be counted in use with nothing holding them.
+    /// A reserve top-up that began before the unmount (the maintenance thread's tick) but
+    /// reaches `meta` only after the unmount began allocates nothing: the unmount takes the
+    /// reserve back, and blocks allocated after that would be counted in use with nothing
+    /// holding them.
     #[test]
     fn top_up_after_the_unmount_began_allocates_nothing() {
         let fs = fresh();
