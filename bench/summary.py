@@ -53,14 +53,21 @@ of_null = {}
 # 1 MiB, one job, (of NULL_SYS, of zfs-fuse dedup=on, of light's default mount, rounds).
 
 
+def one_job_rounds(name):
+    """fs-ceiling table `name`'s 1 MiB cells without the writeback cache, one job:
+    {(dups, round): {system: MiB/s}}."""
+    rounds = defaultdict(dict)
+    for row in load(f"{out_dir}/fs-ceiling/{name}.tsv"):
+        if row["bs"] == "1m" and row["wb"] == "0" and row["jobs"] == "1":
+            rounds[(int(row["dup"]), row["round"])][row["system"]] = float(row["mibs"])
+    return rounds
+
+
 def focused(names, system, null_sys):
     """From the first of the fs-ceiling tables `names` that measured `system`: the figures
     above per dups, and where they come from (for the sentence that quotes them)."""
     for name in names:
-        rounds = defaultdict(dict)
-        for row in load(f"{out_dir}/fs-ceiling/{name}.tsv"):
-            if row["bs"] == "1m" and row["wb"] == "0" and row["jobs"] == "1":
-                rounds[(int(row["dup"]), row["round"])][row["system"]] = float(row["mibs"])
+        rounds = one_job_rounds(name)
         res = {}
         for d in (0, 75):
             rs = [r for (dd, _), r in rounds.items() if dd == d and system in r]
@@ -282,10 +289,7 @@ if 0 in light_of and 75 in light_of:
 # measured it: the part of light's gap to null that no data path avoids here.
 store_of_null = None
 for name in ("fio", "fio-floors", "fio-1m"):
-    rounds = defaultdict(dict)
-    for row in load(f"{out_dir}/fs-ceiling/{name}.tsv"):
-        if row["bs"] == "1m" and row["wb"] == "0" and row["jobs"] == "1":
-            rounds[(row["dup"], row["round"])][row["system"]] = float(row["mibs"])
+    rounds = one_job_rounds(name)
     base = [r.get("sink-discard") or r.get("null") for r in rounds.values()]
     store_of_null = med([r["sink-store"] / b for r, b in zip(rounds.values(), base)
                          if b and "sink-store" in r])
