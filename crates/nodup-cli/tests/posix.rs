@@ -528,3 +528,140 @@ fn posix_acls_behave_as_on_tmpfs() {
     );
     fx.umount();
 }
+
+/// `path` as a C string for the libc calls below.
+fn c_path(p: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+/// setxattr(2) of `name` on `p`: its errno on failure.
+fn set_xattr(p: &Path, name: &str, value: &[u8]) -> Result<(), i32> {
+    let name = std::ffi::CString::new(name).unwrap();
+    // SAFETY: valid C strings and a value buffer of the length passed.
+    let r = unsafe {
+        libc::setxattr(
+            c_path(p).as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    }
+}
+
+/// listxattr(2) of `p`, called by a thread that first drops to uid and gid 65534 when
+/// `unprivileged` (raw setresuid/setresgid change the calling thread only, and leaving uid 0
+/// clears its effective capabilities).
+fn list_xattrs(p: &Path, unprivileged: bool) -> Vec<String> {
+    let path = c_path(p);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            if unprivileged {
+                // SAFETY: plain system calls on this thread's own credentials.
+                unsafe {
+                    assert_eq!(libc::syscall(libc::SYS_setresgid, 65534, 65534, 65534), 0);
+                    assert_eq!(libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534), 0);
+                }
+            }
+            let mut buf = vec![0u8; 4096];
+            // SAFETY: a valid C string and a buffer of the length passed.
+            let n = unsafe { libc::listxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+            buf.truncate(usize::try_from(n).expect("listxattr"));
+            let mut names: Vec<String> = buf
+                .split(|&b| b == 0)
+                .filter(|n| !n.is_empty())
+                .map(|n| String::from_utf8_lossy(n).into_owned())
+                .collect();
+            names.sort();
+            names
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+/// Corners where nodup answered otherwise than ext4 and tmpfs (session 35's differential run):
+/// times before 1970 with nanoseconds, `trusted.*` names listed to anyone, names in no
+/// namespace accepted, a write across the largest file size refused whole, and a negative
+/// SEEK_HOLE offset.
+#[test]
+fn corner_cases_answer_as_ext4_and_tmpfs_do() {
+    if !fuse_available() || !is_root() {
+        eprintln!("skipping: needs FUSE and root (to act as another user)");
+        return;
+    }
+    let fx = Fixture::new("corners", "32M", &[]);
+    fx.mount(&[]);
+    let f = fx.path("f");
+    fs::write(&f, b"x").unwrap();
+
+    // 0.75 s and 999.999999995 s before the epoch.
+    let ts = [
+        libc::timespec {
+            tv_sec: -1,
+            tv_nsec: 250_000_000,
+        },
+        libc::timespec {
+            tv_sec: -1000,
+            tv_nsec: 5,
+        },
+    ];
+    // SAFETY: a valid C string and two valid timespecs.
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c_path(&f).as_ptr(), ts.as_ptr(), 0) };
+    assert_eq!(r, 0);
+    let times = |p: &Path| {
+        let m = fs::metadata(p).unwrap();
+        (m.atime(), m.atime_nsec(), m.mtime(), m.mtime_nsec())
+    };
+    assert_eq!(times(&f), (-1, 250_000_000, -1000, 5), "times before 1970");
+
+    assert_eq!(set_xattr(&f, "trusted.t", b"1"), Ok(()));
+    assert_eq!(set_xattr(&f, "user.u", b"2"), Ok(()));
+    assert_eq!(list_xattrs(&f, false), ["trusted.t", "user.u"]);
+    assert_eq!(
+        list_xattrs(&f, true),
+        ["user.u"],
+        "trusted.* listed to a caller without CAP_SYS_ADMIN"
+    );
+    assert_eq!(set_xattr(&f, "user.", b"v"), Err(libc::EINVAL));
+    assert_eq!(set_xattr(&f, "foo.bar", b"v"), Err(libc::EOPNOTSUPP));
+    assert_eq!(set_xattr(&f, "system.foo", b"v"), Err(libc::EOPNOTSUPP));
+
+    let big = fx.path("big");
+    let h = fs::File::create(&big).unwrap();
+    let limit: i64 = 1 << 50;
+    let buf = [7u8; 8192];
+    // SAFETY: an open descriptor and a buffer of the length passed.
+    let n = unsafe { libc::pwrite(h.as_raw_fd(), buf.as_ptr().cast(), buf.len(), limit - 4096) };
+    assert_eq!(
+        n, 4096,
+        "a write across the largest file size writes what fits"
+    );
+    // SAFETY: as above.
+    let n = unsafe { libc::pwrite(h.as_raw_fd(), buf.as_ptr().cast(), buf.len(), limit) };
+    assert_eq!(n, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EFBIG)
+    );
+    assert_eq!(fs::metadata(&big).unwrap().len(), limit as u64);
+    // SAFETY: an open descriptor.
+    let r = unsafe { libc::lseek(h.as_raw_fd(), -1, libc::SEEK_HOLE) };
+    assert_eq!(r, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENXIO)
+    );
+    drop(h);
+    fs::remove_file(&big).unwrap();
+
+    fx.umount();
+    fx.mount(&[]);
+    assert_eq!(times(&f), (-1, 250_000_000, -1000, 5), "after a remount");
+    fx.umount_clean("corner cases");
+}

@@ -66,6 +66,7 @@ impl FileSystem {
         if name.is_empty() || name.len() > 255 {
             return errno(libc::ERANGE);
         }
+        check_xattr_name(name)?;
         if value.len() > XATTR_VALUE_MAX {
             return errno(libc::E2BIG);
         }
@@ -105,5 +106,57 @@ impl FileSystem {
                 (),
             ))
         })
+    }
+}
+
+/// The namespaces a name may be set in. `system.` holds only the two ACLs.
+const XATTR_PREFIXES: [&[u8]; 3] = [b"user.", b"trusted.", b"security."];
+
+/// Refuse a name no Linux file system would store, as ext4 and tmpfs do: a namespace other than
+/// user, trusted, security or the two POSIX ACLs is not supported (EOPNOTSUPP), and a name
+/// that is only its namespace's prefix is invalid (EINVAL). Names already stored (by a build
+/// before this check) can still be read, listed and removed.
+fn check_xattr_name(name: &[u8]) -> Result<()> {
+    if name == ACL_ACCESS || name == ACL_DEFAULT {
+        return Ok(());
+    }
+    match XATTR_PREFIXES.iter().find(|p| name.starts_with(p)) {
+        Some(p) if name.len() == p.len() => errno(libc::EINVAL),
+        Some(_) => Ok(()),
+        None => errno(libc::EOPNOTSUPP),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::inode::{Kind, ROOT_INO};
+    use crate::testing::fresh;
+    use crate::Caller;
+
+    #[test]
+    fn xattr_names_outside_the_linux_namespaces_are_refused() {
+        let fs = fresh();
+        let (f, _) = fs
+            .mknod(ROOT_INO, b"f", Kind::File, 0o644, 0, b"", Caller::default())
+            .unwrap();
+        let set = |name: &[u8]| fs.setxattr(f, name, b"v", 0).map_err(|e| e.errno());
+        for name in [&b"user."[..], b"trusted.", b"security."] {
+            assert_eq!(set(name), Err(libc::EINVAL), "{name:?}");
+        }
+        for name in [
+            &b"foo.bar"[..],
+            b"system.foo",
+            b"system.",
+            b"user",
+            b"nouser.x",
+        ] {
+            assert_eq!(set(name), Err(libc::EOPNOTSUPP), "{name:?}");
+        }
+        for name in [&b"user.a"[..], b"trusted.b", b"security.c"] {
+            assert_eq!(set(name), Ok(()), "{name:?}");
+        }
+        let mut names = fs.listxattr(f).unwrap();
+        names.sort();
+        assert_eq!(names, [&b"security.c"[..], b"trusted.b", b"user.a"]);
     }
 }

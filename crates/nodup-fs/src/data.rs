@@ -12,6 +12,16 @@ use nodup_core::{BlockNr, BLOCK_SIZE};
 
 const BS: u64 = BLOCK_SIZE as u64;
 
+/// The part of a write of `data` at `off` that the largest file size leaves room for: a write
+/// that crosses it writes what fits and says so (a short write, as the kernel does at a file
+/// system's limit); only one that starts there fails (EFBIG).
+pub(crate) fn fitting(off: u64, data: &[u8]) -> Result<&[u8]> {
+    if off >= MAX_FILE_SIZE {
+        return errno(libc::EFBIG);
+    }
+    Ok(&data[..data.len().min((MAX_FILE_SIZE - off) as usize)])
+}
+
 impl FileSystem {
     /// The content of physical block `phys` into `buf`; zeros for a hole (`phys` 0).
     fn read_block(&self, phys: BlockNr, buf: &mut [u8]) -> Result<()> {
@@ -85,12 +95,8 @@ impl FileSystem {
         if data.is_empty() {
             return Ok(0);
         }
-        let end = off
-            .checked_add(data.len() as u64)
-            .ok_or(FsError::Errno(libc::EFBIG))?;
-        if end > MAX_FILE_SIZE {
-            return errno(libc::EFBIG);
-        }
+        let data = fitting(off, data)?;
+        let end = off + data.len() as u64;
         let nblocks = end.div_ceil(BS) - off / BS;
         self.ensure_space(nblocks, true, 64 + 8 * nblocks as usize)?;
         let _g = self.gate.read();

@@ -70,3 +70,24 @@ pub mod usage;
 pub use error::{FsError, Result};
 pub use fs::{Caller, FileSystem, FsOptions};
 pub use superblock::MediumKind;
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! What the crate's unit tests share.
+    use crate::{Caller, FileSystem, FsOptions, MediumKind};
+    use nodup_core::media::MemMedium;
+    use nodup_core::FormatOptions;
+    use std::sync::Arc;
+
+    /// A new 16 MiB pmem file system in memory.
+    pub fn fresh() -> FileSystem {
+        FileSystem::format(
+            Arc::new(MemMedium::new(16 << 20)),
+            MediumKind::Pmem,
+            &FormatOptions::default(),
+            &FsOptions::default(),
+            Caller::default(),
+        )
+        .unwrap()
+    }
+}

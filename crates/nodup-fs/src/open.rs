@@ -555,20 +555,8 @@ impl FileSystem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodup_core::media::MemMedium;
+    use crate::testing::fresh;
     use std::sync::atomic::AtomicBool;
-
-    /// A new 16 MiB pmem file system in memory.
-    fn fresh() -> FileSystem {
-        FileSystem::format(
-            Arc::new(MemMedium::new(16 << 20)),
-            MediumKind::Pmem,
-            &FormatOptions::default(),
-            &FsOptions::default(),
-            Caller::default(),
-        )
-        .unwrap()
-    }
 
     /// The unmount waits for a release of deferred references in flight (the maintenance
     /// thread's sync holds `releasing` from taking them until the engine has released them):

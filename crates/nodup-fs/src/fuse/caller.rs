@@ -37,6 +37,20 @@ pub(super) fn in_group(req: &Request, gid: u32) -> bool {
         .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
 }
 
+/// Whether the process behind `req` holds CAP_SYS_ADMIN, which Linux asks of whoever may see
+/// `trusted.*` attributes. Read from its effective capabilities; when those cannot be read
+/// (the process is gone), root is taken to hold it.
+pub(super) fn has_sys_admin(req: &Request) -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    std::fs::read_to_string(format!("/proc/{}/status", req.pid()))
+        .ok()
+        .and_then(|s| {
+            let hex = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+            u64::from_str_radix(hex.trim(), 16).ok()
+        })
+        .map_or(req.uid() == 0, |caps| (caps >> CAP_SYS_ADMIN) & 1 == 1)
+}
+
 /// The caller of a request that creates an inode with `umask` (FUSE_DONT_MASK: the kernel
 /// leaves the umask to us, so that a default ACL can take its place).
 pub(super) fn creator(req: &Request, umask: u32) -> Caller {

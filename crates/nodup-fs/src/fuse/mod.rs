@@ -79,8 +79,23 @@ fn ftype(k: Kind) -> FileType {
 fn time(t: Option<TimeOrNow>) -> Option<Ts> {
     t.map(|t| match t {
         TimeOrNow::Now => Ts::now(),
-        TimeOrNow::SpecificTime(s) => Ts::from_system(s),
+        TimeOrNow::SpecificTime(s) => requested_time(s),
     })
+}
+
+/// The time a request asked for, from fuser's `SystemTime` of it. fuser 0.18 builds a time
+/// before 1970 as the epoch minus (seconds, nanoseconds) of the kernel's timespec, so
+/// (-1 s, 250 ms), which is 0.75 s before the epoch, arrives as 1.25 s before it. The
+/// timespec is read back here as it was sent (tests/posix.rs holds it on a real mount, so a
+/// fuser that fixes this makes that test fail rather than times silently shift).
+fn requested_time(s: std::time::SystemTime) -> Ts {
+    match std::time::UNIX_EPOCH.duration_since(s) {
+        Ok(before) if s != std::time::UNIX_EPOCH => Ts {
+            sec: -(before.as_secs() as i64),
+            nsec: before.subsec_nanos(),
+        },
+        _ => Ts::from_system(s),
+    }
 }
 
 impl Adapter {
@@ -210,5 +225,24 @@ impl Adapter {
             Ok((ino, a)) => reply.entry(&self.ttl(&a), &self.attr(ino, &a), Generation(0)),
             Err(e) => reply.error(err(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn requested_times_before_1970_keep_their_nanoseconds() {
+        // What fuser 0.18 hands over for the kernel's timespec (sec, nsec), sec < 0.
+        let fuser = |sec: u64, nsec: u32| UNIX_EPOCH - Duration::new(sec, nsec);
+        let ts = |sec, nsec| Ts { sec, nsec };
+        assert_eq!(requested_time(fuser(1, 250_000_000)), ts(-1, 250_000_000));
+        assert_eq!(requested_time(fuser(1000, 5)), ts(-1000, 5));
+        assert_eq!(requested_time(fuser(7, 0)), ts(-7, 0));
+        assert_eq!(requested_time(UNIX_EPOCH), ts(0, 0));
+        let after = UNIX_EPOCH + Duration::new(1_700_000_000, 42);
+        assert_eq!(requested_time(after), ts(1_700_000_000, 42));
     }
 }

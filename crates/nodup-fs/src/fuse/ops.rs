@@ -3,9 +3,9 @@
 //! implemented in one block, so the requests stay together here; what they share is in the
 //! parent module.
 
-use super::caller::{caller, creator, killed_suidgid};
+use super::caller::{caller, creator, has_sys_admin, killed_suidgid};
 use super::direct::{DIRECT_FH, READER_FH};
-use super::{err, ftype, time, Adapter, TTL};
+use super::{err, ftype, requested_time, time, Adapter, TTL};
 use crate::error::FsError;
 use crate::fs::SetAttr;
 use crate::inode::{Attr, Kind, Ts};
@@ -112,7 +112,7 @@ impl Filesystem for Adapter {
             size,
             atime: time(atime),
             mtime: time(mtime),
-            ctime: ctime.map(Ts::from_system),
+            ctime: ctime.map(requested_time),
         };
         match self.fs.setattr(ino.0, &sa) {
             Ok(a) => reply.attr(&self.ttl(&a), &self.attr(ino.0, &a)),
@@ -545,9 +545,14 @@ impl Filesystem for Adapter {
         }
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         match self.fs.listxattr(ino.0) {
-            Ok(names) => {
+            Ok(mut names) => {
+                // As ext4 and tmpfs: `trusted.*` names are listed only to CAP_SYS_ADMIN (the
+                // kernel checks reading them, but leaves the list to the file system).
+                if names.iter().any(|n| n.starts_with(b"trusted.")) && !has_sys_admin(req) {
+                    names.retain(|n| !n.starts_with(b"trusted."));
+                }
                 let mut buf = Vec::new();
                 for n in names {
                     buf.extend_from_slice(&n);
@@ -655,7 +660,8 @@ impl Filesystem for Adapter {
         reply: ReplyLseek,
     ) {
         if offset < 0 {
-            return reply.error(Errno::EINVAL);
+            // As ext4, xfs and tmpfs answer a negative SEEK_DATA / SEEK_HOLE offset.
+            return reply.error(Errno::ENXIO);
         }
         match self.fs.seek_data_hole(ino.0, offset as u64, whence) {
             Ok(o) => reply.offset(o as i64),
