@@ -383,6 +383,14 @@ impl FileSystem {
                     .and_then(|_| match &found.mapped {
                         Some(mapped) => refuse_unaccounted(&engine, &found.tables, mapped),
                         None => Ok(()),
+                    })
+                    .and_then(|_| {
+                        engine.check_reverse_map().map_err(|e| match e {
+                            nodup_core::Error::Corrupt(m) => FsError::Corrupt(format!(
+                                "engine: {m}; `nodup fsck --repair` repairs it"
+                            )),
+                            e => e.into(),
+                        })
                     });
             match held {
                 // What these protect against is a write or an unlink freeing or taking a block

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use super::Engine;
 use crate::meta::io::IoTally;
+use crate::meta::revmap;
 use crate::{BlockNr, Result, BLOCK_SIZE};
 
 /// What [`Engine::audit`] found.
@@ -108,6 +109,52 @@ impl Engine {
     /// caller's reference to one is damage, which failure recovery refuses.
     pub fn layout_blocks(&self) -> Vec<BlockNr> {
         self.layout.owned_blocks()
+    }
+
+    /// Refuse a reverse map whose slot for a block in use names no entry slot of the layout
+    /// (a torn or overwritten reverse-map block): releasing that block would fail half-way,
+    /// after its file had already let go of it. Only slots of allocated blocks are read, 64 KiB
+    /// at a time, so a clean open pays for what is stored (8 bytes per block in use), not for
+    /// the medium's size. A slot naming another block's entry is left to fsck (it would cost an
+    /// entry read per deduplicated block).
+    pub fn check_reverse_map(&self) -> Result<()> {
+        const STEP: usize = 8192;
+        let alloc = self.alloc.snapshot();
+        let start = self.alloc.start();
+        let words = alloc.words();
+        let mut t = IoTally::default();
+        let mut buf = vec![0u8; STEP * revmap::SLOT as usize];
+        let mut res = Ok(());
+        for (k, chunk) in words.chunks(STEP / 64).enumerate() {
+            if chunk.iter().all(|&w| w == 0) {
+                continue;
+            }
+            let first = k * STEP;
+            let n = (alloc.len() - first).min(STEP);
+            let bytes = &mut buf[..n * revmap::SLOT as usize];
+            if let Err(e) =
+                self.meta
+                    .read(&mut t, self.revmap.slot_off(start + first as u64), bytes)
+            {
+                res = Err(e);
+                break;
+            }
+            let bad = bytes
+                .chunks_exact(revmap::SLOT as usize)
+                .enumerate()
+                .filter(|&(i, _)| alloc.get(first + i))
+                .map(|(i, slot)| (i, crate::codec::le_u64(slot, 0)))
+                .find(|&(_, loc)| loc != 0 && !self.layout.is_entry_loc(loc));
+            if let Some((i, loc)) = bad {
+                let b = start + (first + i) as u64;
+                res = Err(crate::Error::Corrupt(format!(
+                    "reverse map of block {b} names {loc}, not an entry"
+                )));
+                break;
+            }
+        }
+        self.merge_tally(&t);
+        res
     }
 
     /// Blocks of the data area held by the policy's store for its on-media part.

@@ -302,6 +302,35 @@ fn a_block_free_in_the_allocator_is_refused() {
     assert!(m.snapshot() == bad, "a read-only open wrote to the image");
 }
 
+/// A reverse-map slot of a block in use overwritten (a torn write, a stray one): the first
+/// release of the block would fail after its file let go of it.
+#[test]
+fn a_torn_reverse_map_is_refused() {
+    let (img, t) = seeded();
+    let (m, fs) = open(&img, &fsck_opts(true)).unwrap();
+    let b = fs.with_tables(|tb| tb.get(t.f).unwrap().read().map().unwrap().get(0));
+    assert!(fs.engine().block_refcount(b).unwrap().is_some(), "an entry");
+    let esb = nodup_core::engine::superblock::Superblock::load(&*m).unwrap();
+    drop(fs);
+    let off = (esb.revmap_start * nodup_core::BLOCK_SIZE as u64 + b * 8) as usize;
+    let mut bad = img.clone();
+    bad[off..off + 8].copy_from_slice(&3u64.to_le_bytes());
+    let msg = refused(&bad);
+    assert!(
+        msg.contains(&format!("reverse map of block {b} names 3")),
+        "{msg}"
+    );
+    refused_then_repaired(&bad, "reverse map of");
+    let ro = FsOptions {
+        read_only: true,
+        ..FsOptions::default()
+    };
+    let (m, fs) = open(&bad, &ro).expect("a read-only open");
+    assert_eq!(fs.read(t.f, 0, 4096).unwrap().len(), 4096);
+    drop(fs);
+    assert!(m.snapshot() == bad, "a read-only open wrote to the image");
+}
+
 /// A map moved onto a block its file already maps: every block is allocated, but one the
 /// engine counts in use is mapped by nothing (and the other is mapped twice on a count of one).
 #[test]
