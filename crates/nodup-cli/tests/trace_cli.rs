@@ -212,3 +212,63 @@ fn gen_popularity_and_phases() {
         assert!(!out.exists(), "{flag} {val} created the output");
     }
 }
+
+/// A small generated trace (16 writes of one device, dev-8-0.img on replay) in `dir`.
+fn small_trace(dir: &Path, name: &str) -> PathBuf {
+    let t = dir.join(name);
+    let o = nodup(&[
+        "trace",
+        "gen",
+        "--size",
+        "64K",
+        "--dup-ratio",
+        "0.5",
+        "--seed",
+        "3",
+        "-o",
+        s(&t),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    t
+}
+
+/// A failure with one line on stderr that contains `what`.
+fn fails_with(o: &std::process::Output, what: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "expected a failure: {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "one line expected: {err}"
+    );
+    assert!(err.contains(what), "{what:?} expected in {err}");
+}
+
+#[test]
+fn convert_refuses_to_write_over_its_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = small_trace(dir.path(), "t.fiu");
+    let before = std::fs::read(&t).unwrap();
+    // The same path, a symlink to it, a hard link to it, and the input through a symlink.
+    let sym = dir.path().join("sym.fiu");
+    std::os::unix::fs::symlink(&t, &sym).unwrap();
+    let hard = dir.path().join("hard.fiu");
+    std::fs::hard_link(&t, &hard).unwrap();
+    let dotted = dir.path().join(".").join("t.fiu");
+    for (input, output) in [(&t, &t), (&t, &sym), (&t, &hard), (&sym, &t), (&t, &dotted)] {
+        let o = nodup(&["trace", "convert", s(input), "-o", s(output)]);
+        fails_with(&o, "is the input");
+        assert_eq!(
+            std::fs::read(&t).unwrap(),
+            before,
+            "{} -o {} changed the input",
+            input.display(),
+            output.display()
+        );
+    }
+    // Another file is still fine.
+    let own = dir.path().join("t.own");
+    assert!(nodup(&["trace", "convert", s(&t), "-o", s(&own)])
+        .status
+        .success());
+}

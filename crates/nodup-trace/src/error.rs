@@ -28,6 +28,9 @@ pub enum TraceError {
     /// An invalid option value (size, distribution, ratio...).
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// An output that would destroy an input or a file with data.
+    #[error("{0}")]
+    Refused(String),
     /// The plot could not be drawn or written.
     #[error("plot: {0}")]
     Plot(String),

@@ -150,6 +150,15 @@ pub fn convert(
         Format::Own => Format::Fiu,
     });
     let mut reader = TraceReader::open(input, Some(from))?;
+    // Creating the output truncates it: were it the input (the same path, or a symlink or
+    // hard link to it), the conversion would read an empty trace and destroy the original.
+    if same_file(input, output) {
+        return Err(TraceError::Refused(format!(
+            "{}: is the input trace {} (converting onto it would destroy it)",
+            output.display(),
+            input.display()
+        )));
+    }
     let out = File::create(output)
         .map_err(|e| TraceError::io(format!("creating {}", output.display()), e))?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
@@ -185,4 +194,14 @@ pub fn convert(
     out.flush()
         .map_err(|e| TraceError::io(format!("writing {}", output.display()), e))?;
     Ok((count, bad))
+}
+
+/// Whether `a` and `b` are the same existing file: the same device and inode once symlinks
+/// are followed (so also a hard link, or another spelling of the path).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
 }
