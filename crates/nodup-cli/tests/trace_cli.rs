@@ -115,11 +115,13 @@ fn gen_stats_replay_and_strict() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+    // The --strict run above wrote the first two lines into b's file: replacing it is asked for.
     let o = nodup(&[
         "replay",
         s(&bad),
         "--dir",
         s(&dir.path().join("b")),
+        "--overwrite",
         "--json",
     ]);
     assert_eq!(json(&o)["bad_lines"], 1);
@@ -271,4 +273,53 @@ fn convert_refuses_to_write_over_its_input() {
     assert!(nodup(&["trace", "convert", s(&t), "-o", s(&own)])
         .status
         .success());
+}
+
+#[test]
+fn replay_keeps_existing_files_unless_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = small_trace(dir.path(), "t.fiu");
+    let d = dir.path().join("d");
+    std::fs::create_dir(&d).unwrap();
+    let target = d.join("dev-8-0.img");
+    let precious = vec![0xa5u8; 3 << 20];
+    std::fs::write(&target, &precious).unwrap();
+    // Refused, naming the file, which keeps its data.
+    let o = nodup(&["replay", s(&t), "--dir", s(&d)]);
+    fails_with(&o, "dev-8-0.img");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--overwrite"));
+    assert!(std::fs::read(&target).unwrap() == precious);
+    // A trace that turns out unreadable part way (an own-format file cut short) leaves the
+    // file alone even with --overwrite: nothing is truncated before the whole trace was read.
+    let own = dir.path().join("t.own");
+    assert!(nodup(&["trace", "convert", s(&t), "-o", s(&own)])
+        .status
+        .success());
+    let bytes = std::fs::read(&own).unwrap();
+    let cut = dir.path().join("cut.own");
+    std::fs::write(&cut, &bytes[..bytes.len() - 7]).unwrap();
+    let o = nodup(&["replay", s(&cut), "--dir", s(&d), "--overwrite"]);
+    assert!(!o.status.success());
+    assert!(std::fs::read(&target).unwrap() == precious);
+    // An empty file holds nothing to lose; --overwrite replaces one with data.
+    let e = dir.path().join("e");
+    std::fs::create_dir(&e).unwrap();
+    std::fs::write(e.join("dev-8-0.img"), b"").unwrap();
+    let rep = json(&nodup(&["replay", s(&t), "--dir", s(&e), "--json"]));
+    assert_eq!(rep["verify_errors"], 0);
+    let rep = json(&nodup(&[
+        "replay",
+        s(&t),
+        "--dir",
+        s(&d),
+        "--overwrite",
+        "--json",
+    ]));
+    assert_eq!(rep["verify_errors"], 0);
+    assert_eq!(
+        std::fs::read(&target).unwrap(),
+        std::fs::read(e.join("dev-8-0.img")).unwrap()
+    );
+    let help = String::from_utf8_lossy(&nodup(&["replay", "--help"]).stdout).into_owned();
+    assert!(help.contains("--overwrite"), "{help}");
 }

@@ -90,6 +90,7 @@ fn run(trace: &Path, dir: &Path, mode: Mode, threads: usize) -> ReplayReport {
         mode,
         threads,
         no_reads: false,
+        overwrite: false,
         format: None,
         policy: BadLinePolicy {
             strict: true,
@@ -179,6 +180,7 @@ fn own_format_and_no_reads_replay_the_same_writes() {
         mode: Mode::Batch,
         threads: 2,
         no_reads: true,
+        overwrite: false,
         format: None,
         policy,
         progress: None,

@@ -20,6 +20,10 @@ pub struct ReplayArgs {
     /// Directory receiving one file per trace device (dev-MAJOR-MINOR.img, created empty).
     #[arg(long)]
     pub dir: PathBuf,
+    /// Replace device files in --dir that already hold data (refused otherwise); they are
+    /// emptied only once the whole trace has been read without error.
+    #[arg(long)]
+    pub overwrite: bool,
     /// block: one 4 KiB block per call; batch: up to 512 consecutive blocks per call.
     #[arg(long, default_value = "block")]
     pub mode: String,
@@ -177,6 +181,7 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
         mode,
         threads: a.threads,
         no_reads: a.no_reads,
+        overwrite: a.overwrite,
         format: parse_format(&a.format)?,
         policy: BadLinePolicy {
             strict: a.strict,

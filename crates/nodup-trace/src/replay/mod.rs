@@ -1,6 +1,8 @@
 //! `nodup replay`: drive a directory with a block trace, as Light-Dedup's trace-replayer (§5.3).
 //!
-//! Each trace device `major:minor` becomes the file `DIR/dev-MAJOR-MINOR.img` (created empty);
+//! Each trace device `major:minor` becomes the file `DIR/dev-MAJOR-MINOR.img` (created empty;
+//! one that already holds data is refused unless [`ReplayOptions::overwrite`], and then emptied
+//! only once the whole trace has been read without error);
 //! a request at sector `lba` goes to byte offset `lba * 512`. The dispatcher (this module) streams
 //! the trace once, keeps the compact expected-content model (`model::LbaModel`), and turns records
 //! into I/O calls on whole 4 KiB blocks: sectors a request does not cover are filled from the model
@@ -29,6 +31,7 @@ use crate::model::{touches, LbaModel};
 use crate::record::{Op, SECTORS_PER_BLOCK};
 use latency::Percentiles;
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, SyncSender};
@@ -75,6 +78,8 @@ pub struct ReplayOptions<'a> {
     pub threads: usize,
     /// Skip read records (write-only replay).
     pub no_reads: bool,
+    /// Replace device files that already hold data (refused otherwise).
+    pub overwrite: bool,
     /// Trace format (detected when `None`).
     pub format: Option<Format>,
     /// Bad-line handling.
@@ -218,12 +223,100 @@ impl Dispatcher {
     }
 }
 
+/// The name of the file that replays device `major:minor`.
+fn file_name(major: u32, minor: u32) -> String {
+    format!("dev-{major}-{minor}.img")
+}
+
+/// The refusal of a device file that holds data.
+fn holds_data(path: &Path) -> TraceError {
+    TraceError::Refused(format!(
+        "{}: exists and holds data the replay would overwrite (--overwrite to replace it)",
+        path.display()
+    ))
+}
+
+/// Names of the device files in `dir` (`dev-*.img`, symlinks followed) that hold data.
+fn files_with_data(dir: &Path) -> Result<BTreeSet<String>> {
+    let what = |e| TraceError::io(format!("reading {}", dir.display()), e);
+    let mut held = BTreeSet::new();
+    for entry in std::fs::read_dir(dir).map_err(what)? {
+        let entry = entry.map_err(what)?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("dev-")
+            && name.ends_with(".img")
+            && std::fs::metadata(entry.path()).is_ok_and(|m| m.len() > 0)
+        {
+            held.insert(name);
+        }
+    }
+    Ok(held)
+}
+
+/// Names of the files a replay of `trace` writes, from one pass over the whole trace (with the
+/// replay's format, bad-line and read handling; bad lines are reported by the replay itself).
+fn trace_files(trace: &Path, o: &ReplayOptions<'_>) -> Result<BTreeSet<String>> {
+    let mut reader = TraceReader::open(trace, o.format)?;
+    let quiet = BadLinePolicy {
+        strict: o.policy.strict,
+        report: None,
+    };
+    let mut names = BTreeSet::new();
+    for_each_record(
+        &mut reader,
+        &quiet,
+        |_| {},
+        |_, r| {
+            if r.op == Op::Write || !o.no_reads {
+                names.insert(file_name(r.major, r.minor));
+            }
+            Ok(())
+        },
+    )?;
+    Ok(names)
+}
+
+/// Open (or create) a device file for the replay, empty: one holding data is emptied only with
+/// `overwrite` (the check is made on the opened file, so nothing slips in between).
+fn open_device_file(path: &Path, overwrite: bool) -> Result<std::fs::File> {
+    let what = |e| TraceError::io(format!("opening {}", path.display()), e);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(what)?;
+    if file.metadata().map_err(what)?.len() > 0 {
+        if !overwrite {
+            return Err(holds_data(path));
+        }
+        file.set_len(0).map_err(what)?;
+    }
+    Ok(file)
+}
+
 /// Replay `trace` into `o.dir`.
 pub fn replay(trace: &Path, o: &ReplayOptions<'_>) -> Result<ReplayReport> {
     let threads = o.threads.max(1);
     let mut reader = TraceReader::open(trace, o.format)?;
     std::fs::create_dir_all(&o.dir)
         .map_err(|e| TraceError::io(format!("creating {}", o.dir.display()), e))?;
+    // The replay starts each device file empty (the model's never-written sectors read as
+    // zeros). Files with data that this trace would write are refused unless `overwrite`;
+    // with it, the whole trace is read once first, so one that fails part way (a bad line
+    // under --strict, a cut own-format file) leaves them as they were.
+    let held = files_with_data(&o.dir)?;
+    if !held.is_empty() {
+        if let Some(name) = trace_files(trace, o)?
+            .into_iter()
+            .find(|n| held.contains(n))
+        {
+            if !o.overwrite {
+                return Err(holds_data(&o.dir.join(name)));
+            }
+        }
+    }
     let mut txs = Vec::new();
     let mut handles = Vec::new();
     for _ in 0..threads {
@@ -254,15 +347,9 @@ pub fn replay(trace: &Path, o: &ReplayOptions<'_>) -> Result<ReplayReport> {
         records += 1;
         let dev = model.device_index(r.device())?;
         if dev as usize == files.len() {
-            let name = format!("dev-{}-{}.img", r.major, r.minor);
+            let name = file_name(r.major, r.minor);
             let path = o.dir.join(&name);
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&path)
-                .map_err(|e| TraceError::io(format!("opening {}", path.display()), e))?;
+            let file = open_device_file(&path, o.overwrite)?;
             files.push(Arc::new(DevFile { file, name }));
         }
         let file = files[dev as usize].clone();
