@@ -660,3 +660,44 @@ fn version_names_the_commit_it_was_built_from() {
         }
     }
 }
+
+#[test]
+fn ctl_writes_only_to_the_root_of_a_nodup_mount() {
+    let no_ctl = |p: &Path| {
+        let e = getxattr(p, nodup_fs::ctl::CTL_XATTR).unwrap_err();
+        assert!(
+            matches!(e.raw_os_error(), Some(libc::ENODATA) | Some(libc::ENOTSUP)),
+            "{}: {e}",
+            p.display()
+        );
+    };
+    let n = SEQ.fetch_add(1, Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("nodup-op-{}-ctl-{n}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("plain");
+    fs::write(&file, b"x").unwrap();
+    for p in [&dir, &file] {
+        for flag in [["--checkpoint", ""], ["--worker-rate", "5"]] {
+            let mut args = vec!["ctl", p.to_str().unwrap()];
+            args.extend(flag.iter().filter(|a| !a.is_empty()));
+            one_line(&fail(&nodup(&args)), "not a mounted nodup file system");
+            no_ctl(p);
+        }
+    }
+    let _ = fs::remove_dir_all(&dir);
+    if !fuse_available() {
+        return;
+    }
+    // Inside a mount: a subdirectory and a file are not its root.
+    let fx = Fixture::new("ctl", "16M", &[]);
+    fx.mount(&[]);
+    fs::create_dir(fx.path("sub")).unwrap();
+    fs::write(fx.path("f"), b"x").unwrap();
+    for p in [fx.path("sub"), fx.path("f")] {
+        let e = fail(&nodup(&["ctl", p.to_str().unwrap(), "--checkpoint"]));
+        one_line(&e, "not a mounted nodup file system");
+        no_ctl(&p);
+    }
+    ok(nodup(&["ctl", fx.mnt.to_str().unwrap(), "--checkpoint"]));
+    fx.umount();
+}

@@ -66,12 +66,21 @@ fn open_unmounted(
     Ok((lock, fs))
 }
 
+/// The stats of the nodup file system whose mount point is `dir`: only the root of a mount
+/// answers them, so this is also how a command tells a mount point from any other path.
+pub fn mount_stats(dir: &Path) -> Result<Value> {
+    let not = || anyhow!("{}: not a mounted nodup file system", dir.display());
+    if !dir.is_dir() {
+        return Err(not());
+    }
+    nodup_fs::ctl::read_stats(dir).map_err(|_| not())
+}
+
 /// `nodup stats`.
 pub fn stats(a: StatsArgs) -> Result<()> {
     let t = a.target.display();
     let (v, from) = if a.target.is_dir() {
-        let v = nodup_fs::ctl::read_stats(&a.target)
-            .map_err(|_| anyhow!("{t}: not a mounted nodup file system"))?;
+        let v = mount_stats(&a.target)?;
         let img = super::mount::mounted_image(&a.target.canonicalize()?)
             .map_or_else(|| t.to_string(), |p| p.display().to_string());
         (v, format!("{img} on {t}"))

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 /// Arguments of `nodup ctl`.
 #[derive(Args)]
 pub struct CtlArgs {
-    /// Mount point of a nodup file system.
+    /// Mount point of a nodup file system (its root; any other path is refused).
     pub mountpoint: PathBuf,
     /// Write a checkpoint now.
     #[arg(long)]
@@ -66,6 +66,9 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
     if cmds.is_empty() && !a.wait_idle {
         bail!("nothing to do: give at least one of --checkpoint, --worker-rate, --low-power, --battery, --cpu-busy, --device-busy, --wait-idle");
     }
+    // The control attribute is answered only at the root of a mount: anywhere else setxattr
+    // would store the command as a plain attribute of that path and report success.
+    super::check::mount_stats(&a.mountpoint)?;
     let mp = a.mountpoint.display();
     for c in cmds {
         nodup_fs::ctl::command(&a.mountpoint, &c).map_err(|e| match e.raw_os_error() {
