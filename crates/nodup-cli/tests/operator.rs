@@ -662,6 +662,34 @@ fn version_names_the_commit_it_was_built_from() {
 }
 
 #[test]
+fn a_mem_budget_beyond_the_machine_is_refused_up_front() {
+    let huge = scratch("budget.img");
+    let h = huge.to_str().unwrap();
+    let args = ["--size", "64M", "--policy", "smart", "--mem-budget", "1T"];
+    let mut mk = vec!["mkfs", h];
+    mk.extend_from_slice(&args);
+    one_line(&fail(&nodup(&mk)), "--mem-budget 1T");
+    assert!(!huge.exists(), "a refused mkfs left {h} behind");
+    // Over a valid image with --force: refused before the old image is touched.
+    ok(nodup(&["mkfs", h, "--size", "16M", "--policy", "smart"]));
+    let before = sha(&huge);
+    mk.push("--force");
+    one_line(&fail(&nodup(&mk)), "--mem-budget 1T");
+    assert!(sha(&huge) == before, "the old image changed");
+    // mount's override: the same check, before any daemon starts.
+    let mnt = scratch("budget.mnt");
+    fs::create_dir(&mnt).unwrap();
+    let m = mnt.to_str().unwrap();
+    let o = nodup(&["mount", h, m, "--mem-budget", "1T"]);
+    // Should it have mounted after all, leave nothing mounted behind.
+    let _ = Command::new("fusermount3").args(["-u", "-z", m]).output();
+    one_line(&fail(&o), "--mem-budget 1T");
+    wait_unlocked(&huge);
+    let _ = fs::remove_file(&huge);
+    let _ = fs::remove_dir(&mnt);
+}
+
+#[test]
 fn ctl_writes_only_to_the_root_of_a_nodup_mount() {
     let no_ctl = |p: &Path| {
         let e = getxattr(p, nodup_fs::ctl::CTL_XATTR).unwrap_err();

@@ -56,7 +56,8 @@ pub struct MkfsArgs {
     #[arg(long, value_parser = ["region", "entry", "hashtable"])]
     pub meta_layout: Option<String>,
     /// Memory budget of the `smart` policy (fingerprint store, skipped buffer, read cache,
-    /// worker), e.g. 3M; default 3.5M. Recorded in the image; `mount` may override.
+    /// worker), e.g. 3M; default 3.5M, at most the machine's memory. Recorded in the image;
+    /// `mount` may override.
     #[arg(long, value_name = "SIZE")]
     pub mem_budget: Option<String>,
     /// Encrypt the image at rest (AES-256: XTS for data, CTR for metadata) with the key in
@@ -99,19 +100,51 @@ pub fn read_key_file(path: &Path) -> Result<KeyFile> {
     Ok(KeyFile(bytes))
 }
 
-/// A `--mem-budget` value: a size of at least `smart`'s minimum.
+/// A `--mem-budget` value: a size of at least `smart`'s minimum and at most this machine's
+/// physical memory.
 pub fn parse_budget(s: &str) -> Result<u64> {
     let b = parse_size(s)?;
     let min = nodup_core::policy::smart::MIN_BUDGET;
     if b < min {
         bail!("--mem-budget {s}: smart needs at least {}", bytes(min));
     }
+    // smart allocates the fingerprint store's share (about three quarters of the budget) when
+    // the image is formatted or opened, so a budget beyond the machine's memory can never be
+    // honoured: the allocation fails and aborts the process (mkfs would leave a half-made
+    // image). The image's size is not the bound: a large image can use a large budget, and
+    // would still abort on a small machine.
+    if let Some(mem) = physical_memory() {
+        if b > mem {
+            bail!(
+                "--mem-budget {s}: more than this machine's memory ({})",
+                bytes(mem)
+            );
+        }
+    }
     Ok(b)
+}
+
+/// This machine's physical memory in bytes (None when sysconf cannot tell).
+fn physical_memory() -> Option<u64> {
+    // SAFETY: sysconf only reads system parameters.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let (pages, size) = (u64::try_from(pages).ok()?, u64::try_from(size).ok()?);
+    pages.checked_mul(size).filter(|&m| m > 0)
 }
 
 /// `nodup mkfs`.
 pub fn mkfs(a: MkfsArgs) -> Result<()> {
     check_policy_options(&a.policy, a.mem_budget.is_some())?;
+    // Checked before anything is created or overwritten.
+    let mem_budget = match &a.mem_budget {
+        Some(b) => parse_budget(b)?,
+        None => 0,
+    };
     // Read before anything is created: a bad key file leaves nothing behind.
     if let Some(p) = &a.encrypt_key_file {
         read_key_file(p)?;
@@ -168,10 +201,6 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
             bytes(free)
         );
     }
-    let mem_budget = match &a.mem_budget {
-        Some(b) => parse_budget(b)?,
-        None => 0,
-    };
     let encrypt = a
         .encrypt_key_file
         .as_deref()

@@ -37,7 +37,8 @@ pub struct MountArgs {
     /// FUSE writeback cache (default: on for blockfile images, off for pmem images); =false disables.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub writeback_cache: Option<bool>,
-    /// Memory budget override for a `smart` image (the one recorded at mkfs otherwise).
+    /// Memory budget override for a `smart` image (the one recorded at mkfs otherwise), at
+    /// most the machine's memory.
     #[arg(long, value_name = "SIZE")]
     pub mem_budget: Option<String>,
     /// Options of the `smart` policy.
