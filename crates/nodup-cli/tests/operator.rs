@@ -13,6 +13,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 fn fail(o: &std::process::Output) -> String {
     assert!(!o.status.success(), "expected a failure, got success");
@@ -659,6 +660,49 @@ fn version_names_the_commit_it_was_built_from() {
             assert!(head.starts_with(hex), "{v} vs HEAD {head}");
         }
     }
+}
+
+/// `nodup` with a time limit: a command that blocks (in an open of a FIFO) fails the test
+/// instead of hanging it.
+fn nodup_within(args: &[&str], secs: u64) -> std::process::Output {
+    let mut child = Command::new(NODUP)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(secs) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("nodup {args:?} still running after {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn commands_refuse_a_fifo_as_an_image() {
+    let fifo = scratch("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let mnt = scratch("fifo.mnt");
+    fs::create_dir(&mnt).unwrap();
+    let (f, m) = (fifo.to_str().unwrap(), mnt.to_str().unwrap());
+    for args in [
+        vec!["stats", f],
+        vec!["fsck", f],
+        vec!["fsck", "--repair", f],
+        vec!["mount", f, m],
+    ] {
+        let e = fail(&nodup_within(&args, 10));
+        one_line(&e, "not a regular file or block device");
+    }
+    let _ = fs::remove_file(&fifo);
+    let _ = fs::remove_dir(&mnt);
 }
 
 #[test]

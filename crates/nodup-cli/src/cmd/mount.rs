@@ -292,8 +292,19 @@ fn direct_asked(a: &MountArgs) -> bool {
 
 /// The image at `path` must exist and be a nodup image (checked read-only).
 pub fn check_image(path: &Path) -> Result<()> {
-    if !path.exists() {
-        bail!("{}: no such image", path.display());
+    use std::os::unix::fs::FileTypeExt;
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("{}: no such image", path.display())
+        }
+        Err(e) => bail!("{}: {}", path.display(), super::plain_io(&e)),
+    };
+    // Before anything opens it: an open of a FIFO waits for a writer forever, and nothing but
+    // a file or a block device holds an image.
+    let t = meta.file_type();
+    if !t.is_file() && !t.is_block_device() {
+        bail!("{}: not a regular file or block device", path.display());
     }
     nodup_fs::superblock::probe_file(path).map_err(|e| match e {
         FsError::NotNodup(_) => anyhow!("{}: not a nodup image", path.display()),
