@@ -165,7 +165,13 @@ fn stats_and_fsck_leave_the_image_byte_identical() {
         fx.umount();
         let img = fx.img.to_str().unwrap();
         let before = sha(&fx.img);
-        let st = ok(nodup(&["stats", img]));
+        let o = nodup(&["stats", img]);
+        assert!(
+            o.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let st = ok(o);
         assert!(st.contains("dedup 2.00x"), "{st}");
         let js: serde_json::Value =
             serde_json::from_str(&ok(nodup(&["stats", img, "--json"]))).unwrap();
@@ -190,7 +196,38 @@ fn stats_and_fsck_leave_the_image_byte_identical() {
             .output();
         wait_unlocked(&fx.img);
         let before = sha(&fx.img);
-        ok(nodup(&["stats", img]));
+        // stats says the image needs recovery (one line on stderr, exit 0) and claims no
+        // figure recovery rebuilds: space used, bytes saved, dedup factor.
+        let o = nodup(&["stats", img]);
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        assert!(o.status.success(), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(
+            err.contains("not unmounted cleanly") && err.contains("fsck --repair"),
+            "{err}"
+        );
+        for key in ["used", "saved", "index"] {
+            let l = out.lines().find(|l| l.trim_start().starts_with(key));
+            assert!(l.is_some_and(|l| l.contains("unknown")), "{key}: {out}");
+        }
+        assert!(
+            !out.contains("dedup 1.00x") && !out.contains("0 B   data"),
+            "{out}"
+        );
+        let js = json(&nodup(&["stats", img, "--json"]));
+        assert_eq!(js["needs_recovery"], true, "{js}");
+        for key in [
+            "free_blocks",
+            "physical_bytes",
+            "bytes_saved",
+            "dedup_factor",
+        ] {
+            assert!(js[key].is_null(), "{key} in {js}");
+        }
+        assert_eq!(js["files"], 3, "{js}");
         let o = fx.fsck();
         assert!(!o.status.success());
         let out = String::from_utf8_lossy(&o.stdout);

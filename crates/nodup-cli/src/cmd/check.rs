@@ -76,20 +76,46 @@ pub fn mount_stats(dir: &Path) -> Result<Value> {
     nodup_fs::ctl::read_stats(dir).map_err(|_| not())
 }
 
+/// Figures of an image opened read-only before its failure recovery: the allocator, the
+/// reference counts and the index are what that recovery rebuilds, so they are unknown.
+const UNKNOWN_BEFORE_RECOVERY: [&str; 7] = [
+    "free_blocks",
+    "physical_bytes",
+    "bytes_saved",
+    "dedup_factor",
+    "dedup_ratio",
+    "index_entries",
+    "refcount_histogram",
+];
+
 /// `nodup stats`.
 pub fn stats(a: StatsArgs) -> Result<()> {
     let t = a.target.display();
-    let (v, from) = if a.target.is_dir() {
+    let (mut v, from) = if a.target.is_dir() {
         let v = mount_stats(&a.target)?;
         let img = super::mount::mounted_image(&a.target.canonicalize()?)
             .map_or_else(|| t.to_string(), |p| p.display().to_string());
         (v, format!("{img} on {t}"))
     } else if a.target.exists() {
         let (_lock, fs) = open_unmounted(&a.target, false, a.encrypt_key_file.as_deref(), false)?;
-        (fs.stats_json(), format!("{t} (not mounted)"))
+        let mut v = fs.stats_json();
+        if fs.recovery().kind == "failure" {
+            eprintln!(
+                "nodup: warning: {t} was not unmounted cleanly: space and dedup figures are \
+                 unknown until it is recovered (mount it, or run `nodup fsck --repair {t}`)"
+            );
+            for k in UNKNOWN_BEFORE_RECOVERY {
+                v[k] = Value::Null;
+            }
+            v["needs_recovery"] = true.into();
+        }
+        (v, format!("{t} (not mounted)"))
     } else {
         bail!("{t}: no such image or mount point");
     };
+    if v.get("needs_recovery").is_none() {
+        v["needs_recovery"] = false.into();
+    }
     if a.json {
         println!("{v}");
     } else {
@@ -127,6 +153,7 @@ fn human(v: &Value, from: &str) -> String {
     let total = u(v, "total_blocks") * 4096;
     let free = u(v, "free_blocks") * 4096;
     let used = total.saturating_sub(free);
+    let unrecovered = v["needs_recovery"] == true;
     line(format!(
         "nodup {from}: policy {}, fingerprint {}, layout {}, medium {}",
         v["policy"].as_str().unwrap_or("?"),
@@ -140,29 +167,36 @@ fn human(v: &Value, from: &str) -> String {
             v["encryption"]["key"].as_str().unwrap_or("?")
         ));
     }
-    line(format!(
-        "  size       {:>10}   ({} free)",
-        bytes(u(v, "size_bytes").max(total)),
-        bytes(free)
-    ));
-    line(format!(
-        "  used       {:>10}   data {} + metadata {}",
-        bytes(used),
-        bytes(physical),
-        bytes(used.saturating_sub(physical))
-    ));
+    let size = bytes(u(v, "size_bytes").max(total));
+    if unrecovered {
+        // Free space and the blocks in use are what recovery counts again.
+        line(format!("  size       {size:>10}"));
+        line(format!("  used       {:>10}   until recovered", "unknown"));
+    } else {
+        line(format!("  size       {size:>10}   ({} free)", bytes(free)));
+        line(format!(
+            "  used       {:>10}   data {} + metadata {}",
+            bytes(used),
+            bytes(physical),
+            bytes(used.saturating_sub(physical))
+        ));
+    }
     line(format!(
         "  logical    {:>10}   in {} files, {} directories",
         bytes(logical),
         count(u(v, "files")),
         count(u(v, "directories"))
     ));
-    line(format!(
-        "  saved      {:>10}   dedup {:.2}x (ratio {:.4})",
-        bytes(u(v, "bytes_saved")),
-        f(v, "dedup_factor").max(1.0),
-        f(v, "dedup_ratio")
-    ));
+    if unrecovered {
+        line(format!("  saved      {:>10}   until recovered", "unknown"));
+    } else {
+        line(format!(
+            "  saved      {:>10}   dedup {:.2}x (ratio {:.4})",
+            bytes(u(v, "bytes_saved")),
+            f(v, "dedup_factor").max(1.0),
+            f(v, "dedup_ratio")
+        ));
+    }
     let rec = &v["recovery"];
     line(String::new());
     line(format!(
@@ -220,11 +254,18 @@ fn human(v: &Value, from: &str) -> String {
     } else {
         u(v, "index_memory_bytes") as f64 / entries as f64
     };
-    line(format!(
-        "  index            {} for {} entries ({per:.1} B each)",
-        bytes(u(v, "index_memory_bytes")),
-        count(entries)
-    ));
+    if unrecovered {
+        line(format!(
+            "  index            {}, entries unknown until recovered",
+            bytes(u(v, "index_memory_bytes"))
+        ));
+    } else {
+        line(format!(
+            "  index            {} for {} entries ({per:.1} B each)",
+            bytes(u(v, "index_memory_bytes")),
+            count(entries)
+        ));
+    }
     for l in policy_lines(v) {
         line(l);
     }
