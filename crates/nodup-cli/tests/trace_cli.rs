@@ -323,3 +323,44 @@ fn replay_keeps_existing_files_unless_asked() {
     let help = String::from_utf8_lossy(&nodup(&["replay", "--help"]).stdout).into_owned();
     assert!(help.contains("--overwrite"), "{help}");
 }
+
+#[test]
+fn a_trace_without_one_good_line_fails_and_bad_lines_are_capped() {
+    let dir = tempfile::tempdir().unwrap();
+    // 400 lines of junk (as a binary file read as text gives).
+    let junk = dir.path().join("junk.fiu");
+    let text: String = (0..400)
+        .map(|i| format!("\u{1}junk {i} \u{7f}\n"))
+        .collect();
+    std::fs::write(&junk, text).unwrap();
+    for args in [
+        vec!["trace", "stats", s(&junk)],
+        vec!["replay", s(&junk), "--dir"],
+    ] {
+        let mut args = args;
+        let d = dir.path().join("r");
+        if args[0] == "replay" {
+            args.push(s(&d));
+        }
+        let o = nodup(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} accepted a trace of junk");
+        let n = err.lines().count();
+        assert!(n <= 12, "{args:?}: {n} lines on stderr:\n{err}");
+        assert!(err.contains("400 bad lines"), "{args:?}: {err}");
+        assert!(err.contains("no record"), "{args:?}: {err}");
+    }
+    // Good records among many bad lines: success, and still few lines on stderr.
+    let t = small_trace(dir.path(), "t.fiu");
+    let mut mixed = std::fs::read_to_string(&t).unwrap();
+    for i in 0..50 {
+        mixed.push_str(&format!("not a line {i}\n"));
+    }
+    let m = dir.path().join("mixed.fiu");
+    std::fs::write(&m, mixed).unwrap();
+    let o = nodup(&["trace", "stats", "--json", s(&m)]);
+    assert_eq!(json(&o)["bad_lines"], 50);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.lines().count() <= 12, "{err}");
+    assert!(err.contains("50 bad lines"), "{err}");
+}

@@ -11,6 +11,7 @@ use nodup_trace::stats::trace_stats;
 use nodup_trace::{BadLinePolicy, TraceError};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Arguments of `nodup replay`.
 #[derive(Args)]
@@ -33,7 +34,8 @@ pub struct ReplayArgs {
     /// Skip read records (write-only replay).
     #[arg(long)]
     pub no_reads: bool,
-    /// Stop with an error at the first line that does not parse.
+    /// Stop with an error at the first line that does not parse (otherwise such lines are
+    /// skipped, the first 10 shown; a trace without one good line is an error).
     #[arg(long)]
     pub strict: bool,
     /// Trace format instead of detection: fiu|own.
@@ -69,7 +71,8 @@ pub struct StatsArgs {
     /// Also draw the continuousness CDF into this PNG.
     #[arg(long)]
     pub plot: Option<PathBuf>,
-    /// Stop with an error at the first line that does not parse.
+    /// Stop with an error at the first line that does not parse (otherwise such lines are
+    /// skipped, the first 10 shown; a trace without one good line is an error).
     #[arg(long)]
     pub strict: bool,
 }
@@ -116,7 +119,8 @@ pub struct ConvertArgs {
     /// Output format (default: the other one): fiu|own.
     #[arg(long)]
     pub to: Option<String>,
-    /// Stop with an error at the first line that does not parse.
+    /// Stop with an error at the first line that does not parse (otherwise such lines are
+    /// skipped, the first 10 shown; a trace without one good line is an error).
     #[arg(long)]
     pub strict: bool,
 }
@@ -138,8 +142,38 @@ fn emit(text: &str) -> Result<()> {
     }
 }
 
+/// Bad lines reported one by one; the rest are only counted (a file that is not a trace gives
+/// one per line, and a wall of them hides the point).
+const SHOWN_BAD_LINES: u64 = 10;
+
+/// Bad lines seen so far (one command per process).
+static BAD_SEEN: AtomicU64 = AtomicU64::new(0);
+
 fn print_bad_line(e: &TraceError) {
-    eprintln!("nodup: skipping bad trace {e}");
+    if BAD_SEEN.fetch_add(1, Ordering::Relaxed) < SHOWN_BAD_LINES {
+        eprintln!("nodup: skipping bad trace {e}");
+    }
+}
+
+/// After the trace was read: a trace that gave no record but bad lines is refused (it is not
+/// a trace, or not in the format given); otherwise one line counts the bad lines not shown.
+fn check_bad_lines(trace: &Path, records: u64, bad: u64) -> Result<()> {
+    let hidden = bad.saturating_sub(SHOWN_BAD_LINES);
+    let not_shown = if hidden > 0 {
+        format!(", {hidden} not shown")
+    } else {
+        String::new()
+    };
+    if records == 0 && bad > 0 {
+        bail!(
+            "{}: no record in the trace, {bad} bad lines{not_shown} (not a trace, or not in the --format given?)",
+            trace.display()
+        );
+    }
+    if hidden > 0 {
+        eprintln!("nodup: {bad} bad lines skipped in all{not_shown}");
+    }
+    Ok(())
 }
 
 /// Reporter of skipped lines; with --strict the first bad line is the command's error instead.
@@ -194,6 +228,7 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
+    check_bad_lines(&a.trace, r.records + r.skipped_reads, r.bad_lines)?;
     for s in &r.verify_error_samples {
         eprintln!("nodup: verify error: {s}");
     }
@@ -276,6 +311,11 @@ pub fn trace(c: TraceCommand) -> Result<()> {
             };
             let (n, bad) = convert(&a.trace, &a.output, parse_format(&a.to)?, &policy)
                 .with_context(|| format!("converting {}", a.trace.display()))?;
+            if let Err(e) = check_bad_lines(&a.trace, n, bad) {
+                // Nothing was converted: no empty trace is left where one was asked for.
+                let _ = std::fs::remove_file(&a.output);
+                return Err(e);
+            }
             eprintln!(
                 "nodup: converted {n} records ({bad} bad lines skipped) to {}",
                 a.output.display()
@@ -301,6 +341,7 @@ fn stats(a: StatsArgs) -> Result<()> {
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
+    check_bad_lines(&a.trace, s.records, s.bad_lines)?;
     if let Some(p) = &a.plot {
         nodup_trace::plot::plot_cdf(&s, p).with_context(|| format!("plotting {}", p.display()))?;
     }
