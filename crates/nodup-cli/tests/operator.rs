@@ -810,3 +810,21 @@ fn ctl_writes_only_to_the_root_of_a_nodup_mount() {
     ok(nodup(&["ctl", fx.mnt.to_str().unwrap(), "--checkpoint"]));
     fx.umount();
 }
+
+#[test]
+fn mount_names_a_log_file_it_cannot_write() {
+    let img = scratch("log.img");
+    let i = img.to_str().unwrap();
+    ok(nodup(&["mkfs", i, "--size", "16M"]));
+    let mnt = scratch("log.mnt");
+    fs::create_dir(&mnt).unwrap();
+    let m = mnt.to_str().unwrap();
+    for log in ["/nonexistent-nodup-dir/sub/log", "/dev/shm"] {
+        let o = nodup(&["mount", i, m, "--log-file", log]);
+        let _ = Command::new("fusermount3").args(["-u", "-z", m]).output();
+        one_line(&fail(&o), &format!("{log}: log file"));
+    }
+    wait_unlocked(&img);
+    let _ = fs::remove_file(&img);
+    let _ = fs::remove_dir(&mnt);
+}

@@ -94,7 +94,8 @@ pub struct MountArgs {
     /// there stays hidden until unmount).
     #[arg(long)]
     pub nonempty: bool,
-    /// Append the daemon's log to FILE (default: syslog when daemonized, stderr in the foreground).
+    /// Append the daemon's log to FILE, opened (created) before the daemon starts (default:
+    /// syslog when daemonized, stderr in the foreground).
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
     /// Internal: file descriptor on which the daemon reports readiness to its parent.
@@ -381,6 +382,10 @@ pub fn mount(a: MountArgs) -> Result<()> {
         ImageLock::try_lock(&a.image)
             .map_err(|_| anyhow!("{}: image is already mounted", a.image.display()))?,
     );
+    // Here, not only in the daemon: once daemonized, its error could only say that it exited.
+    if let Some(p) = &a.log_file {
+        open_log_file(p)?;
+    }
     if a.foreground || a.ready_fd.is_some() {
         return run_daemon(a);
     }
@@ -487,19 +492,22 @@ fn spawn_daemon(a: &MountArgs) -> Result<()> {
     }
 }
 
+/// The daemon's log file, opened for appending (created when missing).
+fn open_log_file(p: &Path) -> Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(p)
+        .map_err(|e| anyhow!("{}: log file: {}", p.display(), super::plain_io(&e)))
+}
+
 fn run_daemon(a: MountArgs) -> Result<()> {
     // SAFETY: the descriptor was set up by our parent (dup2 onto fd 3) and is owned from here on.
     let mut ready = a
         .ready_fd
         .map(|fd| unsafe { std::fs::File::from_raw_fd(fd) });
     let sink = match &a.log_file {
-        Some(p) => Sink::File(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .with_context(|| format!("{}: log file", p.display()))?,
-        ),
+        Some(p) => Sink::File(open_log_file(p)?),
         None if a.ready_fd.is_none() || std::env::var_os("NODUP_LOG_STDERR").is_some() => {
             Sink::Stderr
         }
