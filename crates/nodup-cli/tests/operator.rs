@@ -828,3 +828,41 @@ fn mount_names_a_log_file_it_cannot_write() {
     let _ = fs::remove_file(&img);
     let _ = fs::remove_dir(&mnt);
 }
+
+#[test]
+fn mkfs_refuses_a_fingerprint_its_policy_ignores() {
+    let img = scratch("fp.img");
+    let i = img.to_str().unwrap();
+    for (policy, fp) in [
+        ("strong", "crc32c"),
+        ("strong", "xxh3"),
+        ("none", "sha256"),
+        ("weak-verify", "xxh3"),
+    ] {
+        let o = nodup(&[
+            "mkfs",
+            i,
+            "--size",
+            "16M",
+            "--policy",
+            policy,
+            "--fingerprint",
+            fp,
+        ]);
+        one_line(&fail(&o), &format!("--fingerprint {fp}"));
+        assert!(!img.exists(), "{policy} {fp}: image made");
+    }
+    // What a policy uses is accepted and recorded.
+    let out = ok(nodup(&[
+        "mkfs",
+        i,
+        "--size",
+        "16M",
+        "--policy",
+        "strong",
+        "--fingerprint",
+        "blake3",
+    ]));
+    assert!(out.contains("fingerprint blake3"), "{out}");
+    let _ = fs::remove_file(&img);
+}

@@ -48,7 +48,8 @@ pub struct MkfsArgs {
     #[arg(long, default_value = "light", value_parser = policy_values())]
     pub policy: String,
     /// Fingerprint function (default: sha256 for strong, crc32c for weak-verify, ecc for
-    /// selective, else xxh3; selective takes only ecc or crc32c).
+    /// selective, else xxh3). One the policy would not use is refused: strong takes only
+    /// sha256 or blake3, weak-verify no xxh3, selective only ecc or crc32c, none none.
     #[arg(long, value_parser = ["xxh3", "crc32c", "ecc", "sha256", "blake3"])]
     pub fingerprint: Option<String>,
     /// On-media dedup metadata layout (default: hashtable for smart, whose DRAM must not grow
@@ -77,6 +78,29 @@ pub struct MkfsArgs {
 pub fn check_policy_options(policy: &str, mem_budget: bool) -> Result<()> {
     if mem_budget && policy != "smart" {
         bail!("--mem-budget: policy {policy} keeps no memory budget (only smart does)");
+    }
+    Ok(())
+}
+
+/// Refuse a `--fingerprint` the policy would not use (it computes none, or replaces it by its
+/// own), as other options that mean nothing for a policy are refused.
+fn check_fingerprint(policy: PolicyKind, fp: FpKind) -> Result<()> {
+    let p = nodup_core::policy::make_policy(policy, &Default::default())?;
+    if p.never_dedups() {
+        bail!(
+            "--fingerprint {}: policy {} computes no fingerprint",
+            fp.name(),
+            policy.name()
+        );
+    }
+    let used = p.fingerprint_for(fp);
+    if used != fp {
+        bail!(
+            "--fingerprint {}: policy {} would use {} instead",
+            fp.name(),
+            policy.name(),
+            used.name()
+        );
     }
     Ok(())
 }
@@ -180,6 +204,9 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
         FpKind::from_name(&fp_name).ok_or_else(|| anyhow!("unknown fingerprint {fp_name}"))?;
     if policy == PolicyKind::Selective && !matches!(fingerprint, FpKind::Ecc | FpKind::Crc32c) {
         bail!("--fingerprint {fp_name}: selective uses a similarity fingerprint, ecc (default) or crc32c");
+    }
+    if a.fingerprint.is_some() {
+        check_fingerprint(policy, fingerprint)?;
     }
     let meta_layout = match a.meta_layout.as_deref() {
         Some(n) => MetaLayoutKind::from_name(n).ok_or_else(|| anyhow!("unknown layout {n}"))?,
