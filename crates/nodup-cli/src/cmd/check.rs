@@ -49,11 +49,19 @@ fn open_unmounted(
 ) -> Result<(ImageLock, FileSystem)> {
     super::mount::check_image(path)?;
     let lock = ImageLock::try_lock(path).map_err(|_| {
-        anyhow!(
-            "{}: image is mounted (use the mount point instead, or unmount it first)",
-            path.display()
-        )
+        // stats reads a mounted file system through its mount point; fsck checks images only.
+        let hint = if fsck {
+            "unmount it first"
+        } else {
+            "use the mount point instead, or unmount it first"
+        };
+        anyhow!("{}: image is mounted ({hint})", path.display())
     })?;
+    Ok((lock, open_locked(path, write, key, fsck)?))
+}
+
+/// The file system of an image whose lock the caller holds (see [`open_unmounted`]).
+fn open_locked(path: &Path, write: bool, key: Option<&Path>, fsck: bool) -> Result<FileSystem> {
     let (medium, _) =
         image::open_with(path, !write).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     let mut opts = FsOptions {
@@ -62,8 +70,7 @@ fn open_unmounted(
         ..FsOptions::default()
     };
     opts.open.key = key.map(super::mkfs::read_key_file).transpose()?;
-    let fs = FileSystem::open(medium, &opts).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    Ok((lock, fs))
+    FileSystem::open(medium, &opts).map_err(|e| anyhow!("{}: {e}", path.display()))
 }
 
 /// The stats of the nodup file system whose mount point is `dir`: only the root of a mount
@@ -429,8 +436,18 @@ fn policy_lines(v: &Value) -> Vec<String> {
 
 /// `nodup fsck`.
 pub fn fsck(a: FsckArgs) -> Result<()> {
-    let (_lock, fs) = open_unmounted(&a.image, a.repair, a.encrypt_key_file.as_deref(), true)?;
-    let mut rep = nodup_fs::fsck::check(&fs, a.repair)?;
+    let key = a.encrypt_key_file.as_deref();
+    // A repair opens the image read-write, and that alone rewrites its superblocks, saved
+    // state and checkpoint. So the image is checked read-only first: a consistent one that
+    // was unmounted cleanly has nothing to repair, and is left byte for byte as it was.
+    let (lock, fs) = open_unmounted(&a.image, false, key, true)?;
+    let first = nodup_fs::fsck::check(&fs, false)?;
+    drop(fs);
+    if !a.repair || (first.consistent() && first.repaired.is_empty()) {
+        return fsck_report(&a, &first);
+    }
+    let fs = open_locked(&a.image, true, key, true)?;
+    let mut rep = nodup_fs::fsck::check(&fs, true)?;
     if a.repair && fs.recovery().kind == "failure" {
         let ri = fs.recovery();
         let mut what = format!(
@@ -446,8 +463,14 @@ pub fn fsck(a: FsckArgs) -> Result<()> {
         rep.repaired.insert(0, what);
     }
     fs.shutdown()?;
+    drop(lock);
+    fsck_report(&a, &rep)
+}
+
+/// Print what fsck found (and repaired); an error when the image is not consistent.
+fn fsck_report(a: &FsckArgs, rep: &nodup_fs::fsck::FsckReport) -> Result<()> {
     if a.json {
-        println!("{}", serde_json::to_string(&rep)?);
+        println!("{}", serde_json::to_string(rep)?);
     } else {
         for r in &rep.repaired {
             println!("repaired: {r}");
