@@ -197,3 +197,48 @@ fn own_format_and_no_reads_replay_the_same_writes() {
         );
     }
 }
+
+/// A trace that can be read only once (a pipe) cannot be read first to see which device files
+/// it writes: over files holding data it is refused, even with `overwrite`, rather than drained
+/// by that first pass and then "replayed" as an empty trace.
+#[test]
+fn a_pipe_over_device_files_with_data_is_refused() {
+    let text = random_trace(4, 50);
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("t.fiu");
+    std::fs::write(&trace, &text).unwrap();
+    let dir = tmp.path().join("d");
+    run(&trace, &dir, Mode::Block, 1);
+    let before = expected_files(&text);
+    let fifo = tmp.path().join("pipe");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let writer = {
+        let (fifo, text) = (fifo.clone(), text.clone());
+        // Its write fails once the replay gives up reading: that is expected.
+        std::thread::spawn(move || std::fs::write(fifo, text))
+    };
+    let o = ReplayOptions {
+        dir: dir.clone(),
+        mode: Mode::Block,
+        threads: 1,
+        no_reads: false,
+        overwrite: true,
+        format: None,
+        policy: BadLinePolicy {
+            strict: true,
+            report: None,
+        },
+        progress: None,
+    };
+    let err = replay(&fifo, &o).expect_err("a pipe over files with data");
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+    let _ = writer.join();
+    for (name, want) in &before {
+        assert!(
+            std::fs::read(dir.join(name)).unwrap() == *want,
+            "{name} changed"
+        );
+    }
+}

@@ -308,6 +308,15 @@ pub fn replay(trace: &Path, o: &ReplayOptions<'_>) -> Result<ReplayReport> {
     // under --strict, a cut own-format file) leaves them as they were.
     let held = files_with_data(&o.dir)?;
     if !held.is_empty() {
+        // A pipe (`<(zcat t.gz)`) would be drained by that first pass, and the replay would
+        // then read nothing and report success.
+        if !std::fs::metadata(trace).is_ok_and(|m| m.is_file()) {
+            return Err(TraceError::Refused(format!(
+                "{}: not a regular file, so it cannot be read once to see which device files it writes, then replayed; {} holds device files with data: replay into an empty directory",
+                trace.display(),
+                o.dir.display()
+            )));
+        }
         if let Some(name) = trace_files(trace, o)?
             .into_iter()
             .find(|n| held.contains(n))
