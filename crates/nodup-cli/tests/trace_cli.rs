@@ -364,3 +364,40 @@ fn a_trace_without_one_good_line_fails_and_bad_lines_are_capped() {
     assert!(err.lines().count() <= 12, "{err}");
     assert!(err.contains("50 bad lines"), "{err}");
 }
+
+#[test]
+fn a_bad_plot_path_is_one_line_before_any_work_and_a_late_failure_keeps_the_stats() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = small_trace(dir.path(), "t.fiu");
+    let missing = dir.path().join("no-such-dir/cdf.png");
+    let svg = dir.path().join("cdf.svg");
+    for (plot, what) in [(&missing, "no such directory"), (&svg, ".png")] {
+        let o = nodup(&["trace", "stats", s(&t), "--plot", s(plot)]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{plot:?} accepted");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(err.contains(s(plot)) && err.contains(what), "{err}");
+        assert!(o.stdout.is_empty(), "work done before the check");
+        assert!(
+            !err.contains("Error(") && !err.contains("os error"),
+            "{err}"
+        );
+    }
+    // Passes the check (its directory exists) but cannot be created: a dangling symbolic link
+    // into a missing directory. The figures are printed all the same, the error is one line.
+    let late = dir.path().join("late.png");
+    std::os::unix::fs::symlink(dir.path().join("gone/x.png"), &late).unwrap();
+    let o = nodup(&["trace", "stats", s(&t), "--plot", s(&late)]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("duplicate writes"));
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains(s(&late)) && err.contains("No such file"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("Error(") && !err.contains("os error"),
+        "{err}"
+    );
+}

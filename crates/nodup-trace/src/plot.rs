@@ -6,7 +6,10 @@
 
 use crate::error::{Result, TraceError};
 use crate::stats::TraceStats;
+use plotters::backend::DrawingBackend;
+use plotters::drawing::DrawingAreaErrorKind;
 use plotters::prelude::*;
+use plotters_backend::DrawingErrorKind;
 use std::path::Path;
 
 const W: u32 = 800;
@@ -63,12 +66,72 @@ fn draw_text<DB: DrawingBackend>(
     }
 }
 
-fn err<E: std::fmt::Display>(e: E) -> TraceError {
-    TraceError::Plot(e.to_string())
+/// File name extensions the bitmap encoder can write (plotters' `bitmap_encoder` enables only
+/// these image formats; any other extension fails only once the whole plot has been drawn).
+/// The error text of [`check_output`] lists them too.
+pub const EXTENSIONS: [&str; 4] = ["png", "jpg", "jpeg", "bmp"];
+
+/// Check that a plot can be written to `out` before any work is done for it: a supported
+/// extension and an existing parent directory, so a typo costs one line instead of a run over
+/// the whole trace.
+pub fn check_output(out: &Path) -> Result<()> {
+    let ext = out
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    if !ext.as_deref().is_some_and(|e| EXTENSIONS.contains(&e)) {
+        return Err(TraceError::Plot(format!(
+            "{}: the file name must end in .png, .jpg, .jpeg or .bmp (the image formats the plot can be written in)",
+            out.display()
+        )));
+    }
+    if out.is_dir() {
+        return Err(TraceError::Plot(format!(
+            "{}: is a directory",
+            out.display()
+        )));
+    }
+    // `Path::parent` of a bare file name is "": the current directory.
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        return Err(TraceError::Plot(format!(
+            "{}: no such directory {}",
+            out.display(),
+            parent.display()
+        )));
+    }
+    Ok(())
 }
 
-/// Draw the continuousness CDF of `stats` into the PNG file `out`.
+/// The backend's error type: its variants are matched to print the cause, not plotters'
+/// `Debug` dump (its `Display` is that dump).
+type BackendError = <BitMapBackend<'static> as DrawingBackend>::ErrorType;
+
+/// A drawing error as one line naming the file: the I/O or encoder cause without Rust
+/// `Debug` text or errno suffix.
+fn err(out: &Path, e: DrawingAreaErrorKind<BackendError>) -> TraceError {
+    let cause = match &e {
+        DrawingAreaErrorKind::BackendError(DrawingErrorKind::DrawingError(b)) => match b {
+            BackendError::IOError(io) => io.to_string(),
+            BackendError::ImageError(i) => i.to_string(),
+            BackendError::InvalidBuffer => "invalid pixel buffer".to_string(),
+        },
+        other => other.to_string(),
+    };
+    let cause = match cause.find(" (os error") {
+        Some(i) => cause[..i].to_string(),
+        None => cause,
+    };
+    TraceError::Plot(format!("{}: {cause}", out.display()))
+}
+
+/// Draw the continuousness CDF of `stats` into the image file `out` (PNG, JPEG or BMP by its
+/// extension; see [`check_output`]).
 pub fn plot_cdf(stats: &TraceStats, out: &Path) -> Result<()> {
+    let err = |e| err(out, e);
     let root = BitMapBackend::new(out, (W, H)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let max_len = stats.max_dup_run.max(2);

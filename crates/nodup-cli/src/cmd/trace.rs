@@ -68,7 +68,9 @@ pub struct StatsArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
-    /// Also draw the continuousness CDF into this PNG.
+    /// Also draw the continuousness CDF into this image (.png, .jpg or .bmp; its directory
+    /// must exist). Checked before the trace is read; the statistics are printed even when
+    /// writing the image fails.
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Stop with an error at the first line that does not parse (otherwise such lines are
@@ -326,6 +328,11 @@ pub fn trace(c: TraceCommand) -> Result<()> {
 }
 
 fn stats(a: StatsArgs) -> Result<()> {
+    if let Some(p) = &a.plot {
+        // Before the trace is read: a plot path that cannot be written is a typo to fix now,
+        // not after minutes over a large trace.
+        nodup_trace::plot::check_output(p).map_err(plot_error)?;
+    }
     let mut reader = TraceReader::open(&a.trace, parse_format(&a.format)?)?;
     let policy = BadLinePolicy {
         strict: a.strict,
@@ -342,16 +349,33 @@ fn stats(a: StatsArgs) -> Result<()> {
         pb.finish_and_clear();
     }
     check_bad_lines(&a.trace, s.records, s.bad_lines)?;
-    if let Some(p) = &a.plot {
-        nodup_trace::plot::plot_cdf(&s, p).with_context(|| format!("plotting {}", p.display()))?;
-    }
     let mut o = String::new();
     if a.json {
         outln!(o, "{}", serde_json::to_string_pretty(&s)?);
-        return emit(&o);
+    } else {
+        stats_text(&mut o, &a.trace, &s);
     }
+    // The figures first: a plot that fails to be written (disk full, permissions) should not
+    // cost the statistics the whole trace was read for.
+    emit(&o)?;
+    if let Some(p) = &a.plot {
+        nodup_trace::plot::plot_cdf(&s, p).map_err(plot_error)?;
+    }
+    Ok(())
+}
+
+/// A plot error as one line: the message already names the file, so no "plot:" prefix.
+fn plot_error(e: TraceError) -> anyhow::Error {
+    match e {
+        TraceError::Plot(m) => anyhow::anyhow!("--plot {m}"),
+        e => e.into(),
+    }
+}
+
+/// The text report of `nodup trace stats`.
+fn stats_text(o: &mut String, trace: &Path, s: &nodup_trace::stats::TraceStats) {
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-    outln!(o, "trace {}", a.trace.display());
+    outln!(o, "trace {}", trace.display());
     outln!(
         o,
         "  records            {} ({} bad lines)",
@@ -436,7 +460,6 @@ fn stats(a: StatsArgs) -> Result<()> {
     for p in &s.continuity_cdf {
         outln!(o, "  {:>6}   {:.4}", p.len, p.cdf);
     }
-    emit(&o)
 }
 
 fn gen(a: GenArgs) -> Result<()> {
