@@ -677,6 +677,70 @@ fn list_shows_the_mount_and_the_daemon_logs() {
 }
 
 #[test]
+fn a_dead_mount_is_named_as_such_with_the_way_back() {
+    if !fuse_available() {
+        return;
+    }
+    let fx = Fixture::new("dead", "16M", &[]);
+    fx.mount(&[]);
+    let mut f = fs::File::create(fx.path("kept")).unwrap();
+    f.write_all(b"synced before the kill").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let pid = daemon_pid(&fx.img);
+    // SAFETY: a signal to the daemon this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    wait_unlocked(&fx.img);
+    // The kernel aborts the connection once the dying daemon's /dev/fuse descriptor is closed,
+    // which can take a moment after its lock is released.
+    let t0 = Instant::now();
+    while !fs::metadata(&fx.mnt).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN)) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the mount never died"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mnt = fx.mnt.to_str().unwrap();
+    let file = fx.path("kept");
+    for args in [
+        vec!["stats", mnt],
+        vec!["ctl", mnt, "--checkpoint"],
+        vec!["du", file.to_str().unwrap()],
+    ] {
+        let e = fail(&nodup(&args));
+        one_line(&e, "is gone");
+        assert!(e.contains(&format!("nodup umount {mnt}")), "{args:?}: {e}");
+        assert!(!e.contains("no such"), "{args:?}: {e}");
+    }
+    let o = nodup(&["list"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let row = out
+        .lines()
+        .find(|l| l.contains(mnt))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(row.contains("dead"), "{row}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is gone"));
+    let v: serde_json::Value = serde_json::from_str(&ok(nodup(&["list", "--json"]))).unwrap();
+    let m = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountpoint"] == mnt)
+        .unwrap();
+    assert_eq!(m["dead"], true, "{m}");
+    // The way back the message gives: umount works without the daemon, the next mount
+    // recovers the image.
+    fx.umount();
+    fx.mount(&[]);
+    assert_eq!(
+        fs::read(fx.path("kept")).unwrap(),
+        b"synced before the kill"
+    );
+    fx.umount_clean("after recovering a dead mount");
+}
+
+#[test]
 fn version_names_the_commit_it_was_built_from() {
     // "nodup 0.1.0 (commit 1a2b3c4)", "-dirty" when built from changed sources, "unknown"
     // outside a git checkout: benchmark reports quote it to name the code behind a figure.

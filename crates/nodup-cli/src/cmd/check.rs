@@ -77,6 +77,9 @@ fn open_locked(path: &Path, write: bool, key: Option<&Path>, fsck: bool) -> Resu
 /// answers them, so this is also how a command tells a mount point from any other path.
 pub fn mount_stats(dir: &Path) -> Result<Value> {
     let not = || anyhow!("{}: not a mounted nodup file system", dir.display());
+    if let Some(e) = super::list::dead_mount_error(dir) {
+        return Err(e);
+    }
     if !dir.is_dir() {
         return Err(not());
     }
@@ -98,6 +101,9 @@ const UNKNOWN_BEFORE_RECOVERY: [&str; 7] = [
 /// `nodup stats`.
 pub fn stats(a: StatsArgs) -> Result<()> {
     let t = a.target.display();
+    if let Some(e) = super::list::dead_mount_error(&a.target) {
+        return Err(e);
+    }
     let (mut v, from) = if a.target.is_dir() {
         let v = mount_stats(&a.target)?;
         let img = super::mount::mounted_image(&a.target.canonicalize()?)

@@ -37,6 +37,9 @@ pub fn du(a: DuArgs) -> Result<()> {
     for p in &a.paths {
         let d = p.display();
         if let Err(e) = std::fs::metadata(p) {
+            if let Some(dead) = super::list::dead_mount_error(p) {
+                return Err(dead);
+            }
             return Err(anyhow!("{d}: {}", super::plain_io(&e)));
         }
         let v = nodup_fs::ctl::read_json(p, nodup_fs::ctl::USAGE_XATTR).map_err(|e| {

@@ -24,6 +24,60 @@ pub struct Mounted {
     pub medium: String,
     /// The daemon serving it (0 when it cannot be found).
     pub pid: u32,
+    /// The daemon is gone (killed or crashed): the kernel still has the mount, every access
+    /// to it fails with "Transport endpoint is not connected".
+    pub dead: bool,
+}
+
+/// The way back from a dead mount: `nodup umount` detaches it (fusermount3 works without the
+/// daemon), and a new mount runs the image's failure recovery.
+fn what_to_do(m: &Mounted) -> String {
+    format!(
+        "run `nodup umount {}`, then mount {} again, which recovers it",
+        m.mountpoint.display(),
+        m.image.display()
+    )
+}
+
+/// Whether an access to `path` failed because the FUSE daemon behind it is gone.
+fn is_dead(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))
+}
+
+/// If `path` is on a nodup mount whose daemon is gone, the error to give for it: what happened
+/// and what to do. Such a path answers nothing but ENOTCONN, which would otherwise read as "no
+/// such file" or a bare "Transport endpoint is not connected".
+pub fn dead_mount_error(path: &Path) -> Option<anyhow::Error> {
+    if !is_dead(path) {
+        return None;
+    }
+    // The mount it is on: the longest dead nodup mount point the absolute path starts with
+    // (the path itself cannot be canonicalized: resolving it needs the dead daemon).
+    let abs = std::env::current_dir()
+        .map(|c| c.join(path))
+        .unwrap_or_else(|_| path.to_path_buf());
+    let m = mounted()
+        .into_iter()
+        .filter(|m| m.dead && abs.starts_with(&m.mountpoint))
+        .max_by_key(|m| m.mountpoint.as_os_str().len());
+    let d = path.display();
+    Some(match m {
+        Some(m) => {
+            let which = if abs == m.mountpoint {
+                "of this nodup mount".to_string()
+            } else {
+                format!("of the nodup mount {}", m.mountpoint.display())
+            };
+            anyhow::anyhow!(
+                "{d}: the daemon {which} is gone (killed or crashed); {}",
+                what_to_do(&m)
+            )
+        }
+        None => anyhow::anyhow!(
+            "{d}: the file system daemon behind this path is gone (Transport endpoint is not \
+             connected); unmount it (`nodup umount`, or `fusermount3 -u`) and mount the image again"
+        ),
+    })
 }
 
 /// Every nodup mount of this mount namespace.
@@ -50,9 +104,11 @@ pub fn mounted() -> Vec<Mounted> {
             ),
             Err(_) => ("unknown".into(), "unknown".into()),
         };
+        let mountpoint = PathBuf::from(unescape(f[4]));
         out.push(Mounted {
             pid: lock_holder(&image).unwrap_or(0),
-            mountpoint: PathBuf::from(unescape(f[4])),
+            dead: is_dead(&mountpoint),
+            mountpoint,
             image,
             policy,
             medium,
@@ -88,7 +144,8 @@ fn lock_holder(path: &Path) -> Option<u32> {
     None
 }
 
-/// `nodup list`.
+/// `nodup list`: a dead mount (daemon gone) shows "dead" as its pid (`"dead": true` in JSON),
+/// with a line on stderr saying what to do.
 pub fn list(a: ListArgs) -> Result<()> {
     let v = mounted();
     if a.json {
@@ -109,14 +166,27 @@ pub fn list(a: ListArgs) -> Result<()> {
         "{:<w$}  {:<11}  {:<9}  {:>7}  IMAGE",
         "MOUNTPOINT", "POLICY", "MEDIUM", "PID"
     );
-    for m in v {
+    for m in &v {
+        // A dead mount has no daemon, so no pid: the column says so instead of a 0.
+        let pid = if m.dead {
+            "dead".to_string()
+        } else {
+            m.pid.to_string()
+        };
         println!(
             "{:<w$}  {:<11}  {:<9}  {:>7}  {}",
             m.mountpoint.display(),
             m.policy,
             m.medium,
-            m.pid,
+            pid,
             m.image.display()
+        );
+    }
+    for m in v.iter().filter(|m| m.dead) {
+        eprintln!(
+            "nodup: {}: its daemon is gone (killed or crashed); {}",
+            m.mountpoint.display(),
+            what_to_do(m)
         );
     }
     Ok(())
