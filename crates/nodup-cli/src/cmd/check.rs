@@ -104,7 +104,8 @@ pub fn stats(a: StatsArgs) -> Result<()> {
     if let Some(e) = super::list::dead_mount_error(&a.target) {
         return Err(e);
     }
-    let (mut v, from) = if a.target.is_dir() {
+    let mounted = a.target.is_dir();
+    let (mut v, from) = if mounted {
         let v = mount_stats(&a.target)?;
         let img = super::mount::mounted_image(&a.target.canonicalize()?)
             .map_or_else(|| t.to_string(), |p| p.display().to_string());
@@ -132,7 +133,7 @@ pub fn stats(a: StatsArgs) -> Result<()> {
     if a.json {
         println!("{v}");
     } else {
-        print!("{}", human(&v, &from));
+        print!("{}", human(&v, &from, mounted));
     }
     Ok(())
 }
@@ -154,8 +155,11 @@ fn pct(part: u64, whole: u64) -> String {
 }
 
 /// The human form of the stats: a summary a person can read first, then details grouped by
-/// what they measure (state now, counters since mount, memory, reference counts).
-fn human(v: &Value, from: &str) -> String {
+/// what they measure (state now, counters since mount, memory, reference counts). The counters
+/// since mount are left out for an image that is not `mounted`: opening it read-only to read
+/// its figures is not a mount, and they would only count that open (`--json` keeps the keys,
+/// which scripts read).
+fn human(v: &Value, from: &str, mounted: bool) -> String {
     let mut o = String::new();
     let mut line = |s: String| {
         o.push_str(&s);
@@ -210,45 +214,9 @@ fn human(v: &Value, from: &str) -> String {
             f(v, "dedup_ratio")
         ));
     }
-    let rec = &v["recovery"];
-    line(String::new());
-    line(format!(
-        "Since mount ({} ago; {} mount, recovery {}):",
-        duration(f(v, "uptime_seconds")),
-        rec["kind"].as_str().unwrap_or("?"),
-        duration(rec["seconds"].as_f64().unwrap_or(0.0))
-    ));
-    let written = u(v, "blocks_written");
-    line(format!(
-        "  blocks written   {} ({}), duplicates {} ({}), fingerprint collisions {}",
-        count(written),
-        bytes(written * 4096),
-        count(u(v, "dedup_hits")),
-        pct(u(v, "dedup_hits"), written),
-        count(u(v, "fp_collisions"))
-    ));
-    line(format!(
-        "  data I/O         written {}, read {}",
-        bytes(u(v, "media_bytes_written")),
-        bytes(u(v, "media_bytes_read"))
-    ));
-    line(format!(
-        "  dedup metadata   written {}, read {}",
-        bytes(u(v, "meta_bytes_written")),
-        bytes(u(v, "meta_bytes_read"))
-    ));
-    let ck = &v["checkpoints"];
-    line(format!(
-        "  checkpoints      {} (last took {}, longest pause {}), log {} since the last",
-        count(ck["count"].as_u64().unwrap_or(0)),
-        duration(ck["last_seconds"].as_f64().unwrap_or(0.0)),
-        duration(ck["max_pause_seconds"].as_f64().unwrap_or(0.0)),
-        bytes(u(v, "log_bytes"))
-    ));
-    line(format!(
-        "  media errors     {} absorbed",
-        count(u(v, "media_errors_absorbed"))
-    ));
+    if mounted {
+        since_mount(v, &mut line);
+    }
     line(String::new());
     line("Memory:".into());
     if let (Some(anon), Some(rss)) = (
@@ -302,6 +270,49 @@ fn human(v: &Value, from: &str) -> String {
         }
     }
     o
+}
+
+/// The counters since mount and the last checkpoint (a mounted file system only).
+fn since_mount(v: &Value, line: &mut impl FnMut(String)) {
+    let rec = &v["recovery"];
+    line(String::new());
+    line(format!(
+        "Since mount ({} ago; {} mount, recovery {}):",
+        duration(f(v, "uptime_seconds")),
+        rec["kind"].as_str().unwrap_or("?"),
+        duration(rec["seconds"].as_f64().unwrap_or(0.0))
+    ));
+    let written = u(v, "blocks_written");
+    line(format!(
+        "  blocks written   {} ({}), duplicates {} ({}), fingerprint collisions {}",
+        count(written),
+        bytes(written * 4096),
+        count(u(v, "dedup_hits")),
+        pct(u(v, "dedup_hits"), written),
+        count(u(v, "fp_collisions"))
+    ));
+    line(format!(
+        "  data I/O         written {}, read {}",
+        bytes(u(v, "media_bytes_written")),
+        bytes(u(v, "media_bytes_read"))
+    ));
+    line(format!(
+        "  dedup metadata   written {}, read {}",
+        bytes(u(v, "meta_bytes_written")),
+        bytes(u(v, "meta_bytes_read"))
+    ));
+    let ck = &v["checkpoints"];
+    line(format!(
+        "  checkpoints      {} (last took {}, longest pause {}), log {} since the last",
+        count(ck["count"].as_u64().unwrap_or(0)),
+        duration(ck["last_seconds"].as_f64().unwrap_or(0.0)),
+        duration(ck["max_pause_seconds"].as_f64().unwrap_or(0.0)),
+        bytes(u(v, "log_bytes"))
+    ));
+    line(format!(
+        "  media errors     {} absorbed",
+        count(u(v, "media_errors_absorbed"))
+    ));
 }
 
 /// The policy's own figures, when it keeps any (`smart`'s budget, `selective`'s caches).
