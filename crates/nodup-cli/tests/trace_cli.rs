@@ -401,3 +401,51 @@ fn a_bad_plot_path_is_one_line_before_any_work_and_a_late_failure_keeps_the_stat
         "{err}"
     );
 }
+
+#[test]
+fn gen_and_convert_leave_no_partial_output_on_a_full_disk() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: mounting a small tmpfs needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let full = common::SmallTmpfs::new("trace-full", "1M");
+    let g = full.dir.join("g.fiu");
+    let o = nodup(&[
+        "trace",
+        "gen",
+        "--size",
+        "64M",
+        "--dup-ratio",
+        "0.5",
+        "-o",
+        s(&g),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "64 MiB of trace fit in 1 MiB?");
+    assert!(err.contains("No space left"), "{err}");
+    assert!(!g.exists(), "gen left a partial trace");
+    // A trace whose FIU text is far larger than the tmpfs, converted onto it.
+    let big = dir.path().join("big.fiu");
+    let own = dir.path().join("big.own");
+    let o = nodup(&[
+        "trace",
+        "gen",
+        "--size",
+        "64M",
+        "--dup-ratio",
+        "0.5",
+        "-o",
+        s(&big),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = nodup(&["trace", "convert", s(&big), "-o", s(&own)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let c = full.dir.join("c.fiu");
+    let o = nodup(&["trace", "convert", s(&own), "-o", s(&c)]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "the conversion fit in 1 MiB?");
+    assert!(err.contains("No space left"), "{err}");
+    assert!(!c.exists(), "convert left a partial trace");
+}

@@ -473,10 +473,23 @@ fn gen(a: GenArgs) -> Result<()> {
         phases: a.phases,
     };
     o.validate()?; // before the output file is created (or truncated)
+                   // A run that fails midway (a full disk) must not leave a partial trace that looks like a
+                   // good one; a file that was there before is not this run's to remove.
+    let created = std::fs::symlink_metadata(&a.output).is_err();
     let f = std::fs::File::create(&a.output)
         .with_context(|| format!("creating {}", a.output.display()))?;
     let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-    let s = generate(&o, &mut w)?;
+    let s = match generate(&o, &mut w) {
+        Ok(s) => s,
+        Err(e) => {
+            // The buffered rest is dropped unwritten: the file goes anyway.
+            drop(w.into_parts());
+            if created {
+                let _ = std::fs::remove_file(&a.output);
+            }
+            return Err(anyhow::Error::new(e).context(format!("writing {}", a.output.display())));
+        }
+    };
     eprintln!(
         "nodup: generated {} records ({} written blocks, {} duplicates = {:.2} %, {} read blocks) into {}",
         s.records,

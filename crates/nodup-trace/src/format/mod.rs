@@ -159,15 +159,34 @@ pub fn convert(
             input.display()
         )));
     }
+    // A conversion that fails midway (a full disk, a corrupt input under --strict) must not
+    // leave a partial trace that looks like a good one; but a file that was there before is
+    // not this run's to remove.
+    let created = std::fs::symlink_metadata(output).is_err();
     let out = File::create(output)
         .map_err(|e| TraceError::io(format!("creating {}", output.display()), e))?;
+    let r = convert_into(&mut reader, out, output, to, policy);
+    if r.is_err() && created {
+        let _ = std::fs::remove_file(output);
+    }
+    r
+}
+
+/// The body of [`convert`]: every record of `reader` into `out` (the file at `output`).
+fn convert_into(
+    reader: &mut TraceReader,
+    out: File,
+    output: &Path,
+    to: Format,
+    policy: &BadLinePolicy<'_>,
+) -> Result<(u64, u64)> {
     let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
     let mut count = 0u64;
     let bad = match to {
         Format::Own => {
             let mut w = own::OwnWriter::new(&mut out)?;
             let bad = for_each_record(
-                &mut reader,
+                reader,
                 policy,
                 |_| {},
                 |_, r| {
@@ -179,14 +198,14 @@ pub fn convert(
             bad
         }
         Format::Fiu => for_each_record(
-            &mut reader,
+            reader,
             policy,
             |_| {},
             |_, r| {
                 count += 1;
                 use std::io::Write;
                 writeln!(out, "{}", fiu::format_line(&r))
-                    .map_err(|e| TraceError::io("writing FIU trace", e))
+                    .map_err(|e| TraceError::io(format!("writing {}", output.display()), e))
             },
         )?,
     };
