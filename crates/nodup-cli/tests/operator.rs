@@ -103,7 +103,36 @@ fn mkfs_refuses_what_it_would_destroy() {
     assert!(!huge.exists());
     one_line(&fail(&nodup(&["mkfs", h, "--size", "1M"])), "at least");
     one_line(&fail(&nodup(&["mkfs", h, "--size", "12Q"])), "invalid size");
+    // Zero and a number past 64 bits say why, not only "invalid".
+    one_line(
+        &fail(&nodup(&["mkfs", h, "--size", "0"])),
+        "too small, an image needs at least 4.00 MiB",
+    );
+    one_line(
+        &fail(&nodup(&["mkfs", h, "--size", "99999999999999999999"])),
+        "too large",
+    );
+    let e = fail(&nodup(&[
+        "mkfs",
+        h,
+        "--size",
+        "16M",
+        "--policy",
+        "smart",
+        "--mem-budget",
+        "0",
+    ]));
+    one_line(&e, "too small, smart needs at least");
     assert!(!huge.exists());
+    // A size between whole blocks is rounded down, and the made line says so.
+    let out = ok(nodup(&["mkfs", h, "--size", "67108865"]));
+    assert!(
+        out.contains("64.0 MiB, rounded down to whole 4 KiB blocks"),
+        "{out}"
+    );
+    assert_eq!(fs::metadata(&huge).unwrap().len(), 64 << 20);
+    assert!(!ok(nodup(&["mkfs", h, "--size", "64M", "--force"])).contains("rounded"));
+    fs::remove_file(&huge).unwrap();
     // Options that mean nothing are refused, not ignored.
     let e = fail(&nodup(&[
         "mkfs",

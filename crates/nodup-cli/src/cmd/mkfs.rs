@@ -2,7 +2,7 @@
 //! existing image or file with data, or an image larger than the space that holds it, is
 //! refused unless `--force`; a failed mkfs leaves nothing behind.
 
-use super::size::{bytes, parse_size};
+use super::size::{bytes, parse_size_or_zero};
 use anyhow::{anyhow, bail, Result};
 use clap::builder::PossibleValue;
 use clap::Args;
@@ -41,7 +41,8 @@ pub fn policy_values() -> [PossibleValue; 6] {
 pub struct MkfsArgs {
     /// Image file to create (refused when it holds data or an image, unless --force).
     pub image: PathBuf,
-    /// Size of the image: bytes or with a K/M/G/T suffix (e.g. 4G).
+    /// Size of the image: bytes or with a K/M/G/T suffix (e.g. 4G); 4 MiB to 16 TiB, rounded
+    /// down to whole 4 KiB blocks.
     #[arg(long)]
     pub size: String,
     /// Dedup policy.
@@ -127,10 +128,13 @@ pub fn read_key_file(path: &Path) -> Result<KeyFile> {
 /// A `--mem-budget` value: a size of at least `smart`'s minimum and at most this machine's
 /// physical memory.
 pub fn parse_budget(s: &str) -> Result<u64> {
-    let b = parse_size(s)?;
+    let b = parse_size_or_zero(s).map_err(|e| anyhow!("--mem-budget: {e}"))?;
     let min = nodup_core::policy::smart::MIN_BUDGET;
     if b < min {
-        bail!("--mem-budget {s}: smart needs at least {}", bytes(min));
+        bail!(
+            "--mem-budget {s}: too small, smart needs at least {}",
+            bytes(min)
+        );
     }
     // smart allocates the fingerprint store's share (about three quarters of the budget) when
     // the image is formatted or opened, so a budget beyond the machine's memory can never be
@@ -173,10 +177,10 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
     if let Some(p) = &a.encrypt_key_file {
         read_key_file(p)?;
     }
-    let size = parse_size(&a.size)?;
+    let size = parse_size_or_zero(&a.size).map_err(|e| anyhow!("--size: {e}"))?;
     if size < MIN_IMAGE {
         bail!(
-            "--size {}: an image needs at least {}",
+            "--size {}: too small, an image needs at least {}",
             a.size,
             bytes(MIN_IMAGE)
         );
@@ -188,7 +192,18 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
             bytes(MAX_IMAGE)
         );
     }
+    // An image is whole 4 KiB blocks. A size between two is rounded down, never up: the image
+    // then never takes more than was asked (a quota or a partition planned for that size
+    // holds), and less than a block is not worth refusing the command for (mkfs.ext4 too uses
+    // the whole blocks of a device that is not a multiple of its block size). The made line
+    // says so, so the figure in it is not a surprise.
+    let asked = size;
     let size = size / 4096 * 4096;
+    let rounded = if size != asked {
+        ", rounded down to whole 4 KiB blocks"
+    } else {
+        ""
+    };
     let policy =
         PolicyKind::from_name(&a.policy).ok_or_else(|| anyhow!("unknown policy {}", a.policy))?;
     let fp_name = a.fingerprint.clone().unwrap_or_else(|| {
@@ -262,7 +277,7 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
         bail!("{what} {img}: {}", super::plain_error(&e));
     }
     println!(
-        "nodup: made {img} ({}, policy {}, fingerprint {}, layout {}, medium {}{})",
+        "nodup: made {img} ({}{rounded}, policy {}, fingerprint {}, layout {}, medium {}{})",
         bytes(size),
         policy.name(),
         fingerprint.name(),

@@ -3,8 +3,20 @@
 
 use anyhow::{anyhow, bail, Result};
 
-/// Parse `4096`, `64K`, `512M`, `4G`, `1T` (binary units; an optional `iB`/`B` suffix is accepted).
+/// Parse `4096`, `64K`, `512M`, `4G`, `1T` (binary units; an optional `iB`/`B` suffix is
+/// accepted). Zero is refused: no size argument of nodup means anything at 0 (those with a
+/// larger minimum use [`parse_size_or_zero`] and name their own).
 pub fn parse_size(s: &str) -> Result<u64> {
+    let n = parse_size_or_zero(s)?;
+    if n == 0 {
+        bail!("invalid size {s:?}: too small (at least 1 byte)");
+    }
+    Ok(n)
+}
+
+/// [`parse_size`] that lets 0 through, for a caller that checks its own minimum and says
+/// what it is (an image's, a memory budget's), which a bare "too small" would not.
+pub fn parse_size_or_zero(s: &str) -> Result<u64> {
     let t = s.trim();
     let t = t
         .strip_suffix("iB")
@@ -21,8 +33,16 @@ pub fn parse_size(s: &str) -> Result<u64> {
         .trim()
         .parse()
         .map_err(|_| anyhow!("invalid size {s:?} (a number with an optional K, M, G or T)"))?;
-    if !(n.is_finite() && n > 0.0) || n * mul as f64 >= u64::MAX as f64 {
-        bail!("invalid size {s:?}");
+    if !n.is_finite() {
+        bail!("invalid size {s:?} (a number with an optional K, M, G or T)");
+    }
+    if n < 0.0 {
+        bail!("invalid size {s:?}: negative");
+    }
+    // f64 holds every integer up to 2^53 exactly, and 2^64 itself: anything at or above it
+    // would not fit in the u64 the size is kept in.
+    if n * mul as f64 >= u64::MAX as f64 {
+        bail!("invalid size {s:?}: too large (does not fit in 64 bits, 16 EiB)");
     }
     Ok((n * mul as f64) as u64)
 }
@@ -85,6 +105,12 @@ mod tests {
         assert!(parse_size("-1G").is_err());
         assert!(parse_size("").is_err());
         assert!(parse_size("99999999999T").is_err());
+        let e = |s: &str| parse_size(s).unwrap_err().to_string();
+        assert!(e("0").contains("too small"), "{}", e("0"));
+        assert!(e("0.1").contains("too small"));
+        assert!(e("99999999999999999999").contains("too large"));
+        assert!(e("-1G").contains("negative"));
+        assert_eq!(parse_size_or_zero("0").unwrap(), 0);
     }
 
     #[test]
