@@ -70,7 +70,8 @@ fn open_locked(path: &Path, write: bool, key: Option<&Path>, fsck: bool) -> Resu
         ..FsOptions::default()
     };
     opts.open.key = key.map(super::mkfs::read_key_file).transpose()?;
-    FileSystem::open(medium, &opts).map_err(|e| anyhow!("{}: {e}", path.display()))
+    FileSystem::open(medium, &opts)
+        .map_err(|e| anyhow!("{}: {}", path.display(), super::open_error(&e)))
 }
 
 /// The stats of the nodup file system whose mount point is `dir`: only the root of a mount

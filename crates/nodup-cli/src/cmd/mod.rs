@@ -41,3 +41,14 @@ pub fn plain_io(e: &std::io::Error) -> String {
         None => s,
     }
 }
+
+/// An error of opening a file system, for the command line: an engine's "invalid argument"
+/// is the caller's mistake and its message already says which (a key file that does not open
+/// the image, one missing for an encrypted image), so the prefix, which reads like a Rust
+/// error type, is dropped.
+pub fn open_error(e: &nodup_fs::FsError) -> String {
+    match e {
+        nodup_fs::FsError::Engine(nodup_core::Error::Invalid(m)) => m.clone(),
+        e => e.to_string(),
+    }
+}

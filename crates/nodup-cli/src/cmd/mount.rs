@@ -560,7 +560,8 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
         a.mountpoint.display(),
         std::process::id()
     ));
-    let fs = FileSystem::open(medium, &opts).map_err(|e| anyhow!("{img}: {e}"))?;
+    let fs =
+        FileSystem::open(medium, &opts).map_err(|e| anyhow!("{img}: {}", super::open_error(&e)))?;
     if let Some(r) = a.smart.worker_rate {
         fs.smart_control(&format!("worker-rate={r}"))
             .map_err(|e| anyhow!("--worker-rate: {e}"))?;
