@@ -964,3 +964,27 @@ fn mkfs_refuses_a_fingerprint_its_policy_ignores() {
     assert!(out.contains("fingerprint blake3"), "{out}");
     let _ = fs::remove_file(&img);
 }
+
+#[test]
+fn the_mount_helper_names_the_o_options_typed() {
+    // mount(8) runs `mount.fuse.nodup IMAGE DIR -o OPTS`: the binary under that name.
+    let dir = tempfile::tempdir().unwrap();
+    let helper = dir.path().join("mount.fuse.nodup");
+    std::os::unix::fs::symlink(NODUP, &helper).unwrap();
+    let fx = Fixture::new("helper", "16M", &[]);
+    for (o, says) in [
+        ("eviction=lru", "eviction, selectivity"),
+        ("mem_budget=1M", "mem_budget: policy light"),
+        ("fp_cache=64K", "fp_cache, prefetch_cache"),
+    ] {
+        let out = Command::new(&helper)
+            .arg(&fx.img)
+            .arg(&fx.mnt)
+            .args(["-o", o])
+            .output()
+            .unwrap();
+        let e = fail(&out);
+        one_line(&e, says);
+        assert!(!e.contains("--"), "{o}: a command-line flag named in {e:?}");
+    }
+}

@@ -61,7 +61,38 @@ pub fn run(args: Vec<OsString>) -> Result<()> {
     if fake {
         return Ok(());
     }
-    mount(m)
+    // `nodup mount` names its long options; the user of the helper typed `-o` options.
+    mount(m).map_err(|e| anyhow::anyhow!(as_mount_options(&super::plain_error(&e))))
+}
+
+/// `msg` with each `--long-option` that has a `-o` spelling named as that option
+/// (`--mem-budget` becomes `mem_budget`; a hint in parentheses, `(-o nonempty ...`).
+fn as_mount_options(msg: &str) -> String {
+    let known: Vec<&str> = KNOWN
+        .split(',')
+        .map(|k| k.trim().trim_end_matches('='))
+        .collect();
+    let mut out = String::with_capacity(msg.len());
+    let mut rest = msg;
+    while let Some(i) = rest.find("--") {
+        let (before, after) = rest.split_at(i);
+        out.push_str(before);
+        let name_len = after[2..]
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '-'))
+            .unwrap_or(after.len() - 2);
+        let opt = after[2..2 + name_len].replace('-', "_");
+        if known.contains(&opt.as_str()) {
+            if out.ends_with('(') {
+                out.push_str("-o ");
+            }
+            out.push_str(&opt);
+        } else {
+            out.push_str(&after[..2 + name_len]);
+        }
+        rest = &after[2 + name_len..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A mount of `image` at `mountpoint` with `nodup mount`'s defaults, before `-o`.
@@ -214,6 +245,22 @@ mod tests {
         assert_eq!(m.writeback_cache, Some(true));
         assert!(m.async_writes);
         assert_eq!(m.direct_writes, Some(DirectWrites::Off));
+    }
+
+    #[test]
+    fn mount_errors_name_the_mount_options() {
+        assert_eq!(
+            as_mount_options("--mem-budget: policy light keeps no memory budget"),
+            "mem_budget: policy light keeps no memory budget"
+        );
+        assert_eq!(
+            as_mount_options("x: is not empty (--nonempty to do it anyway)"),
+            "x: is not empty (-o nonempty to do it anyway)"
+        );
+        assert_eq!(
+            as_mount_options("--eviction and --worker-rate; --foreground --"),
+            "eviction and worker_rate; --foreground --"
+        );
     }
 
     #[test]
