@@ -177,9 +177,18 @@ fn smart_through_a_mount() {
         "{text}"
     );
     // The control interface refuses nonsense in one line and changes nothing.
+    // Which nonsense it is: out of range, or not a number at all.
     one_line_error(
         &nodup(&["ctl", f.mnt.to_str().unwrap(), "--battery", "500"]),
-        "refused",
+        "--battery 500: out of range",
+    );
+    one_line_error(
+        &nodup(&["ctl", f.mnt.to_str().unwrap(), "--battery", "abc"]),
+        "--battery abc: not a number",
+    );
+    one_line_error(
+        &nodup(&["ctl", f.mnt.to_str().unwrap(), "--cpu-busy", "2"]),
+        "--cpu-busy 2: out of range",
     );
     ok(nodup(&[
         "ctl",
@@ -251,7 +260,7 @@ fn smart_options_are_refused_where_they_mean_nothing() {
     f.mount(&[]);
     one_line_error(
         &nodup(&["ctl", f.mnt.to_str().unwrap(), "--worker-rate", "5"]),
-        "refused",
+        "--worker-rate is only for policy smart, and this mount's policy is light",
     );
     one_line_error(
         &nodup(&["ctl", f.mnt.to_str().unwrap(), "--wait-idle"]),

@@ -21,7 +21,8 @@ pub struct CtlArgs {
     /// smart: low-power mode (no inline dedup, worker paused): on, off, or auto (measured).
     #[arg(long, value_parser = ["on", "off", "auto"])]
     pub low_power: Option<String>,
-    /// smart: battery level 0-100 the rate follows, or auto (the machine's, if any).
+    /// smart: battery level 0-100 the rate follows, or auto (the machine's, if any). Values
+    /// of this and the two readings below are checked before anything is sent.
     #[arg(long, value_name = "PERCENT|auto")]
     pub battery: Option<String>,
     /// smart: CPU utilisation 0-1 to act on, or auto (measured).
@@ -66,15 +67,41 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
     if cmds.is_empty() && !a.wait_idle {
         bail!("nothing to do: give at least one of --checkpoint, --worker-rate, --low-power, --battery, --cpu-busy, --device-busy, --wait-idle");
     }
+    // The daemon answers a bad value only with EINVAL, which cannot tell a malformed value
+    // from one out of range or from an option its policy lacks: what can be checked here is,
+    // so each of those gets its own message.
+    check_reading("--battery", &a.battery, 100.0, "a percentage")?;
+    check_reading("--cpu-busy", &a.cpu_busy, 1.0, "a fraction")?;
+    check_reading("--device-busy", &a.device_busy, 1.0, "a fraction")?;
     // The control attribute is answered only at the root of a mount: anywhere else setxattr
     // would store the command as a plain attribute of that path and report success.
-    super::check::mount_stats(&a.mountpoint)?;
+    let stats = super::check::mount_stats(&a.mountpoint)?;
     let mp = a.mountpoint.display();
+    let policy = stats["policy"].as_str().unwrap_or("unknown");
+    let smart_only: Vec<&str> = [
+        ("--worker-rate", a.worker_rate.is_some()),
+        ("--low-power", a.low_power.is_some()),
+        ("--battery", a.battery.is_some()),
+        ("--cpu-busy", a.cpu_busy.is_some()),
+        ("--device-busy", a.device_busy.is_some()),
+    ]
+    .iter()
+    .filter(|(_, given)| *given)
+    .map(|(flag, _)| *flag)
+    .collect();
+    if policy != "smart" && !smart_only.is_empty() {
+        bail!(
+            "{mp}: {} only for policy smart, and this mount's policy is {policy}",
+            if smart_only.len() == 1 {
+                format!("{} is", smart_only[0])
+            } else {
+                format!("{} are", smart_only.join(", "))
+            }
+        );
+    }
     for c in cmds {
         nodup_fs::ctl::command(&a.mountpoint, &c).map_err(|e| match e.raw_os_error() {
-            Some(libc::EINVAL) => anyhow::anyhow!(
-                "{mp}: \"{c}\" refused (a value out of range, or an option of policy smart on another policy)"
-            ),
+            Some(libc::EINVAL) => anyhow::anyhow!("{mp}: \"{c}\" refused by the daemon"),
             Some(libc::ENODATA) | Some(libc::ENOTSUP) => {
                 anyhow::anyhow!("{mp}: not a nodup mount")
             }
@@ -103,6 +130,23 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
             }
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
+    }
+    Ok(())
+}
+
+/// A resource reading given by hand: `auto`, or a number from 0 to `max` (`what` names it).
+fn check_reading(flag: &str, v: &Option<String>, max: f64, what: &str) -> Result<()> {
+    let Some(v) = v.as_deref() else {
+        return Ok(());
+    };
+    if v == "auto" {
+        return Ok(());
+    }
+    let Ok(x) = v.parse::<f64>() else {
+        bail!("{flag} {v}: not a number ({what} from 0 to {max}, or auto)");
+    };
+    if !(0.0..=max).contains(&x) {
+        bail!("{flag} {v}: out of range ({what} from 0 to {max}, or auto)");
     }
     Ok(())
 }
