@@ -449,3 +449,30 @@ fn gen_and_convert_leave_no_partial_output_on_a_full_disk() {
     assert!(err.contains("No space left"), "{err}");
     assert!(!c.exists(), "convert left a partial trace");
 }
+
+#[test]
+fn a_damaged_binary_trace_is_not_read_as_lines_of_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = small_trace(dir.path(), "t.fiu");
+    let own = dir.path().join("t.own");
+    let o = nodup(&["trace", "convert", s(&t), "-o", s(&own)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Its magic damaged: detection no longer sees an own-format trace.
+    let mut bytes = std::fs::read(&own).unwrap();
+    bytes[0] ^= 0xff;
+    bytes[1] ^= 0xff;
+    std::fs::write(&own, bytes).unwrap();
+    let d = dir.path().join("r");
+    for args in [
+        vec!["replay", s(&own), "--dir", s(&d)],
+        vec!["replay", s(&own), "--dir", s(&d), "--strict"],
+        vec!["trace", "stats", s(&own)],
+    ] {
+        let o = nodup(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("bad magic"), "{args:?}: {err}");
+        assert!(!err.contains("line"), "{args:?}: {err}");
+    }
+}

@@ -32,11 +32,14 @@ impl std::str::FromStr for Format {
     }
 }
 
-/// Detect the format of a file by its first bytes (own-format magic, else FIU).
+/// Detect the format of a file by its first bytes: own-format magic, else FIU, unless those
+/// bytes are binary (a NUL, which FIU text never has): then the file is a damaged own-format
+/// trace or no trace at all, and reading it as text would only report every "line" of it as
+/// bad, numbered as lines of a file that has none.
 pub fn detect(path: &Path) -> Result<Format> {
     let mut f =
         File::open(path).map_err(|e| TraceError::io(format!("opening {}", path.display()), e))?;
-    let mut head = [0u8; 8];
+    let mut head = [0u8; 4096];
     let mut got = 0;
     while got < head.len() {
         match f.read(&mut head[got..]) {
@@ -45,11 +48,16 @@ pub fn detect(path: &Path) -> Result<Format> {
             Err(e) => return Err(TraceError::io(format!("reading {}", path.display()), e)),
         }
     }
-    Ok(if got == 8 && &head == own::MAGIC {
-        Format::Own
-    } else {
-        Format::Fiu
-    })
+    if got >= 8 && &head[..8] == own::MAGIC {
+        return Ok(Format::Own);
+    }
+    if head[..got].contains(&0) {
+        return Err(TraceError::Format(
+            "bad magic: binary data that is not FIU text either (a damaged nodup trace, or not a trace)"
+                .into(),
+        ));
+    }
+    Ok(Format::Fiu)
 }
 
 /// A streaming reader over either format.
