@@ -476,3 +476,26 @@ fn a_damaged_binary_trace_is_not_read_as_lines_of_text() {
         assert!(!err.contains("line"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn gen_refuses_a_size_below_one_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("g.fiu");
+    for size in ["0", "100"] {
+        let o = nodup(&[
+            "trace",
+            "gen",
+            "--size",
+            size,
+            "--dup-ratio",
+            "0.5",
+            "-o",
+            s(&t),
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "--size {size} accepted");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(&format!("--size {size}: too small")), "{err}");
+        assert!(!t.exists(), "--size {size} created the output");
+    }
+}

@@ -146,6 +146,15 @@ impl GenOptions {
 
     /// Check every value before anything is written (the CLI calls it before creating the file).
     pub fn validate(&self) -> Result<()> {
+        // Each record is one 4 KiB request: a smaller size would still give one (`records`
+        // rounds up to 1), a trace of a size nobody asked for.
+        if self.size < BLOCK_BYTES {
+            return Err(TraceError::Invalid(format!(
+                "size {}: too small, a trace needs at least one {} KiB request",
+                self.size,
+                BLOCK_BYTES >> 10
+            )));
+        }
         if !(0.0..=1.0).contains(&self.dup_ratio) {
             return Err(TraceError::Invalid(format!(
                 "dup ratio {} not in 0..=1",
@@ -403,6 +412,23 @@ mod tests {
         ] {
             let (v, _) = gen(size, dup, rl, rr, seed);
             assert_eq!(md5_hex(&v), want, "{size} {dup} {rl} {rr} {seed}");
+        }
+    }
+
+    #[test]
+    fn rejects_a_size_below_one_request() {
+        for size in [0, BLOCK_BYTES - 1] {
+            let o = GenOptions {
+                size,
+                dup_ratio: 0.5,
+                run_length: RunLength::Fixed(4),
+                read_ratio: 0.0,
+                seed: 1,
+                popularity: Popularity::Uniform,
+                phases: 1,
+            };
+            let e = o.validate().unwrap_err().to_string();
+            assert!(e.contains("too small"), "{size}: {e}");
         }
     }
 

@@ -82,7 +82,7 @@ pub struct StatsArgs {
 /// Arguments of `nodup trace gen`.
 #[derive(Args)]
 pub struct GenArgs {
-    /// Total request bytes (e.g. 2G, 512M).
+    /// Total request bytes (e.g. 2G, 512M); at least 4K, one 4 KiB request.
     #[arg(long)]
     pub size: String,
     /// Target fraction of duplicate written blocks (0..1).
@@ -463,8 +463,16 @@ fn stats_text(o: &mut String, trace: &Path, s: &nodup_trace::stats::TraceStats) 
 }
 
 fn gen(a: GenArgs) -> Result<()> {
+    let size = parse_size(&a.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
+    // Each record is one 4 KiB request; `validate` refuses less too, but without the flag.
+    if size < 4096 {
+        bail!(
+            "--size {}: too small, a trace needs at least one 4 KiB request",
+            a.size
+        );
+    }
     let o = GenOptions {
-        size: parse_size(&a.size)?,
+        size,
         dup_ratio: a.dup_ratio,
         run_length: a.run_length.parse::<RunLength>()?,
         read_ratio: a.read_ratio,
