@@ -273,6 +273,19 @@ fn convert_refuses_to_write_over_its_input() {
     assert!(nodup(&["trace", "convert", s(&t), "-o", s(&own)])
         .status
         .success());
+    // A trace with nothing to convert removes an output it created, never one that was there
+    // (as root, `-o /dev/null` would otherwise remove /dev/null).
+    let junk = dir.path().join("junk.fiu");
+    std::fs::write(&junk, "not a trace\n").unwrap();
+    let fresh = dir.path().join("fresh.own");
+    assert!(!nodup(&["trace", "convert", s(&junk), "-o", s(&fresh)])
+        .status
+        .success());
+    assert!(!fresh.exists(), "an empty output was left");
+    assert!(!nodup(&["trace", "convert", s(&junk), "-o", s(&own)])
+        .status
+        .success());
+    assert!(own.exists(), "an output that was there before was removed");
 }
 
 #[test]

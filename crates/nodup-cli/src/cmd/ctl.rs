@@ -74,10 +74,24 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
     check_reading("--cpu-busy", &a.cpu_busy, 1.0, "a fraction")?;
     check_reading("--device-busy", &a.device_busy, 1.0, "a fraction")?;
     // The control attribute is answered only at the root of a mount: anywhere else setxattr
-    // would store the command as a plain attribute of that path and report success.
-    let stats = super::check::mount_stats(&a.mountpoint)?;
+    // would store the command as a plain attribute of that path and report success. The mount
+    // table says which paths are roots (and their policy) without asking the daemon for its
+    // stats, whose report reads every entry slot and grows the daemon's memory.
+    if let Some(e) = super::list::dead_mount_error(&a.mountpoint) {
+        return Err(e);
+    }
+    let root = a.mountpoint.canonicalize().ok();
+    let mounted = super::list::mounted()
+        .into_iter()
+        .find(|m| Some(&m.mountpoint) == root.as_ref())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: not a mounted nodup file system",
+                a.mountpoint.display()
+            )
+        })?;
     let mp = a.mountpoint.display();
-    let policy = stats["policy"].as_str().unwrap_or("unknown");
+    let policy = mounted.policy.as_str();
     let smart_only: Vec<&str> = [
         ("--worker-rate", a.worker_rate.is_some()),
         ("--low-power", a.low_power.is_some()),

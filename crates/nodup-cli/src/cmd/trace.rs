@@ -168,7 +168,7 @@ fn check_bad_lines(trace: &Path, records: u64, bad: u64) -> Result<()> {
     };
     if records == 0 && bad > 0 {
         bail!(
-            "{}: no record in the trace, {bad} bad lines{not_shown} (not a trace, or not in the --format given?)",
+            "{}: no record in the trace, {bad} bad lines{not_shown} (not a trace, or in another format than the one read?)",
             trace.display()
         );
     }
@@ -311,11 +311,15 @@ pub fn trace(c: TraceCommand) -> Result<()> {
                 strict: a.strict,
                 report: (!a.strict).then_some(PRINT_BAD),
             };
+            // Only a file this run creates is this run's to remove (`-o /dev/null` is not).
+            let created = std::fs::symlink_metadata(&a.output).is_err();
             let (n, bad) = convert(&a.trace, &a.output, parse_format(&a.to)?, &policy)
                 .with_context(|| format!("converting {}", a.trace.display()))?;
             if let Err(e) = check_bad_lines(&a.trace, n, bad) {
                 // Nothing was converted: no empty trace is left where one was asked for.
-                let _ = std::fs::remove_file(&a.output);
+                if created {
+                    let _ = std::fs::remove_file(&a.output);
+                }
                 return Err(e);
             }
             eprintln!(

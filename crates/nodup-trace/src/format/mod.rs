@@ -162,9 +162,8 @@ pub fn convert(
     // hard link to it), the conversion would read an empty trace and destroy the original.
     if same_file(input, output) {
         return Err(TraceError::Refused(format!(
-            "{}: is the input trace {} (converting onto it would destroy it)",
-            output.display(),
-            input.display()
+            "output {} is the input trace itself (converting onto it would destroy it)",
+            output.display()
         )));
     }
     // A conversion that fails midway (a full disk, a corrupt input under --strict) must not
