@@ -242,3 +242,28 @@ fn a_pipe_over_device_files_with_data_is_refused() {
         );
     }
 }
+
+/// A trace read from a pipe, its format detected, replays whole: the bytes read to tell the
+/// formats apart are not lost (the pipe cannot be opened and read a second time).
+#[test]
+fn a_trace_from_a_pipe_replays_whole() {
+    let text = random_trace(5, 300);
+    assert!(text.len() > 8192, "longer than what the detection reads");
+    let expected = expected_files(&text);
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("pipe");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let writer = {
+        let (fifo, text) = (fifo.clone(), text.clone());
+        std::thread::spawn(move || std::fs::write(fifo, text))
+    };
+    let dir = tmp.path().join("d");
+    let rep = run(&fifo, &dir, Mode::Batch, 1);
+    writer.join().unwrap().unwrap();
+    assert_eq!(rep.records, 300);
+    for (name, want) in &expected {
+        assert!(std::fs::read(dir.join(name)).unwrap() == *want, "{name}");
+    }
+}

@@ -32,26 +32,41 @@ impl std::str::FromStr for Format {
     }
 }
 
-/// Detect the format of a file by its first bytes: own-format magic, else FIU, unless those
-/// bytes are binary (a NUL, which FIU text never has): then the file is a damaged own-format
-/// trace or no trace at all, and reading it as text would only report every "line" of it as
-/// bad, numbered as lines of a file that has none.
+/// Bytes read to tell the formats apart.
+const HEAD: usize = 4096;
+
+/// Detect the format of a file by its first bytes (see [`format_of`]).
 pub fn detect(path: &Path) -> Result<Format> {
     let mut f =
         File::open(path).map_err(|e| TraceError::io(format!("opening {}", path.display()), e))?;
-    let mut head = [0u8; 4096];
+    format_of(&read_head(&mut f, path)?)
+}
+
+/// Up to [`HEAD`] first bytes of `f` (fewer only at its end).
+fn read_head(f: &mut File, path: &Path) -> Result<Vec<u8>> {
+    let mut head = vec![0u8; HEAD];
     let mut got = 0;
     while got < head.len() {
         match f.read(&mut head[got..]) {
             Ok(0) => break,
             Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(TraceError::io(format!("reading {}", path.display()), e)),
         }
     }
-    if got >= 8 && &head[..8] == own::MAGIC {
+    head.truncate(got);
+    Ok(head)
+}
+
+/// The format of a trace starting with `head`: own-format magic, else FIU, unless those bytes
+/// are binary (a NUL, which FIU text never has): then the file is a damaged own-format trace
+/// or no trace at all, and reading it as text would only report every "line" of it as bad,
+/// numbered as lines of a file that has none.
+fn format_of(head: &[u8]) -> Result<Format> {
+    if head.len() >= 8 && &head[..8] == own::MAGIC {
         return Ok(Format::Own);
     }
-    if head[..got].contains(&0) {
+    if head.contains(&0) {
         return Err(TraceError::Format(
             "bad magic: binary data that is not FIU text either (a damaged nodup trace, or not a trace)"
                 .into(),
@@ -60,28 +75,44 @@ pub fn detect(path: &Path) -> Result<Format> {
     Ok(Format::Fiu)
 }
 
+/// A trace's bytes: those read to detect its format, then the rest of the same open file (so
+/// a trace read from a pipe loses nothing to the detection).
+type Source = BufReader<std::io::Chain<std::io::Cursor<Vec<u8>>, File>>;
+
 /// A streaming reader over either format.
 pub enum TraceReader {
     /// FIU text.
-    Fiu(fiu::FiuReader<BufReader<File>>),
+    Fiu(fiu::FiuReader<Source>),
     /// Own binary format.
-    Own(own::OwnReader<BufReader<File>>),
+    Own(own::OwnReader<Source>),
 }
 
 impl TraceReader {
     /// Open `path` in `format` (detected when `None`).
     pub fn open(path: &Path, format: Option<Format>) -> Result<Self> {
-        let format = match format {
-            Some(f) => f,
-            None => detect(path)?,
-        };
-        let f = File::open(path)
+        Ok(Self::open_as(path, format)?.1)
+    }
+
+    /// [`TraceReader::open`], also returning the format read. The file is opened once: a
+    /// pipe cannot be read again after the detection.
+    pub fn open_as(path: &Path, format: Option<Format>) -> Result<(Format, Self)> {
+        let mut f = File::open(path)
             .map_err(|e| TraceError::io(format!("opening {}", path.display()), e))?;
-        let r = BufReader::with_capacity(1 << 20, f);
-        Ok(match format {
-            Format::Fiu => TraceReader::Fiu(fiu::FiuReader::new(r)),
-            Format::Own => TraceReader::Own(own::OwnReader::new(r)?),
-        })
+        let (format, head) = match format {
+            Some(fmt) => (fmt, Vec::new()),
+            None => {
+                let head = read_head(&mut f, path)?;
+                (format_of(&head)?, head)
+            }
+        };
+        let r = BufReader::with_capacity(1 << 20, std::io::Cursor::new(head).chain(f));
+        Ok((
+            format,
+            match format {
+                Format::Fiu => TraceReader::Fiu(fiu::FiuReader::new(r)),
+                Format::Own => TraceReader::Own(own::OwnReader::new(r)?),
+            },
+        ))
     }
 
     /// Bytes consumed so far (for progress reporting).
@@ -152,12 +183,11 @@ pub fn convert(
     to: Option<Format>,
     policy: &BadLinePolicy<'_>,
 ) -> Result<(u64, u64)> {
-    let from = detect(input)?;
+    let (from, mut reader) = TraceReader::open_as(input, None)?;
     let to = to.unwrap_or(match from {
         Format::Fiu => Format::Own,
         Format::Own => Format::Fiu,
     });
-    let mut reader = TraceReader::open(input, Some(from))?;
     // Creating the output truncates it: were it the input (the same path, or a symlink or
     // hard link to it), the conversion would read an empty trace and destroy the original.
     if same_file(input, output) {
