@@ -424,17 +424,20 @@ fn gen_and_convert_leave_no_partial_output_on_a_full_disk() {
     }
     let dir = tempfile::tempdir().unwrap();
     let full = common::SmallTmpfs::new("trace-full", "1M");
+    let gen = |out: &Path| {
+        nodup(&[
+            "trace",
+            "gen",
+            "--size",
+            "64M",
+            "--dup-ratio",
+            "0.5",
+            "-o",
+            s(out),
+        ])
+    };
     let g = full.dir.join("g.fiu");
-    let o = nodup(&[
-        "trace",
-        "gen",
-        "--size",
-        "64M",
-        "--dup-ratio",
-        "0.5",
-        "-o",
-        s(&g),
-    ]);
+    let o = gen(&g);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "64 MiB of trace fit in 1 MiB?");
     assert!(err.contains("No space left"), "{err}");
@@ -442,16 +445,7 @@ fn gen_and_convert_leave_no_partial_output_on_a_full_disk() {
     // A trace whose FIU text is far larger than the tmpfs, converted onto it.
     let big = dir.path().join("big.fiu");
     let own = dir.path().join("big.own");
-    let o = nodup(&[
-        "trace",
-        "gen",
-        "--size",
-        "64M",
-        "--dup-ratio",
-        "0.5",
-        "-o",
-        s(&big),
-    ]);
+    let o = gen(&big);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = nodup(&["trace", "convert", s(&big), "-o", s(&own)]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

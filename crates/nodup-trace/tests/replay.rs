@@ -7,7 +7,8 @@ use nodup_trace::{BadLinePolicy, DigestUnit, Op, Record};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
 
 /// A random trace over a small LBA space: two devices, both digest variants, unaligned
 /// requests, overlapping rewrites, duplicate digests, reads of written and unwritten space.
@@ -84,8 +85,9 @@ fn expected_files(trace: &str) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-fn run(trace: &Path, dir: &Path, mode: Mode, threads: usize) -> ReplayReport {
-    let o = ReplayOptions {
+/// Options of a strict replay into `dir`.
+fn options(dir: &Path, mode: Mode, threads: usize) -> ReplayOptions<'static> {
+    ReplayOptions {
         dir: dir.to_path_buf(),
         mode,
         threads,
@@ -97,8 +99,22 @@ fn run(trace: &Path, dir: &Path, mode: Mode, threads: usize) -> ReplayReport {
             report: None,
         },
         progress: None,
-    };
-    replay(trace, &o).unwrap()
+    }
+}
+
+fn run(trace: &Path, dir: &Path, mode: Mode, threads: usize) -> ReplayReport {
+    replay(trace, &options(dir, mode, threads)).unwrap()
+}
+
+/// A named pipe in `dir` and the thread writing `text` into it (its write fails if the
+/// reader gives up early).
+fn piped(dir: &Path, text: &str) -> (PathBuf, JoinHandle<std::io::Result<()>>) {
+    let fifo = dir.join("pipe");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let (f, text) = (fifo.clone(), text.to_string());
+    (fifo, std::thread::spawn(move || std::fs::write(f, text)))
 }
 
 #[test]
@@ -210,27 +226,10 @@ fn a_pipe_over_device_files_with_data_is_refused() {
     let dir = tmp.path().join("d");
     run(&trace, &dir, Mode::Block, 1);
     let before = expected_files(&text);
-    let fifo = tmp.path().join("pipe");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid C string.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    let writer = {
-        let (fifo, text) = (fifo.clone(), text.clone());
-        // Its write fails once the replay gives up reading: that is expected.
-        std::thread::spawn(move || std::fs::write(fifo, text))
-    };
+    let (fifo, writer) = piped(tmp.path(), &text);
     let o = ReplayOptions {
-        dir: dir.clone(),
-        mode: Mode::Block,
-        threads: 1,
-        no_reads: false,
         overwrite: true,
-        format: None,
-        policy: BadLinePolicy {
-            strict: true,
-            report: None,
-        },
-        progress: None,
+        ..options(&dir, Mode::Block, 1)
     };
     let err = replay(&fifo, &o).expect_err("a pipe over files with data");
     assert!(err.to_string().contains("not a regular file"), "{err}");
@@ -251,14 +250,7 @@ fn a_trace_from_a_pipe_replays_whole() {
     assert!(text.len() > 8192, "longer than what the detection reads");
     let expected = expected_files(&text);
     let tmp = tempfile::tempdir().unwrap();
-    let fifo = tmp.path().join("pipe");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid C string.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    let writer = {
-        let (fifo, text) = (fifo.clone(), text.clone());
-        std::thread::spawn(move || std::fs::write(fifo, text))
-    };
+    let (fifo, writer) = piped(tmp.path(), &text);
     let dir = tmp.path().join("d");
     let rep = run(&fifo, &dir, Mode::Batch, 1);
     writer.join().unwrap().unwrap();

@@ -135,6 +135,19 @@ fn refused_then_repaired(img: &[u8], what: &str) {
     );
 }
 
+/// A read-only open neither allocates nor frees: it takes `bad` (with a warning), so the data
+/// of file `f` can be read or copied off before the repair, and writes nothing.
+fn read_only_takes_it(bad: &[u8], f: u64) {
+    let ro = FsOptions {
+        read_only: true,
+        ..FsOptions::default()
+    };
+    let (m, fs) = open(bad, &ro).expect("a read-only open");
+    assert_eq!(fs.read(f, 0, 4096).unwrap().len(), 4096);
+    drop(fs);
+    assert!(m.snapshot() == bad, "a read-only open wrote to the image");
+}
+
 #[test]
 fn the_unforged_image_opens() {
     let (img, _) = seeded();
@@ -290,16 +303,7 @@ fn a_block_free_in_the_allocator_is_refused() {
         "{msg}"
     );
     refused_then_repaired(&bad, "free in the allocator");
-    // A read-only open neither allocates nor frees: it takes the image (with a warning), so
-    // the data can be read or copied off before the repair, and writes nothing.
-    let ro = FsOptions {
-        read_only: true,
-        ..FsOptions::default()
-    };
-    let (m, fs) = open(&bad, &ro).expect("a read-only open");
-    assert_eq!(fs.read(t.f, 0, 4096).unwrap().len(), 4096);
-    drop(fs);
-    assert!(m.snapshot() == bad, "a read-only open wrote to the image");
+    read_only_takes_it(&bad, t.f);
 }
 
 /// A reverse-map slot of a block in use overwritten (a torn write, a stray one): the first
@@ -321,14 +325,7 @@ fn a_torn_reverse_map_is_refused() {
         "{msg}"
     );
     refused_then_repaired(&bad, "reverse map of");
-    let ro = FsOptions {
-        read_only: true,
-        ..FsOptions::default()
-    };
-    let (m, fs) = open(&bad, &ro).expect("a read-only open");
-    assert_eq!(fs.read(t.f, 0, 4096).unwrap().len(), 4096);
-    drop(fs);
-    assert!(m.snapshot() == bad, "a read-only open wrote to the image");
+    read_only_takes_it(&bad, t.f);
 }
 
 /// A map moved onto a block its file already maps: every block is allocated, but one the
