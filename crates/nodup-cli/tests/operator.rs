@@ -864,6 +864,30 @@ fn a_mem_budget_beyond_the_machine_is_refused_up_front() {
     let _ = Command::new("fusermount3").args(["-u", "-z", m]).output();
     one_line(&fail(&o), "--mem-budget 1T");
     wait_unlocked(&huge);
+    // A budget recorded in the image beyond this machine (made on a larger one; here forged):
+    // mount, stats and fsck say so in one line instead of aborting on the allocation, and a
+    // mount with its own --mem-budget works.
+    let (medium, _) = nodup_fs::image::open_with(&huge, true).unwrap();
+    let mut sb = nodup_core::engine::superblock::Superblock::load(&*medium).unwrap();
+    drop(medium);
+    sb.params.mem_budget = 1 << 50;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&huge)
+        .unwrap()
+        .write_all_at(&sb.encode(), 0)
+        .unwrap();
+    let before = sha(&huge);
+    for cmd in [vec!["stats", h], vec!["fsck", h], vec!["mount", h, m]] {
+        one_line(&fail(&nodup(&cmd)), "more than this machine's memory");
+    }
+    let _ = Command::new("fusermount3").args(["-u", "-z", m]).output();
+    assert!(sha(&huge) == before, "a refused open changed the image");
+    if fuse_available() {
+        ok(nodup(&["mount", h, m, "--mem-budget", "4M"]));
+        ok(nodup(&["umount", m]));
+    }
+    wait_unlocked(&huge);
     let _ = fs::remove_file(&huge);
     let _ = fs::remove_dir(&mnt);
 }

@@ -48,6 +48,7 @@ fn open_unmounted(
     fsck: bool,
 ) -> Result<(ImageLock, FileSystem)> {
     super::mount::check_image(path)?;
+    super::mkfs::check_recorded_budget(path)?;
     let lock = ImageLock::try_lock(path).map_err(|_| {
         // stats reads a mounted file system through its mount point; fsck checks images only.
         let hint = if fsck {

@@ -152,6 +152,29 @@ pub fn parse_budget(s: &str) -> Result<u64> {
     Ok(b)
 }
 
+/// Refuse to open the `smart` image at `path` with the memory budget recorded in it when that
+/// is more than this machine's memory: the store's allocation would abort the process (an
+/// image made on a larger machine, or a forged superblock). Other policies record none.
+pub fn check_recorded_budget(path: &Path) -> Result<()> {
+    let (medium, _) =
+        nodup_fs::image::open_with(path, true).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let sb = nodup_core::engine::superblock::Superblock::load(&*medium)
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let budget = sb.params.mem_budget;
+    if sb.policy != PolicyKind::Smart {
+        return Ok(());
+    }
+    match physical_memory() {
+        Some(mem) if budget > mem => bail!(
+            "{}: its smart memory budget ({}) is more than this machine's memory ({}); mount it with --mem-budget SIZE",
+            path.display(),
+            bytes(budget),
+            bytes(mem)
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// This machine's physical memory in bytes (None when sysconf cannot tell).
 fn physical_memory() -> Option<u64> {
     // SAFETY: sysconf only reads system parameters.

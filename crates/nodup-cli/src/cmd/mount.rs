@@ -368,6 +368,9 @@ pub fn mount(a: MountArgs) -> Result<()> {
     let policy =
         nodup_core::policy::PolicyKind::from_u32(sb.policy).map_or("unknown", |p| p.name());
     check_policy_options(policy, a.mem_budget.is_some())?;
+    if a.mem_budget.is_none() {
+        super::mkfs::check_recorded_budget(&a.image)?;
+    }
     if a.smart.any() && policy != "smart" {
         bail!("--eviction, --selectivity, --min-run, --read-cache and --worker-rate are options of policy smart, not {policy}");
     }
