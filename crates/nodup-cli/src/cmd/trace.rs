@@ -484,9 +484,10 @@ fn gen(a: GenArgs) -> Result<()> {
         popularity: a.popularity.parse::<Popularity>()?,
         phases: a.phases,
     };
-    o.validate()?; // before the output file is created (or truncated)
-                   // A run that fails midway (a full disk) must not leave a partial trace that looks like a
-                   // good one; a file that was there before is not this run's to remove.
+    // Before the output file is created (or truncated).
+    o.validate()?;
+    // A run that fails midway (a full disk) must not leave a partial trace that looks like a
+    // good one; a file that was there before is not this run's to remove.
     let created = std::fs::symlink_metadata(&a.output).is_err();
     let f = std::fs::File::create(&a.output)
         .with_context(|| format!("creating {}", a.output.display()))?;
