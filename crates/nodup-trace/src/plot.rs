@@ -111,7 +111,7 @@ pub fn check_output(out: &Path) -> Result<()> {
 type BackendError = <BitMapBackend<'static> as DrawingBackend>::ErrorType;
 
 /// A drawing error as one line naming the file: the I/O or encoder cause without Rust
-/// `Debug` text or errno suffix.
+/// `Debug` text.
 fn err(out: &Path, e: DrawingAreaErrorKind<BackendError>) -> TraceError {
     let cause = match &e {
         DrawingAreaErrorKind::BackendError(DrawingErrorKind::DrawingError(b)) => match b {
@@ -120,10 +120,6 @@ fn err(out: &Path, e: DrawingAreaErrorKind<BackendError>) -> TraceError {
             BackendError::InvalidBuffer => "invalid pixel buffer".to_string(),
         },
         other => other.to_string(),
-    };
-    let cause = match cause.find(" (os error") {
-        Some(i) => cause[..i].to_string(),
-        None => cause,
     };
     TraceError::Plot(format!("{}: {cause}", out.display()))
 }

@@ -75,19 +75,6 @@ fn open_locked(path: &Path, write: bool, key: Option<&Path>, fsck: bool) -> Resu
         .map_err(|e| anyhow!("{}: {}", path.display(), super::open_error(&e)))
 }
 
-/// The stats of the nodup file system whose mount point is `dir`: only the root of a mount
-/// answers them, so this is also how a command tells a mount point from any other path.
-pub fn mount_stats(dir: &Path) -> Result<Value> {
-    let not = || anyhow!("{}: not a mounted nodup file system", dir.display());
-    if let Some(e) = super::list::dead_mount_error(dir) {
-        return Err(e);
-    }
-    if !dir.is_dir() {
-        return Err(not());
-    }
-    nodup_fs::ctl::read_stats(dir).map_err(|_| not())
-}
-
 /// Figures of an image opened read-only before its failure recovery: the allocator, the
 /// reference counts and the index are what that recovery rebuilds, so they are unknown.
 const UNKNOWN_BEFORE_RECOVERY: [&str; 7] = [
@@ -108,7 +95,9 @@ pub fn stats(a: StatsArgs) -> Result<()> {
     }
     let mounted = a.target.is_dir();
     let (mut v, from) = if mounted {
-        let v = mount_stats(&a.target)?;
+        // Only the root of a nodup mount answers the stats.
+        let v = nodup_fs::ctl::read_stats(&a.target)
+            .map_err(|_| anyhow!("{t}: not a mounted nodup file system"))?;
         let img = super::mount::mounted_image(&a.target.canonicalize()?)
             .map_or_else(|| t.to_string(), |p| p.display().to_string());
         (v, format!("{img} on {t}"))
@@ -467,7 +456,7 @@ pub fn fsck(a: FsckArgs) -> Result<()> {
     }
     let fs = open_locked(&a.image, true, key, true)?;
     let mut rep = nodup_fs::fsck::check(&fs, true)?;
-    if a.repair && fs.recovery().kind == "failure" {
+    if fs.recovery().kind == "failure" {
         let ri = fs.recovery();
         let mut what = format!(
             "failure recovery: replayed {} log records",

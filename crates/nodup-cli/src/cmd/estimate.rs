@@ -78,7 +78,7 @@ pub fn estimate(a: EstimateArgs) -> Result<()> {
     for p in &a.paths {
         match p.symlink_metadata() {
             Ok(md) => roots.push((p.clone(), md)),
-            Err(e) => bail!("{}: {}", p.display(), os_msg(&e)),
+            Err(e) => bail!("{}: {}", p.display(), super::plain_io(&e)),
         }
     }
     let mut walk = Walk::default();
@@ -357,17 +357,8 @@ fn warn(path: &Path, e: &io::Error) {
     eprintln!(
         "nodup: warning: {}: {} (skipped)",
         path.display(),
-        os_msg(e)
+        super::plain_io(e)
     );
-}
-
-/// The error's message without Rust's " (os error N)" suffix, like the C tools print it.
-fn os_msg(e: &io::Error) -> String {
-    let s = e.to_string();
-    match s.find(" (os error ") {
-        Some(i) => s[..i].to_string(),
-        None => s,
-    }
 }
 
 /// 1234567 → "1,234,567".
@@ -421,8 +412,8 @@ mod tests {
     }
 
     #[test]
-    fn os_msg_drops_the_code() {
+    fn plain_io_drops_the_code() {
         let e = io::Error::from_raw_os_error(libc::ENOENT);
-        assert_eq!(os_msg(&e), "No such file or directory");
+        assert_eq!(crate::cmd::plain_io(&e), "No such file or directory");
     }
 }

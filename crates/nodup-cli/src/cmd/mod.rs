@@ -35,10 +35,14 @@ pub fn plain_error(e: &anyhow::Error) -> String {
 
 /// An I/O error's text without the "(os error N)" suffix.
 pub fn plain_io(e: &std::io::Error) -> String {
-    let s = e.to_string();
-    match s.find(" (os error") {
-        Some(i) => s[..i].to_string(),
-        None => s,
+    without_errno(&e.to_string())
+}
+
+/// `msg` without Rust's " (os error N)" suffix, as the C tools print an error.
+pub fn without_errno(msg: &str) -> String {
+    match msg.find(" (os error") {
+        Some(i) => msg[..i].to_string(),
+        None => msg.to_string(),
     }
 }
 

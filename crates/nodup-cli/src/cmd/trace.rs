@@ -368,10 +368,11 @@ fn stats(a: StatsArgs) -> Result<()> {
     Ok(())
 }
 
-/// A plot error as one line: the message already names the file, so no "plot:" prefix.
+/// A plot error as one line: the message already names the file, so no "plot:" prefix, and
+/// no errno suffix.
 fn plot_error(e: TraceError) -> anyhow::Error {
     match e {
-        TraceError::Plot(m) => anyhow::anyhow!("--plot {m}"),
+        TraceError::Plot(m) => anyhow::anyhow!("--plot {}", super::without_errno(&m)),
         e => e.into(),
     }
 }
