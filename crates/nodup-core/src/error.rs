@@ -34,6 +34,10 @@ pub enum Error {
     /// No free block left on the medium.
     #[error("no space left on the medium")]
     NoSpace,
+    /// Memory a structure reserves whole at open (a store's budget, a cache) could not be
+    /// had; the message says what and how much.
+    #[error("out of memory: {0}")]
+    NoMemory(String),
     /// The caller passed something invalid (size, option, block number).
     #[error("invalid argument: {0}")]
     Invalid(String),

@@ -128,6 +128,45 @@ fn clean_shutdown_reload_and_failure_recovery() {
     assert_eq!(e.stats().index_entries, 0);
 }
 
+/// A `smart` budget this machine cannot reserve (asked at open, or recorded by a larger
+/// machine) is an error from the engine, not an allocation abort of the embedding process,
+/// and leaves the image as it was.
+#[test]
+fn a_budget_beyond_this_machine_is_an_error_not_an_abort() {
+    // Its read cache alone (an eighth) would be 2^59 bytes: more than any address space.
+    let huge = 1u64 << 62;
+    let m = Arc::new(MemMedium::new(8 << 20));
+    let too_big = FormatOptions {
+        policy: PolicyKind::Smart,
+        mem_budget: huge,
+        ..Default::default()
+    };
+    let err = Engine::format(m.clone(), &too_big, &OpenOptions::default())
+        .map(|_| ())
+        .unwrap_err();
+    assert!(matches!(err, Error::NoMemory(_)), "{err}");
+
+    let e = fmt(&m, PolicyKind::Smart, MetaLayoutKind::Region);
+    let a = block(7);
+    let r = e.write(&mut WriteCtx::default(), &[&a, &a]).unwrap();
+    e.shutdown().unwrap();
+    drop(e);
+    let asked = OpenOptions {
+        mem_budget: Some(huge),
+        ..Default::default()
+    };
+    let err = Engine::open(m.clone(), &asked).map(|_| ()).unwrap_err();
+    assert!(matches!(err, Error::NoMemory(_)), "{err}");
+    assert!(err.to_string().contains("smaller budget"), "{err}");
+
+    // Untouched: it opens clean with its own budget and reads back.
+    let (e, st) = Engine::open(m.clone(), &OpenOptions::default()).unwrap();
+    assert_eq!(st, OpenState::Clean);
+    let mut buf = vec![0u8; BLOCK_SIZE];
+    e.read(r[1], &mut buf).unwrap();
+    assert_eq!(buf, a);
+}
+
 #[test]
 fn open_rejects_foreign_and_corrupt_images() {
     let m = Arc::new(MemMedium::new(4 << 20));

@@ -45,6 +45,7 @@ impl FsError {
                 libc::ENOSPC
             }
             FsError::Engine(nodup_core::Error::Invalid(_)) => libc::EINVAL,
+            FsError::Engine(nodup_core::Error::NoMemory(_)) => libc::ENOMEM,
             FsError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
             FsError::Unimplemented(_) => libc::ENOSYS,
             _ => libc::EIO,

@@ -160,13 +160,13 @@ impl Engine {
                 medium: meta.clone(),
                 alloc: alloc.clone(),
             }),
-        }) {
+        })? {
             Some(s) => StoreHandle::Own(s),
             None => StoreHandle::Complete(FpIndex::new(medium.len())),
         };
         let read_cache = match policy.read_cache_bytes() {
             0 => None,
-            n => Some(read_cache::ReadCache::new(n)),
+            n => Some(read_cache::ReadCache::new(n)?),
         };
         let fpr = fingerprinter(sb.fingerprint);
         let geo = LayoutGeometry {

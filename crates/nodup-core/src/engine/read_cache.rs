@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::BLOCK_SIZE;
+use crate::{Error, Result, BLOCK_SIZE};
 
 const NIL: u32 = u32::MAX;
 
@@ -59,25 +59,43 @@ impl Inner {
 }
 
 impl ReadCache {
-    /// A cache of at most `bytes` (whole blocks and their bookkeeping; at least one block).
-    pub(crate) fn new(bytes: u64) -> ReadCache {
+    /// A cache of at most `bytes` (whole blocks and their bookkeeping; at least one block),
+    /// reserved at once; [`Error::NoMemory`] when this machine refuses the reservation.
+    pub(crate) fn new(bytes: u64) -> Result<ReadCache> {
         // Per slot: the block, three u32/u64 fields and about two map words.
         let per = BLOCK_SIZE + 8 + 8 + 24;
-        let slots = ((bytes as usize) / per).max(1);
-        ReadCache {
+        let slots = usize::try_from(bytes / per as u64)
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let refused = |e: std::collections::TryReserveError| {
+            Error::NoMemory(format!(
+                "a read cache of {bytes} bytes ({e}); open with a smaller budget"
+            ))
+        };
+        let mut map = HashMap::new();
+        map.try_reserve(slots).map_err(refused)?;
+        let (mut block, mut prev, mut next) = (Vec::new(), Vec::new(), Vec::new());
+        block.try_reserve_exact(slots).map_err(refused)?;
+        prev.try_reserve_exact(slots).map_err(refused)?;
+        next.try_reserve_exact(slots).map_err(refused)?;
+        let mut data = Vec::new();
+        // No overflow: `slots` blocks take less than `bytes`.
+        data.try_reserve_exact(slots * BLOCK_SIZE)
+            .map_err(refused)?;
+        Ok(ReadCache {
             inner: Mutex::new(Inner {
-                map: HashMap::with_capacity(slots),
-                block: Vec::with_capacity(slots),
-                prev: Vec::with_capacity(slots),
-                next: Vec::with_capacity(slots),
+                map,
+                block,
+                prev,
+                next,
                 head: NIL,
                 tail: NIL,
-                data: Vec::with_capacity(slots * BLOCK_SIZE),
+                data,
             }),
             slots,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
-        }
+        })
     }
 
     /// Copy block `b` into `buf` when cached.
@@ -194,7 +212,7 @@ mod tests {
 
     #[test]
     fn lru_eviction_and_invalidation() {
-        let c = ReadCache::new(2 * (BLOCK_SIZE as u64 + 40));
+        let c = ReadCache::new(2 * (BLOCK_SIZE as u64 + 40)).unwrap();
         let mut buf = blk(0);
         c.put(10, &blk(1));
         c.put(11, &blk(2));

@@ -92,9 +92,9 @@ pub trait Policy: Send + Sync {
     fn prefetch(&self, asked: PrefetchMode) -> PrefetchMode;
     /// The policy's own fingerprint store; `None` (the default) is the complete DRAM index
     /// ([`crate::index::FpIndex`]), which the engine calls directly rather than through the
-    /// trait.
-    fn make_store(&self, _params: &StoreParams) -> Option<Box<dyn FpStore>> {
-        None
+    /// trait. An error when the store cannot be had (its budget's memory).
+    fn make_store(&self, _params: &StoreParams) -> Result<Option<Box<dyn FpStore>>> {
+        Ok(None)
     }
     /// Whether runs of new data are staged (fingerprinted and copied ahead of their lookups).
     fn stages(&self) -> bool {

@@ -82,11 +82,11 @@ impl Policy for TestPolicy {
     fn prefetch(&self, _asked: PrefetchMode) -> PrefetchMode {
         PrefetchMode::None
     }
-    fn make_store(&self, p: &StoreParams) -> Option<Box<dyn FpStore>> {
-        Some(Box::new(CountingStore(
+    fn make_store(&self, p: &StoreParams) -> crate::Result<Option<Box<dyn FpStore>>> {
+        Ok(Some(Box::new(CountingStore(
             FpIndex::new(p.medium_len),
             self.0.clone(),
-        )))
+        ))))
     }
 }
 
@@ -104,6 +104,7 @@ fn engine(seen: &Arc<Seen>) -> Engine {
         mem_budget: 0,
         io: None,
     });
+    let own = own.expect("an in-memory store cannot fail");
     e.store = StoreHandle::Own(own.expect("the test policy brings its own store"));
     e.policy = Box::new(p);
     e

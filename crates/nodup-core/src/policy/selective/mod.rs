@@ -90,7 +90,7 @@ impl Policy for Selective {
         // cache that forgets most fingerprints would make it copy blocks it then finds stored.
         false
     }
-    fn make_store(&self, _p: &StoreParams) -> Option<Box<dyn FpStore>> {
-        Some(Box::new(SelectiveStore::new(self.opts)))
+    fn make_store(&self, _p: &StoreParams) -> crate::Result<Option<Box<dyn FpStore>>> {
+        Ok(Some(Box::new(SelectiveStore::new(self.opts))))
     }
 }

@@ -172,7 +172,7 @@ impl Policy for Smart {
     fn fingerprint_for(&self, requested: FpKind) -> FpKind {
         requested
     }
-    fn make_store(&self, p: &StoreParams) -> Option<Box<dyn FpStore>> {
+    fn make_store(&self, p: &StoreParams) -> crate::Result<Option<Box<dyn FpStore>>> {
         let s = split(
             p.mem_budget,
             p.medium_len / crate::BLOCK_SIZE as u64,
@@ -182,12 +182,12 @@ impl Policy for Smart {
         let io =
             p.io.as_ref()
                 .map(|io| ondisk::GroupIo::new(io.medium.clone(), Arc::clone(&io.alloc)));
-        Some(Box::new(SmartStore::new(
+        Ok(Some(Box::new(SmartStore::new(
             s.store,
             s.prefix_bits,
             self.opts.eviction,
             io,
-        )))
+        )?)))
     }
     fn stages(&self) -> bool {
         false

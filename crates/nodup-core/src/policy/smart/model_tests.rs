@@ -34,7 +34,7 @@ fn store_on(
 ) -> (SmartStore, Arc<Allocator>, Arc<dyn Medium>) {
     let a = Arc::new(Allocator::new(16, BLOCKS - 16));
     let io = GroupIo::new(m.clone(), a.clone());
-    (SmartStore::new(budget, bits, ev, Some(io)), a, m)
+    (SmartStore::new(budget, bits, ev, Some(io)).unwrap(), a, m)
 }
 
 #[derive(Debug, Clone)]
@@ -135,7 +135,8 @@ fn run(ops: Vec<Op>, ev: Eviction, mapped: bool) -> Result<(), TestCaseError> {
                 // other time with other prefix bits (a changed budget).
                 let bits = if w[1] & 0xff == 6 { 7 } else { 6 };
                 let s2 =
-                    SmartStore::new(budget, bits, ev, Some(GroupIo::new(m.clone(), a.clone())));
+                    SmartStore::new(budget, bits, ev, Some(GroupIo::new(m.clone(), a.clone())))
+                        .unwrap();
                 let free = a.free_blocks();
                 s2.restore_words(&w).unwrap();
                 // Opened read-only, the groups keep their saved width and nothing is
@@ -298,6 +299,7 @@ fn damaged_directories_are_refused() {
             Eviction::GroupLru,
             Some(GroupIo::new(m.clone(), a.clone())),
         )
+        .unwrap()
     };
     assert!(fresh().restore_words(&w).is_ok());
     let n = (w[1] >> 32) as usize;
@@ -384,7 +386,8 @@ fn groups_of_many_blocks_are_rebucketed_for_another_width() {
             bits,
             Eviction::GroupLru,
             Some(GroupIo::new(m.clone(), a.clone())),
-        );
+        )
+        .unwrap();
         // A read-only open (fsck, the stats of an image): the saved width, every record
         // found, nothing written or allocated.
         let (before, free) = (image(&m), a.free_blocks());

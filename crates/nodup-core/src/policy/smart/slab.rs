@@ -52,14 +52,17 @@ pub(crate) struct Slab {
 }
 
 impl Slab {
-    /// A slab of at most `cap` nodes, reserved at once.
-    pub(crate) fn with_capacity(cap: u32) -> Slab {
-        Slab {
-            nodes: Vec::with_capacity(cap as usize),
+    /// A slab of at most `cap` nodes, reserved at once; an error when the system refuses the
+    /// reservation (a budget beyond this machine), where `Vec::with_capacity` would abort.
+    pub(crate) fn with_capacity(cap: u32) -> Result<Slab, std::collections::TryReserveError> {
+        let mut nodes = Vec::new();
+        nodes.try_reserve_exact(cap as usize)?;
+        Ok(Slab {
+            nodes,
             free: NIL,
             live: 0,
             cap,
-        }
+        })
     }
 
     /// Nodes in use.
@@ -171,7 +174,7 @@ mod tests {
     #[test]
     fn nodes_are_32_bytes_and_the_slab_keeps_its_capacity() {
         assert_eq!(std::mem::size_of::<Node>(), 32);
-        let mut s = Slab::with_capacity(2);
+        let mut s = Slab::with_capacity(2).unwrap();
         let a = s.alloc(1, 10).unwrap();
         let b = s.alloc(2, 20).unwrap();
         assert!(s.alloc(3, 30).is_none());
@@ -185,7 +188,7 @@ mod tests {
 
     #[test]
     fn list_order() {
-        let mut s = Slab::with_capacity(4);
+        let mut s = Slab::with_capacity(4).unwrap();
         let mut l = List::default();
         let ids: Vec<u32> = (0..3).map(|i| s.alloc(i, i).unwrap()).collect();
         for &i in &ids {

@@ -90,8 +90,14 @@ pub struct SmartStore {
 
 impl SmartStore {
     /// A store keeping to `budget` bytes with `bits`-bit prefixes, evicting by `eviction`,
-    /// with its on-media groups through `io` (none: evicted fingerprints are forgotten).
-    pub(crate) fn new(budget: u64, bits: u32, eviction: Eviction, io: Option<GroupIo>) -> Self {
+    /// with its on-media groups through `io` (none: evicted fingerprints are forgotten);
+    /// [`Error::NoMemory`] when this machine cannot reserve the budget's node slab.
+    pub(crate) fn new(
+        budget: u64,
+        bits: u32,
+        eviction: Eviction,
+        io: Option<GroupIo>,
+    ) -> Result<Self> {
         let tree = PrefixTree::new(bits);
         let bits = tree.bits();
         let tree_max = PrefixTree::max_memory_bytes(tree.bits());
@@ -107,10 +113,16 @@ impl SmartStore {
         let node = std::mem::size_of::<super::slab::Node>() as u64;
         let nodes =
             (budget.saturating_sub(tree_max + fixed + tomb_bytes) / node).clamp(64, 1 << 31);
-        SmartStore {
+        let slab = Slab::with_capacity(nodes as u32).map_err(|e| {
+            Error::NoMemory(format!(
+                "smart: the memory budget of {budget} bytes needs {} bytes for its fingerprint nodes ({e}); open with a smaller budget",
+                nodes * node
+            ))
+        })?;
+        Ok(SmartStore {
             inner: Mutex::new(Inner {
                 tree,
-                slab: Slab::with_capacity(nodes as u32),
+                slab,
                 eviction,
                 glru_head: NIL,
                 glru_tail: NIL,
@@ -128,7 +140,7 @@ impl SmartStore {
             }),
             budget,
             bits,
-        }
+        })
     }
 
     /// Prefix bits of the tree.
