@@ -15,18 +15,6 @@ use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-fn fail(o: &std::process::Output) -> String {
-    assert!(!o.status.success(), "expected a failure, got success");
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// One line on stderr that contains `what`, no "os error" noise.
-fn one_line(err: &str, what: &str) {
-    assert_eq!(err.trim().lines().count(), 1, "one line expected: {err:?}");
-    assert!(err.contains(what), "{what:?} expected in {err:?}");
-    assert!(!err.contains("os error"), "errno noise in {err:?}");
-}
-
 fn sha(p: &Path) -> Vec<u8> {
     fs::read(p).unwrap()
 }
@@ -57,11 +45,6 @@ fn sys(r: i64) -> Result<i64, Option<i32>> {
     } else {
         Ok(r)
     }
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
 }
 
 #[test]
@@ -102,6 +85,7 @@ fn mkfs_refuses_what_it_would_destroy() {
     one_line(&fail(&nodup(&["mkfs", h, "--size", "15T"])), "does not fit");
     assert!(!huge.exists());
     one_line(&fail(&nodup(&["mkfs", h, "--size", "1M"])), "at least");
+    one_line(&fail(&nodup(&["mkfs", h])), "--size is required");
     one_line(&fail(&nodup(&["mkfs", h, "--size", "12Q"])), "invalid size");
     // Zero and a number past 64 bits say why, not only "invalid".
     one_line(

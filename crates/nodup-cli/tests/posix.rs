@@ -12,11 +12,6 @@ use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::process::Command;
 
-fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
 fn mode(p: &Path) -> u32 {
     fs::metadata(p).unwrap().mode() & 0o7777
 }

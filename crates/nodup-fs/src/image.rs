@@ -5,6 +5,7 @@ use crate::error::{FsError, Result};
 use crate::superblock::{self, MediumKind};
 use nodup_core::media::{BlockFile, BlockFileOptions, Medium, Pmem, PmemOptions};
 use std::fs::File;
+use std::io::Read;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
@@ -55,8 +56,39 @@ fn is_dax_mount(dir: &Path) -> bool {
     best.is_some_and(|(_, dax)| dax)
 }
 
-/// Create a new image file of `len` bytes for `kind`.
+/// Create a new image file of `len` bytes for `kind`; on a block device, the image takes the
+/// whole device, which must be `len` bytes long, is zeroed ([`zero_device`]) and is used as a
+/// block file.
 pub fn create(path: &Path, len: u64, kind: MediumKind) -> Result<Arc<dyn Medium>> {
+    create_with_progress(path, len, kind, &mut |_| {})
+}
+
+/// [`create`], calling `progress` with the bytes of a block device zeroed so far.
+pub fn create_with_progress(
+    path: &Path,
+    len: u64,
+    kind: MediumKind,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Arc<dyn Medium>> {
+    if block_device_len(path)?.is_some() {
+        if kind != MediumKind::BlockFile {
+            return Err(FsError::Engine(nodup_core::Error::Invalid(format!(
+                "{}: a block device holds a blockfile image, not {}",
+                path.display(),
+                kind.name()
+            ))));
+        }
+        let dev = BlockFile::open(path, BlockFileOptions::default())?;
+        if dev.len() != len {
+            return Err(FsError::Engine(nodup_core::Error::Invalid(format!(
+                "{}: the device is {} bytes, not {len}",
+                path.display(),
+                dev.len()
+            ))));
+        }
+        zero_device(path, len, progress)?;
+        return Ok(Arc::new(dev));
+    }
     Ok(match kind {
         MediumKind::Pmem => Arc::new(Pmem::create(path, len)?),
         MediumKind::BlockFile => {
@@ -130,17 +162,100 @@ pub enum Target {
     Image,
     /// A regular file with data.
     Data,
-    /// Something that is not a regular file (directory, device, ...).
+    /// Something that is neither a regular file nor a block device (directory, character
+    /// device, a symbolic link to a file, ...).
     NotFile,
 }
 
-/// Look at an mkfs target without changing it.
+/// Bytes of the head of a block device that must be zero for mkfs to take it as empty:
+/// partition tables and the superblocks of the common file systems and volume managers all
+/// lie within it.
+const DEVICE_HEAD: usize = 1 << 20;
+
+/// The length in bytes of the block device at `path` (following a link such as
+/// /dev/disk/by-id/…), or `None` when `path` is not a block device.
+pub fn block_device_len(path: &Path) -> Result<Option<u64>> {
+    use std::io::{Seek, SeekFrom};
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::metadata(path) {
+        Ok(m) if m.file_type().is_block_device() => {}
+        Ok(_) => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    // A device's length is where a seek to its end lands (its metadata says 0).
+    Ok(Some(File::open(path)?.seek(SeekFrom::End(0))?))
+}
+
+/// Bytes zeroed per call on a device (the progress step).
+const ZERO_STEP: u64 = 1 << 30;
+
+/// Zero the first `len` bytes of the block device at `path`, so that a new image on it starts
+/// as a new image file does: format writes the structures it reads at open, but a chain block
+/// (the log's first) has only its header written, and what followed it on a reused device
+/// could read as records of the same generation. The kernel's BLKZEROOUT (write-zeroes or
+/// unmap where the device has them) is used, else plain writes of zeros.
+pub fn zero_device(path: &Path, len: u64, progress: &mut dyn FnMut(u64)) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    // BLKZEROOUT = _IO(0x12, 127).
+    const BLKZEROOUT: libc::c_ulong = (0x12 << 8) | 127;
+    let f = std::fs::OpenOptions::new().write(true).open(path)?;
+    let mut done = 0u64;
+    let mut by_ioctl = true;
+    let zeros = vec![0u8; 1 << 20];
+    while done < len {
+        let n = (len - done).min(ZERO_STEP);
+        if by_ioctl {
+            let range: [u64; 2] = [done, n];
+            // SAFETY: BLKZEROOUT reads a [start, length] pair of u64 from the pointer.
+            let r = unsafe { libc::ioctl(f.as_raw_fd(), BLKZEROOUT, range.as_ptr()) };
+            if r == 0 {
+                done += n;
+                progress(done);
+                continue;
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                // Not offered for this device (or a length it cannot take): write zeros.
+                Some(libc::EOPNOTSUPP) | Some(libc::ENOTTY) | Some(libc::EINVAL) => {
+                    by_ioctl = false
+                }
+                _ => return Err(e.into()),
+            }
+        }
+        let mut at = done;
+        while at < done + n {
+            let k = (done + n - at).min(zeros.len() as u64) as usize;
+            f.write_all_at(&zeros[..k], at)?;
+            at += k as u64;
+        }
+        done += n;
+        progress(done);
+    }
+    f.sync_all()?;
+    Ok(())
+}
+
+/// Look at an mkfs target without changing it. A block device is [`Target::Empty`] when its
+/// first MiB is all zeros (nothing a partition table or file system would have left).
 pub fn target(path: &Path) -> Result<Target> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Target::Missing),
         Err(e) => return Err(e.into()),
     };
+    if let Some(len) = block_device_len(path)? {
+        if superblock::probe_file(path).is_ok() {
+            return Ok(Target::Image);
+        }
+        let mut head = vec![0u8; DEVICE_HEAD.min(len as usize)];
+        File::open(path)?.read_exact(&mut head)?;
+        return Ok(if head.iter().all(|&b| b == 0) {
+            Target::Empty
+        } else {
+            Target::Data
+        });
+    }
     if !meta.file_type().is_file() {
         return Ok(Target::NotFile);
     }

@@ -268,7 +268,9 @@ fn inode_only(rec: &Record) -> Option<u64> {
 }
 
 impl FileSystem {
-    /// Format `medium` (engine + file system) and return it open.
+    /// Format `medium` (engine + file system) and return it open. The medium must read as
+    /// zeros (a new file, or a device [`crate::image::create`] zeroed): the log's first
+    /// block gets only its header, and an older image's records after it would replay.
     pub fn format(
         medium: Arc<dyn Medium>,
         kind: MediumKind,

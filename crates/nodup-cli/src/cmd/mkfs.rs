@@ -6,12 +6,14 @@ use super::size::{bytes, parse_size_or_zero};
 use anyhow::{anyhow, bail, Result};
 use clap::builder::PossibleValue;
 use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
 use nodup_core::fingerprint::FpKind;
 use nodup_core::meta::MetaLayoutKind;
 use nodup_core::policy::PolicyKind;
 use nodup_core::{FormatOptions, KeyFile};
 use nodup_fs::image::{self, ImageLock, Target};
 use nodup_fs::{Caller, FileSystem, FsOptions, MediumKind};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 /// Smallest image.
@@ -39,12 +41,14 @@ pub fn policy_values() -> [PossibleValue; 6] {
 /// Arguments of `nodup mkfs`.
 #[derive(Args)]
 pub struct MkfsArgs {
-    /// Image file to create (refused when it holds data or an image, unless --force).
+    /// Image file to create, or a block device to format whole (refused when it holds data or
+    /// an image, unless --force; a device must not be in use).
     pub image: PathBuf,
-    /// Size of the image: bytes or with a K/M/G/T suffix (e.g. 4G); 4 MiB to 16 TiB, rounded
-    /// down to whole 4 KiB blocks.
+    /// Size of an image file: bytes or with a K/M/G/T suffix (e.g. 4G); 4 MiB to 16 TiB,
+    /// rounded down to whole 4 KiB blocks. Required for a file; a block device's image takes
+    /// the whole device.
     #[arg(long)]
-    pub size: String,
+    pub size: Option<String>,
     /// Dedup policy.
     #[arg(long, default_value = "light", value_parser = policy_values())]
     pub policy: String,
@@ -200,18 +204,38 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
     if let Some(p) = &a.encrypt_key_file {
         read_key_file(p)?;
     }
-    let size = parse_size_or_zero(&a.size).map_err(|e| anyhow!("--size: {e}"))?;
+    let img = a.image.display();
+    let device = image::block_device_len(&a.image).map_err(|e| anyhow!("{img}: {e}"))?;
+    let size = match (&a.size, device) {
+        (None, None) => bail!("--size is required for an image file (e.g. --size 4G)"),
+        (Some(s), None) => parse_size_or_zero(s).map_err(|e| anyhow!("--size: {e}"))?,
+        (None, Some(len)) => len,
+        (Some(s), Some(len)) => {
+            let asked = parse_size_or_zero(s).map_err(|e| anyhow!("--size: {e}"))?;
+            if asked / 4096 != len / 4096 {
+                bail!(
+                    "--size {s}: an image on a block device takes the whole device ({}); leave --size out",
+                    bytes(len)
+                );
+            }
+            len
+        }
+    };
+    let what = if device.is_some() {
+        "the device"
+    } else {
+        "--size"
+    };
+    let shown = a.size.clone().unwrap_or_else(|| bytes(size));
     if size < MIN_IMAGE {
         bail!(
-            "--size {}: too small, an image needs at least {}",
-            a.size,
+            "{what} {shown}: too small, an image needs at least {}",
             bytes(MIN_IMAGE)
         );
     }
     if size > MAX_IMAGE {
         bail!(
-            "--size {}: nodup images are limited to {}",
-            a.size,
+            "{what} {shown}: nodup images are limited to {}",
             bytes(MAX_IMAGE)
         );
     }
@@ -251,13 +275,25 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
         None => MetaLayoutKind::default_for(policy),
     };
     let kind = match a.medium.as_deref() {
+        // A device is not a file to map: pmem is an image file on tmpfs or DAX.
+        Some("pmem") if device.is_some() => {
+            bail!("--medium pmem: a block device holds a blockfile image (pmem maps an image file on tmpfs or DAX)")
+        }
         Some("pmem") => MediumKind::Pmem,
         Some("blockfile") => MediumKind::BlockFile,
+        // /dev is a tmpfs, which would pick pmem.
+        _ if device.is_some() => MediumKind::BlockFile,
         _ => image::default_kind(&a.image),
     };
-    let img = a.image.display();
     let existed = check_target(&a.image, a.force)?;
-    let free = image::free_space(&a.image).map_err(|e| anyhow!("{img}: {e}"))?;
+    if device.is_some() {
+        check_device_unused(&a.image)?;
+    }
+    let free = match device {
+        // The device is the space: nothing else to fill.
+        Some(len) => len,
+        None => image::free_space(&a.image).map_err(|e| anyhow!("{img}: {e}"))?,
+    };
     if size > free && !a.force {
         bail!(
             "{img}: a {} image does not fit in the {} free where it would live (writes would \
@@ -287,20 +323,47 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
             umask: 0,
         }
     };
+    // Zeroing a large device takes a while: show it on a terminal.
+    let pb = (device.is_some() && std::io::stderr().is_terminal()).then(|| {
+        let pb = ProgressBar::new(size);
+        if let Ok(style) = ProgressStyle::with_template("zeroing {bar:40} {bytes}/{total_bytes}") {
+            pb.set_style(style);
+        }
+        pb
+    });
     let made = (|| -> Result<()> {
-        let medium = image::create(&a.image, size, kind)?;
+        let medium = image::create_with_progress(&a.image, size, kind, &mut |done| {
+            if let Some(pb) = &pb {
+                pb.set_position(done);
+            }
+        })?;
+        if let Some(pb) = &pb {
+            pb.finish_and_clear();
+        }
         let fs = FileSystem::format(medium, kind, &fopts, &FsOptions::default(), owner)?;
         fs.shutdown()?;
         Ok(())
     })();
     if let Err(e) = made {
+        if device.is_some() {
+            // Its first block was cleared before anything else: no half-made image opens.
+            bail!(
+                "formatting {img}: {}; the device holds no image now",
+                super::plain_error(&e)
+            );
+        }
         // Nothing half-made stays behind (what was there before --force is gone either way).
         let _ = std::fs::remove_file(&a.image);
         let what = if existed { "overwriting" } else { "creating" };
         bail!("{what} {img}: {}", super::plain_error(&e));
     }
     println!(
-        "nodup: made {img} ({}{rounded}, policy {}, fingerprint {}, layout {}, medium {}{})",
+        "nodup: made {img} ({}{}{rounded}, policy {}, fingerprint {}, layout {}, medium {}{})",
+        if device.is_some() {
+            "block device, "
+        } else {
+            ""
+        },
         bytes(size),
         policy.name(),
         fingerprint.name(),
@@ -315,13 +378,31 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
     Ok(())
 }
 
+/// Refuse a block device the kernel or another program holds (a mounted file system, a
+/// device-mapper or md member): an exclusive open fails with EBUSY then, as for mkfs.ext4.
+fn check_device_unused(path: &Path) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_EXCL)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => bail!(
+            "{}: the device is in use (mounted, or held by another program)",
+            path.display()
+        ),
+        Err(e) => bail!("{}: {}", path.display(), super::plain_io(&e)),
+    }
+}
+
 /// Check what is at `path` before mkfs writes there; returns whether something existed.
 fn check_target(path: &Path, force: bool) -> Result<bool> {
     let p = path.display();
     let t = image::target(path).map_err(|e| anyhow!("{p}: {e}"))?;
     match t {
         Target::Missing => return Ok(false),
-        Target::NotFile => bail!("{p}: exists and is not a regular file"),
+        Target::NotFile => bail!("{p}: exists and is not a regular file or block device"),
         Target::Empty => {}
         Target::Image if !force => {
             bail!("{p}: already holds a nodup image (--force to overwrite it and everything in it)")

@@ -60,6 +60,24 @@ pub fn json(o: &Output) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
+/// The stderr of a command that must have failed.
+pub fn fail(o: &Output) -> String {
+    assert!(!o.status.success(), "expected a failure, got success");
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// One line on stderr that contains `what`, no "os error" noise.
+pub fn one_line(err: &str, what: &str) {
+    assert_eq!(err.trim().lines().count(), 1, "one line expected: {err:?}");
+    assert!(err.contains(what), "{what:?} expected in {err:?}");
+    assert!(!err.contains("os error"), "errno noise in {err:?}");
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 pub fn ok(o: Output) -> String {
     assert!(
         o.status.success(),
