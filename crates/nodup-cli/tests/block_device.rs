@@ -1,6 +1,6 @@
 //! nodup on a block device (a loop device over a sparse file, root only): mkfs formats the
 //! whole device after the same guard rails as for a file, and an image made over an old one
-//! starts clean; mount, dedup, fsck and a remount work on it.
+//! starts clean; mount claims the device while mounted; dedup, fsck and a remount work on it.
 
 mod common;
 use common::*;
@@ -66,6 +66,14 @@ impl Drop for Loop {
     }
 }
 
+/// The exclusive open a mounted file system or mkfs.ext4 makes of a device.
+fn exclusive(dev: &str) -> std::io::Result<fs::File> {
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_EXCL)
+        .open(dev)
+}
+
 fn head(p: &Path) -> Vec<u8> {
     let mut v = vec![0u8; 1 << 20];
     std::os::unix::fs::FileExt::read_exact_at(&fs::File::open(p).unwrap(), &mut v, 0).unwrap();
@@ -97,11 +105,7 @@ fn mkfs_formats_a_block_device_whole_and_it_starts_clean() {
     );
     {
         // Held exclusively (as a mounted file system holds its device).
-        let _held = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_EXCL)
-            .open(d)
-            .unwrap();
+        let _held = exclusive(d).unwrap();
         one_line(&fail(&nodup(&["mkfs", d, "--force"])), "in use");
     }
     assert!(head(&lo.dev) == junk, "a refused mkfs changed the device");
@@ -131,9 +135,17 @@ fn mkfs_formats_a_block_device_whole_and_it_starts_clean() {
     assert_eq!(v["files"], 0, "{v}");
     let mnt = &lo.mnt;
     let m = mnt.to_str().unwrap();
+    {
+        let _held = exclusive(d).unwrap();
+        one_line(&fail(&nodup(&["mount", d, m])), "in use");
+    }
     let said = ok(nodup(&["mount", d, m]));
     assert!(said.contains("clean mount"), "{said}");
     assert_eq!(fs::read_dir(mnt).unwrap().count(), 0);
+    // Claimed while mounted: a kernel file system or mkfs.ext4 cannot take it.
+    let e = exclusive(d).map(|_| ()).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EBUSY), "{e}");
+    one_line(&fail(&nodup(&["mkfs", d, "--force"])), "is mounted");
     fs::write(mnt.join("x"), &data).unwrap();
     fs::write(mnt.join("y"), &data).unwrap();
     let v = json(&nodup(&["stats", m, "--json"]));

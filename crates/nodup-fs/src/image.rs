@@ -298,6 +298,29 @@ pub fn free_space(path: &Path) -> Result<u64> {
     Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64) + own)
 }
 
+/// Claim the block device at `path` for as long as the returned handle lives, as mkfs.ext4 and
+/// the kernel's own mounts do (an `O_EXCL` open): refused with [`FsError::Busy`] while a file
+/// system, an md or device-mapper member or another claimant holds it, and it keeps them off
+/// while held. `None` when `path` is not a block device (a file has only [`ImageLock`]).
+pub fn claim_device(path: &Path) -> Result<Option<File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if block_device_len(path)?.is_none() {
+        return Ok(None);
+    }
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_EXCL)
+        .open(path)
+    {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Err(FsError::Busy(format!(
+            "{}: the device is in use (mounted, or held by another program)",
+            path.display()
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// An exclusive advisory lock on an image (held by the mount daemon for its lifetime).
 pub struct ImageLock {
     _file: File,

@@ -286,9 +286,8 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
         _ => image::default_kind(&a.image),
     };
     let existed = check_target(&a.image, a.force)?;
-    if device.is_some() {
-        check_device_unused(&a.image)?;
-    }
+    // Held until the device is formatted: nothing mounts it meanwhile.
+    let _claim = super::mount::claim_device(&a.image)?;
     let free = match device {
         // The device is the space: nothing else to fill.
         Some(len) => len,
@@ -376,24 +375,6 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
         }
     );
     Ok(())
-}
-
-/// Refuse a block device the kernel or another program holds (a mounted file system, a
-/// device-mapper or md member): an exclusive open fails with EBUSY then, as for mkfs.ext4.
-fn check_device_unused(path: &Path) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_EXCL)
-        .open(path)
-    {
-        Ok(_) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => bail!(
-            "{}: the device is in use (mounted, or held by another program)",
-            path.display()
-        ),
-        Err(e) => bail!("{}: {}", path.display(), super::plain_io(&e)),
-    }
 }
 
 /// Check what is at `path` before mkfs writes there; returns whether something existed.

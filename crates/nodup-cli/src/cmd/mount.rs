@@ -385,6 +385,7 @@ pub fn mount(a: MountArgs) -> Result<()> {
         ImageLock::try_lock(&a.image)
             .map_err(|_| anyhow!("{}: image is already mounted", a.image.display()))?,
     );
+    drop(claim_device(&a.image)?);
     // Here, not only in the daemon: once daemonized, its error could only say that it exited.
     if let Some(p) = &a.log_file {
         open_log_file(p)?;
@@ -527,10 +528,24 @@ fn run_daemon(a: MountArgs) -> Result<()> {
     r
 }
 
+/// [`image::claim_device`] with its refusal as one line.
+pub fn claim_device(path: &Path) -> Result<Option<std::fs::File>> {
+    image::claim_device(path).map_err(|e| match e {
+        FsError::Busy(m) => anyhow!(m),
+        e => anyhow!(
+            "{}: {}",
+            path.display(),
+            super::without_errno(&e.to_string())
+        ),
+    })
+}
+
 fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
     let img = a.image.display();
     let _lock =
         ImageLock::try_lock(&a.image).map_err(|_| anyhow!("{img}: image is already mounted"))?;
+    // A device stays claimed while mounted: no kernel file system or mkfs takes it meanwhile.
+    let _claim = claim_device(&a.image)?;
     // An encrypted image's blocks go through a stack buffer before streaming stores, which
     // measured slower than encrypting straight into the mapping (docs/choices.md). A key file
     // is given exactly for an encrypted image: the engine refuses the mount otherwise.
