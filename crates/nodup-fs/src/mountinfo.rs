@@ -1,16 +1,54 @@
-//! /proc/self/mountinfo: finding a mount's device, and its escaped path fields.
+//! /proc/self/mountinfo: the mounts of this namespace (device, mount point, type, source),
+//! with its escaped path fields undone.
 
-use std::path::Path;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// One mount, as a line of /proc/self/mountinfo gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// `major:minor` of the mounted file system.
+    pub device: String,
+    /// Where it is mounted.
+    pub mountpoint: PathBuf,
+    /// Its type (`fuse.nodup`, `ext4`, ...).
+    pub fstype: String,
+    /// Its source (a nodup mount's image).
+    pub source: PathBuf,
+}
+
+/// Every mount of this namespace, oldest first (empty when mountinfo cannot be read).
+pub fn entries() -> Vec<Entry> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|info| info.lines().filter_map(parse).collect())
+        .unwrap_or_default()
+}
+
+/// One line: `id parent major:minor root mountpoint options [optional...] - type source super`.
+fn parse(line: &str) -> Option<Entry> {
+    let f: Vec<&str> = line.split(' ').collect();
+    let sep = f.iter().position(|x| *x == "-")?;
+    if sep < 5 || f.len() < sep + 3 {
+        return None;
+    }
+    let path = |s: &str| PathBuf::from(OsStr::from_bytes(&unescape(s)));
+    Some(Entry {
+        device: f[2].to_string(),
+        mountpoint: path(f[4]),
+        fstype: f[sep + 1].to_string(),
+        source: path(f[sep + 2]),
+    })
+}
 
 /// `major:minor` of the newest mount on `mountpoint`, from /proc/self/mountinfo.
 pub fn mount_device(mountpoint: &Path) -> Option<String> {
     let want = std::fs::canonicalize(mountpoint).ok()?;
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines().rev().find_map(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        (f.len() > 4 && unescape(f[4]) == want.as_os_str().as_encoded_bytes())
-            .then(|| f[2].to_string())
-    })
+    entries()
+        .into_iter()
+        .rev()
+        .find(|e| e.mountpoint == want)
+        .map(|e| e.device)
 }
 
 /// Undo mountinfo's octal escapes (`\040` for a space).
@@ -35,7 +73,24 @@ pub fn unescape(s: &str) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::unescape;
+    use super::{parse, unescape, Entry};
+    use std::path::PathBuf;
+
+    #[test]
+    fn lines() {
+        let l = r"45 27 0:40 / /tmp/a\040b rw,relatime shared:1 - fuse.nodup /dev/shm/x\040y.img rw,user_id=0";
+        assert_eq!(
+            parse(l),
+            Some(Entry {
+                device: "0:40".into(),
+                mountpoint: PathBuf::from("/tmp/a b"),
+                fstype: "fuse.nodup".into(),
+                source: PathBuf::from("/dev/shm/x y.img"),
+            })
+        );
+        assert_eq!(parse("45 27 0:40 / /tmp/a rw - fuse.nodup"), None);
+        assert_eq!(parse("garbage"), None);
+    }
 
     #[test]
     fn escapes() {

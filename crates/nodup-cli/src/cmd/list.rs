@@ -1,7 +1,6 @@
 //! `nodup list`: the mounted nodup file systems, from /proc/self/mountinfo, with the policy
 //! from each image's superblock and the daemon's pid from the lock it holds (/proc/locks).
 
-use super::mount::unescape;
 use anyhow::Result;
 use clap::Args;
 use nodup_core::policy::PolicyKind;
@@ -82,39 +81,29 @@ pub fn dead_mount_error(path: &Path) -> Option<anyhow::Error> {
 
 /// Every nodup mount of this mount namespace.
 pub fn mounted() -> Vec<Mounted> {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for line in info.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        let Some(sep) = f.iter().position(|x| *x == "-") else {
-            continue;
-        };
-        if f.len() < sep + 3 || f.len() < 5 || f[sep + 1] != "fuse.nodup" {
-            continue;
-        }
-        let image = PathBuf::from(unescape(f[sep + 2]));
-        let (policy, medium) = match nodup_fs::superblock::probe_file(&image) {
-            Ok((sb, _, _)) => (
-                PolicyKind::from_u32(sb.policy)
-                    .map_or("unknown", |p| p.name())
-                    .to_string(),
-                sb.medium_kind().name().to_string(),
-            ),
-            Err(_) => ("unknown".into(), "unknown".into()),
-        };
-        let mountpoint = PathBuf::from(unescape(f[4]));
-        out.push(Mounted {
-            pid: lock_holder(&image).unwrap_or(0),
-            dead: is_dead(&mountpoint),
-            mountpoint,
-            image,
-            policy,
-            medium,
-        });
-    }
-    out
+    nodup_fs::mountinfo::entries()
+        .into_iter()
+        .filter(|e| e.fstype == "fuse.nodup")
+        .map(|e| {
+            let (policy, medium) = match nodup_fs::superblock::probe_file(&e.source) {
+                Ok((sb, _, _)) => (
+                    PolicyKind::from_u32(sb.policy)
+                        .map_or("unknown", |p| p.name())
+                        .to_string(),
+                    sb.medium_kind().name().to_string(),
+                ),
+                Err(_) => ("unknown".into(), "unknown".into()),
+            };
+            Mounted {
+                pid: lock_holder(&e.source).unwrap_or(0),
+                dead: is_dead(&e.mountpoint),
+                mountpoint: e.mountpoint,
+                image: e.source,
+                policy,
+                medium,
+            }
+        })
+        .collect()
 }
 
 /// The pid holding the flock on `path` (the mount daemon holds its image's lock).

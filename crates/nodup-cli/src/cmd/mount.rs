@@ -644,32 +644,19 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
     r.map_err(|e| anyhow!("{}: {e}", a.mountpoint.display()))
 }
 
-/// Unescape a path field of /proc/self/mountinfo (`\040` for space etc.).
-pub fn unescape(s: &str) -> String {
-    String::from_utf8_lossy(&nodup_fs::mountinfo::unescape(s)).into_owned()
-}
-
-/// The image behind a nodup mount point, from /proc/self/mountinfo.
+/// The image behind a nodup mount point, from /proc/self/mountinfo. Any `fuse*` type whose
+/// source holds a nodup image counts, not only `fuse.nodup`: a mount made through another
+/// FUSE helper is unmounted by `nodup umount` too.
 pub fn mounted_image(mp: &Path) -> Option<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mut found = None;
-    for line in info.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        let Some(sep) = f.iter().position(|x| *x == "-") else {
-            continue;
-        };
-        if f.len() < sep + 3 || f.len() < 5 {
-            continue;
-        }
-        let src = PathBuf::from(unescape(f[sep + 2]));
-        if Path::new(&unescape(f[4])) == mp
-            && f[sep + 1].starts_with("fuse")
-            && nodup_fs::superblock::probe_file(&src).is_ok()
-        {
-            found = Some(src);
-        }
-    }
-    found
+    nodup_fs::mountinfo::entries()
+        .into_iter()
+        .rev()
+        .find(|e| {
+            e.mountpoint == mp
+                && e.fstype.starts_with("fuse")
+                && nodup_fs::superblock::probe_file(&e.source).is_ok()
+        })
+        .map(|e| e.source)
 }
 
 /// `nodup umount`.
@@ -707,16 +694,5 @@ pub fn umount(a: UmountArgs) -> Result<()> {
             // The image went away (removed while mounted): nothing more to wait for.
             Err(_) => return Ok(()),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mountinfo_unescape() {
-        assert_eq!(unescape("/tmp/a\\040b"), "/tmp/a b");
-        assert_eq!(unescape("/plain"), "/plain");
     }
 }
