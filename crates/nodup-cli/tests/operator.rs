@@ -342,6 +342,42 @@ fn df_used(mnt: &Path) -> u64 {
     (st.f_blocks - st.f_bfree) * st.f_frsize
 }
 
+/// Space freed in the file system goes back to what holds the image at a clean unmount: the
+/// image file shrinks (pmem and blockfile alike), and what is kept reads back.
+#[test]
+fn an_unmount_gives_freed_space_back_to_the_image_file() {
+    if !fuse_available() {
+        return;
+    }
+    for medium in ["pmem", "blockfile"] {
+        let fx = Fixture::new("punch", "256M", &["--medium", medium]);
+        let held = || fs::metadata(&fx.img).unwrap().blocks() * 512;
+        fx.mount(&[]);
+        let mut big = vec![0u8; 64 << 20];
+        StdRng::seed_from_u64(9).fill(&mut big);
+        fs::write(fx.path("big"), &big).unwrap();
+        let keep = b"kept across the unmount\n".repeat(500);
+        fs::write(fx.path("keep"), &keep).unwrap();
+        fx.umount_clean(medium);
+        let full = held();
+        assert!(full >= 64 << 20, "{medium}: image holds {full} bytes");
+        fx.mount(&[]);
+        fs::remove_file(fx.path("big")).unwrap();
+        fx.umount_clean(medium);
+        let after = held();
+        assert!(
+            after + (60 << 20) <= full,
+            "{medium}: image still holds {after} of {full} bytes after the rm"
+        );
+        fx.mount(&[]);
+        assert!(fs::read(fx.path("keep")).unwrap() == keep, "{medium}");
+        // The given-back space is written again without trouble.
+        fs::write(fx.path("big"), &big).unwrap();
+        assert!(fs::read(fx.path("big")).unwrap() == big, "{medium}");
+        fx.umount_clean(medium);
+    }
+}
+
 /// The log must not fill a small image under churn (the old fixed 256 MiB log limit did after
 /// about 30 000 cycles on this image), and the space comes back without a remount.
 #[test]

@@ -128,6 +128,47 @@ fn clean_shutdown_reload_and_failure_recovery() {
     assert_eq!(e.stats().index_entries, 0);
 }
 
+/// A clean shutdown gives the free blocks of the data area back to the medium's holder
+/// (`Medium::discard`; a heap medium marks them) and nothing else: the blocks still
+/// referenced read back after the next open, also for blocks freed and blocks never used.
+#[test]
+fn shutdown_discards_the_free_blocks_and_only_them() {
+    for policy in [PolicyKind::Light, PolicyKind::Smart] {
+        let m = Arc::new(MemMedium::new(8 << 20));
+        let e = fmt(&m, policy, MetaLayoutKind::Region);
+        let data: Vec<Vec<u8>> = (0..64).map(block).collect();
+        let refs: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
+        let got = e.write(&mut WriteCtx::default(), &refs).unwrap();
+        // Every other block goes.
+        for &b in got.iter().step_by(2) {
+            e.release(b).unwrap();
+        }
+        e.shutdown().unwrap();
+        drop(e);
+        let bs = BLOCK_SIZE as u64;
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        for &b in got.iter().step_by(2) {
+            m.read(b * bs, &mut buf).unwrap();
+            assert!(
+                buf.iter().all(|&x| x == nodup_core::media::DISCARDED),
+                "{policy:?}: freed block {b} not discarded"
+            );
+        }
+        let (e, st) = Engine::open(m.clone(), &OpenOptions::default()).unwrap();
+        assert_eq!(st, OpenState::Clean);
+        for (i, &b) in got.iter().enumerate().skip(1).step_by(2) {
+            e.read(b, &mut buf).unwrap();
+            assert_eq!(buf, data[i], "{policy:?}: block {b} lost");
+        }
+        // The freed blocks are taken again and hold what is written to them.
+        let again = e.write(&mut WriteCtx::default(), &refs).unwrap();
+        for (i, &b) in again.iter().enumerate() {
+            e.read(b, &mut buf).unwrap();
+            assert_eq!(buf, data[i], "{policy:?}: rewritten block {b}");
+        }
+    }
+}
+
 /// A `smart` budget this machine cannot reserve (asked at open, or recorded by a larger
 /// machine) is an error from the engine, not an allocation abort of the embedding process,
 /// and leaves the image as it was.

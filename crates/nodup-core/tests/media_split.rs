@@ -34,6 +34,9 @@ impl Medium for Tap {
     fn sync_all(&self) -> Result<()> {
         self.inner.sync_all()
     }
+    fn discard(&self, off: u64, len: u64) -> Result<bool> {
+        self.inner.discard(off, len)
+    }
     fn kind(&self) -> &'static str {
         "tap"
     }

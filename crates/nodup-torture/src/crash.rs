@@ -133,6 +133,9 @@ impl Medium for NoFlush {
             self.0.sync_all()
         }
     }
+    fn discard(&self, off: u64, len: u64) -> nodup_core::Result<bool> {
+        self.0.discard(off, len)
+    }
     fn kind(&self) -> &'static str {
         "crashsim"
     }

@@ -209,7 +209,39 @@ impl Engine {
         self.merge_tally(&t);
         let mut sb = self.sb.lock();
         sb.clean = true;
-        sb.store(&*self.meta_medium)
+        sb.store(&*self.meta_medium)?;
+        drop(sb);
+        // The image is clean and durable, and nothing runs any more: give the free blocks
+        // back to what holds the image. A failure here changes nothing the image says (the
+        // blocks stay allocated where it lives), so it does not fail the shutdown.
+        let _ = self.discard_free();
+        Ok(())
+    }
+
+    /// Give the free blocks of the spans freed in since the open (after failure recovery, all
+    /// free blocks) back to the medium's holder ([`crate::media::Medium::discard`]: holes in
+    /// an image file, so a tmpfs or disk gets back the space of deleted data); returns the
+    /// blocks given back. Runs are asked for in address order, and the first refusal (a holder
+    /// that cannot) ends it.
+    fn discard_free(&self) -> Result<u64> {
+        let bs = BLOCK_SIZE as u64;
+        let mut done = 0u64;
+        let mut failed: Option<Error> = None;
+        let mut able = true;
+        self.alloc.take_freed_runs(&mut |start, n| {
+            if !able || failed.is_some() {
+                return;
+            }
+            match self.medium.discard(start * bs, n * bs) {
+                Ok(true) => done += n,
+                Ok(false) => able = false,
+                Err(e) => failed = Some(e),
+            }
+        });
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(done),
+        }
     }
 
     /// Failure recovery (see [`Engine::recover`]).

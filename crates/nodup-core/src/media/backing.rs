@@ -161,6 +161,20 @@ impl Backing {
         self.ensure_slow(off, len)
     }
 
+    /// `[off, off+len)` was punched out of the file ([`super::Medium::discard`]): its chunks
+    /// are no longer known to be allocated, and the next store into one allocates it again.
+    pub(super) fn forget(&self, off: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let s = &*self.shared;
+        for c in off / BACK_CHUNK..=(off + len - 1) / BACK_CHUNK {
+            let (w, bit) = ((c / 64) as usize, 1u64 << (c % 64));
+            s.backed[w].fetch_and(!bit, Ordering::Relaxed);
+            s.asked[w].fetch_and(!bit, Ordering::Relaxed);
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn ensure_slow(&self, off: u64, len: u64) -> Result<()> {

@@ -235,6 +235,17 @@ impl Medium for BlockFile {
         super::file_hole(self.file.as_raw_fd(), off, len)
     }
 
+    fn discard(&self, off: u64, len: u64) -> Result<bool> {
+        use std::os::unix::io::AsRawFd;
+        if self.opts.read_only {
+            return Ok(false);
+        }
+        check_range(off, len as usize, self.len)?;
+        // A file gets a hole; a block device a discard (the kernel refuses, and we stop, where
+        // the device cannot unmap without writing).
+        super::punch_hole(self.file.as_raw_fd(), off, len)
+    }
+
     fn kind(&self) -> &'static str {
         "blockfile"
     }

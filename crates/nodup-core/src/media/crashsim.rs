@@ -450,6 +450,16 @@ impl Medium for CrashSim {
         Ok(())
     }
 
+    /// A durable overwrite with [`super::DISCARDED`] bytes, so crash states see it as any
+    /// other store and a recovered image that reads such a block shows it.
+    fn discard(&self, off: u64, len: u64) -> Result<bool> {
+        check_range(off, len as usize, self.len)?;
+        self.write(off, &vec![super::DISCARDED; len as usize])?;
+        self.flush(off, len);
+        self.fence()?;
+        Ok(true)
+    }
+
     fn kind(&self) -> &'static str {
         "crashsim"
     }

@@ -320,6 +320,9 @@ impl Medium for DataCrypt {
     fn sync_all(&self) -> Result<()> {
         self.inner.sync_all()
     }
+    fn discard(&self, off: u64, len: u64) -> Result<bool> {
+        self.inner.discard(off, len)
+    }
     fn prefetch(&self, off: u64, len: usize, stride: usize) {
         self.inner.prefetch(off, len, stride)
     }
@@ -388,6 +391,9 @@ impl Medium for MetaCrypt {
     }
     fn sync_all(&self) -> Result<()> {
         self.inner.sync_all()
+    }
+    fn discard(&self, off: u64, len: u64) -> Result<bool> {
+        self.inner.discard(off, len)
     }
     fn prefetch(&self, off: u64, len: usize, stride: usize) {
         self.inner.prefetch(off, len, stride)

@@ -264,6 +264,9 @@ impl Medium for FaultMedium {
         }
         self.inner.sync_all()
     }
+    fn discard(&self, off: u64, len: u64) -> Result<bool> {
+        self.inner.discard(off, len)
+    }
     /// No direct view: every read goes through the fault check.
     fn direct(&self, _off: u64, _len: usize) -> Option<&[u8]> {
         None

@@ -66,6 +66,13 @@ impl Medium for MemMedium {
     fn sync_all(&self) -> Result<()> {
         Ok(())
     }
+    fn discard(&self, off: u64, len: u64) -> Result<bool> {
+        let mut b = self.bytes.write();
+        let total = b.len();
+        let r = range(off, len as usize, total)?;
+        b[r].fill(super::DISCARDED);
+        Ok(true)
+    }
     fn kind(&self) -> &'static str {
         "mem"
     }

@@ -404,6 +404,9 @@ impl Medium for AccessMeter {
     fn sync_all(&self) -> Result<()> {
         self.inner.sync_all()
     }
+    fn discard(&self, off: u64, len: u64) -> Result<bool> {
+        self.inner.discard(off, len)
+    }
     fn direct(&self, off: u64, len: usize) -> Option<&[u8]> {
         let d = self.inner.direct(off, len)?;
         self.model.on_read(off, len);

@@ -71,8 +71,34 @@ pub trait Medium: Send + Sync {
     fn known_zero(&self, _off: u64, _len: u64) -> bool {
         false
     }
+    /// Give `[off, off+len)` back to what holds the medium (a hole in an image file, a discard
+    /// on a device): called only for blocks nothing references, whose bytes are garbage from
+    /// then on. `Ok(false)` when the medium cannot (the default), so the caller stops asking.
+    fn discard(&self, _off: u64, _len: u64) -> Result<bool> {
+        Ok(false)
+    }
     /// Short name for stats and errors (`pmem`, `blockfile`, `crashsim`, ...).
     fn kind(&self) -> &'static str;
+}
+
+/// Bytes a discarded range of a test medium reads as: not zeros, so that anything reading a
+/// block it was given back shows (a real device's discarded blocks need not read as zeros).
+pub const DISCARDED: u8 = 0xdb;
+
+/// Punch `[off, off+len)` out of the file (or block device) behind `fd`, keeping its size:
+/// [`Medium::discard`] for the media over a file. `Ok(false)` when that file system or device
+/// cannot.
+pub(crate) fn punch_hole(fd: std::os::unix::io::RawFd, off: u64, len: u64) -> Result<bool> {
+    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    // SAFETY: fallocate on a descriptor the caller owns; no memory is involved.
+    if unsafe { libc::fallocate(fd, mode, off as libc::off_t, len as libc::off_t) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::ENODEV) => Ok(false),
+        _ => Err(Error::Io(e)),
+    }
 }
 
 /// Where [`Medium::fill_with`] lets its closure store, and how.

@@ -449,6 +449,20 @@ impl Medium for Pmem {
         super::file_hole(self.file.as_raw_fd(), off, len)
     }
 
+    fn discard(&self, off: u64, len: u64) -> Result<bool> {
+        if self.read_only {
+            return Ok(false);
+        }
+        check_range(off, len as usize, self.len)?;
+        // The pages leave the mapping too; a later store faults in a zeroed one, after the
+        // backing store has allocated its chunk again, as for any hole.
+        let punched = super::punch_hole(self.file.as_raw_fd(), off, len)?;
+        if let Some(b) = &self.backing {
+            b.forget(off, len);
+        }
+        Ok(punched)
+    }
+
     fn kind(&self) -> &'static str {
         "pmem"
     }
