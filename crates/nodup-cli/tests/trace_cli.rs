@@ -506,3 +506,118 @@ fn gen_refuses_a_size_below_one_request() {
         assert!(!t.exists(), "--size {size} created the output");
     }
 }
+
+/// The names in `dir`, sorted (a temporary file left behind shows up here).
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_failing_gen_or_convert_keeps_the_file_it_would_replace() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let t = small_trace(dir.path(), "t.fiu");
+    let old = b"an older trace, not to be lost\n".repeat(100);
+    let keep = dir.path().join("keep.own");
+    std::fs::write(&keep, &old).unwrap();
+    std::fs::set_permissions(&keep, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // Late failures of convert: a bad last line under --strict, a trace of nothing but bad
+    // lines (refused once read).
+    let mut text = std::fs::read_to_string(&t).unwrap();
+    text.push_str("not a trace line\n");
+    let bad_end = dir.path().join("bad-end.fiu");
+    std::fs::write(&bad_end, text).unwrap();
+    let junk = dir.path().join("junk.fiu");
+    std::fs::write(&junk, "not a trace\n").unwrap();
+    for args in [
+        vec!["trace", "convert", s(&bad_end), "--strict", "-o", s(&keep)],
+        vec!["trace", "convert", s(&junk), "-o", s(&keep)],
+    ] {
+        let o = nodup(&args);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(
+            std::fs::read(&keep).unwrap() == old,
+            "{args:?} lost the old file"
+        );
+    }
+    assert_eq!(
+        names(dir.path()),
+        ["bad-end.fiu", "junk.fiu", "keep.own", "t.fiu"]
+    );
+    // A success replaces it, with its permissions.
+    let o = nodup(&["trace", "convert", s(&t), "-o", s(&keep)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read(&keep).unwrap() != old);
+    let mode = std::fs::metadata(&keep).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    // What is not a regular file is written in place, and stays what it is.
+    for args in [
+        vec!["trace", "convert", s(&t), "-o", "/dev/null"],
+        vec![
+            "trace",
+            "gen",
+            "--size",
+            "64K",
+            "--dup-ratio",
+            "0.5",
+            "-o",
+            "/dev/null",
+        ],
+    ] {
+        let o = nodup(&args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    assert!(std::fs::metadata("/dev/null")
+        .unwrap()
+        .file_type()
+        .is_char_device());
+    // A full disk, for gen and for convert, under a trace that was there before.
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping the full disk: mounting a small tmpfs needs root");
+        return;
+    }
+    let full = common::SmallTmpfs::new("trace-keep", "1M");
+    let there = full.dir.join("there.fiu");
+    std::fs::write(&there, &old).unwrap();
+    let big = dir.path().join("big.fiu");
+    let big_own = dir.path().join("big.own");
+    let gen = |out: &Path| {
+        nodup(&[
+            "trace",
+            "gen",
+            "--size",
+            "64M",
+            "--dup-ratio",
+            "0.5",
+            "-o",
+            s(out),
+        ])
+    };
+    let o = gen(&big);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = nodup(&["trace", "convert", s(&big), "-o", s(&big_own)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for o in [
+        gen(&there),
+        nodup(&["trace", "convert", s(&big_own), "-o", s(&there)]),
+    ] {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "a 1 MiB disk took a trace of 64 MiB?");
+        assert!(err.contains("No space left"), "{err}");
+        assert!(
+            std::fs::read(&there).unwrap() == old,
+            "lost the old file: {err}"
+        );
+        assert_eq!(names(&full.dir), ["there.fiu"], "{err}");
+    }
+}

@@ -17,6 +17,7 @@ pub mod error;
 pub mod format;
 pub mod gen;
 pub mod model;
+pub mod output;
 pub mod plot;
 pub mod popularity;
 pub mod record;

@@ -3,8 +3,9 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use nodup_trace::format::{convert, Format, TraceReader};
+use nodup_trace::format::{convert_pending, Format, TraceReader};
 use nodup_trace::gen::{generate, parse_size, GenOptions, RunLength};
+use nodup_trace::output::OutputFile;
 use nodup_trace::popularity::Popularity;
 use nodup_trace::replay::{replay as run_replay, Mode, ReplayOptions};
 use nodup_trace::stats::trace_stats;
@@ -311,17 +312,13 @@ pub fn trace(c: TraceCommand) -> Result<()> {
                 strict: a.strict,
                 report: (!a.strict).then_some(PRINT_BAD),
             };
-            // Only a file this run creates is this run's to remove (`-o /dev/null` is not).
-            let created = std::fs::symlink_metadata(&a.output).is_err();
-            let (n, bad) = convert(&a.trace, &a.output, parse_format(&a.to)?, &policy)
+            let (out, n, bad) = convert_pending(&a.trace, &a.output, parse_format(&a.to)?, &policy)
                 .with_context(|| format!("converting {}", a.trace.display()))?;
-            if let Err(e) = check_bad_lines(&a.trace, n, bad) {
-                // Nothing was converted: no empty trace is left where one was asked for.
-                if created {
-                    let _ = std::fs::remove_file(&a.output);
-                }
-                return Err(e);
-            }
+            // Nothing was converted: what was at the output stays (dropping `out` removes
+            // what was written), and no empty trace is left where one was asked for.
+            check_bad_lines(&a.trace, n, bad)?;
+            out.commit()
+                .with_context(|| format!("converting {}", a.trace.display()))?;
             eprintln!(
                 "nodup: converted {n} records ({bad} bad lines skipped) to {}",
                 a.output.display()
@@ -485,25 +482,18 @@ fn gen(a: GenArgs) -> Result<()> {
         popularity: a.popularity.parse::<Popularity>()?,
         phases: a.phases,
     };
-    // Before the output file is created (or truncated).
+    // Before the output file is created.
     o.validate()?;
-    // A run that fails midway (a full disk) must not leave a partial trace that looks like a
-    // good one; a file that was there before is not this run's to remove.
-    let created = std::fs::symlink_metadata(&a.output).is_err();
-    let f = std::fs::File::create(&a.output)
-        .with_context(|| format!("creating {}", a.output.display()))?;
-    let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-    let s = match generate(&o, &mut w) {
-        Ok(s) => s,
-        Err(e) => {
-            // The buffered rest is dropped unwritten: the file goes anyway.
-            drop(w.into_parts());
-            if created {
-                let _ = std::fs::remove_file(&a.output);
-            }
-            return Err(anyhow::Error::new(e).context(format!("writing {}", a.output.display())));
-        }
-    };
+    // Written beside the output and renamed over it once complete: a run that fails midway (a
+    // full disk) leaves neither a partial trace that looks like a good one nor, in place of
+    // the file that was there, nothing.
+    let out = OutputFile::create(&a.output)?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, out.file());
+    let s = generate(&o, &mut w)
+        .map_err(|e| anyhow::Error::new(e).context(format!("writing {}", a.output.display())))?;
+    // The writer's borrow of the file ends before the commit (generate flushed it).
+    drop(w);
+    out.commit()?;
     eprintln!(
         "nodup: generated {} records ({} written blocks, {} duplicates = {:.2} %, {} read blocks) into {}",
         s.records,

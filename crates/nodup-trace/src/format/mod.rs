@@ -5,6 +5,7 @@ pub mod own;
 pub mod varint;
 
 use crate::error::{Result, TraceError};
+use crate::output::OutputFile;
 use crate::record::Record;
 use std::fs::File;
 use std::io::{BufReader, Read};
@@ -177,42 +178,53 @@ pub fn for_each_record(
 }
 
 /// Convert `input` to `output` in the other format (or `to`); returns (records, bad lines).
+/// `output` is replaced only once the conversion succeeded (see [`OutputFile`]).
 pub fn convert(
     input: &Path,
     output: &Path,
     to: Option<Format>,
     policy: &BadLinePolicy<'_>,
 ) -> Result<(u64, u64)> {
+    let (out, n, bad) = convert_pending(input, output, to, policy)?;
+    out.commit()?;
+    Ok((n, bad))
+}
+
+/// [`convert`] without putting the output in place: the caller commits it once it accepts the
+/// result (a trace of nothing but bad lines may not be), or drops it to leave `output` as it was.
+pub fn convert_pending(
+    input: &Path,
+    output: &Path,
+    to: Option<Format>,
+    policy: &BadLinePolicy<'_>,
+) -> Result<(OutputFile, u64, u64)> {
     let (from, mut reader) = TraceReader::open_as(input, None)?;
     let to = to.unwrap_or(match from {
         Format::Fiu => Format::Own,
         Format::Own => Format::Fiu,
     });
-    // Creating the output truncates it: were it the input (the same path, or a symlink or
-    // hard link to it), the conversion would read an empty trace and destroy the original.
+    // Were the output the input (the same path, or a symlink or hard link to it), one written
+    // in place (not a regular file) would be truncated when opened, the conversion would read
+    // an empty trace and destroy the original; a regular one would be replaced by its own
+    // conversion.
     if same_file(input, output) {
         return Err(TraceError::Refused(format!(
             "output {} is the input trace itself (converting onto it would destroy it)",
             output.display()
         )));
     }
-    // A conversion that fails midway (a full disk, a corrupt input under --strict) must not
-    // leave a partial trace that looks like a good one; but a file that was there before is
-    // not this run's to remove.
-    let created = std::fs::symlink_metadata(output).is_err();
-    let out = File::create(output)
-        .map_err(|e| TraceError::io(format!("creating {}", output.display()), e))?;
-    let r = convert_into(&mut reader, out, output, to, policy);
-    if r.is_err() && created {
-        let _ = std::fs::remove_file(output);
-    }
-    r
+    // Written beside the output and renamed over it only when complete: a conversion that
+    // fails midway (a full disk, a corrupt input under --strict) leaves no partial trace that
+    // looks like a good one, and the file that was there before as it was.
+    let out = OutputFile::create(output)?;
+    let (n, bad) = convert_into(&mut reader, out.file(), output, to, policy)?;
+    Ok((out, n, bad))
 }
 
-/// The body of [`convert`]: every record of `reader` into `out` (the file at `output`).
+/// The body of [`convert`]: every record of `reader` into `out` (the file for `output`).
 fn convert_into(
     reader: &mut TraceReader,
-    out: File,
+    out: &File,
     output: &Path,
     to: Format,
     policy: &BadLinePolicy<'_>,
