@@ -440,7 +440,8 @@ fn gen_and_convert_leave_no_partial_output_on_a_full_disk() {
     let o = gen(&g);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "64 MiB of trace fit in 1 MiB?");
-    assert!(err.contains("No space left"), "{err}");
+    fails_with(&o, &format!("writing {}: No space left on device", s(&g)));
+    assert!(!err.contains("os error"), "{err}");
     assert!(!g.exists(), "gen left a partial trace");
     // A trace whose FIU text is far larger than the tmpfs, converted onto it.
     let big = dir.path().join("big.fiu");
@@ -453,7 +454,8 @@ fn gen_and_convert_leave_no_partial_output_on_a_full_disk() {
     let o = nodup(&["trace", "convert", s(&own), "-o", s(&c)]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "the conversion fit in 1 MiB?");
-    assert!(err.contains("No space left"), "{err}");
+    fails_with(&o, "No space left on device");
+    assert!(!err.contains("os error"), "{err}");
     assert!(!c.exists(), "convert left a partial trace");
 }
 
@@ -619,5 +621,33 @@ fn a_failing_gen_or_convert_keeps_the_file_it_would_replace() {
             "lost the old file: {err}"
         );
         assert_eq!(names(&full.dir), ["there.fiu"], "{err}");
+    }
+}
+
+#[test]
+fn trace_io_errors_read_like_the_other_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.fiu");
+    let out = dir.path().join("out.own");
+    let no_dir = dir.path().join("no-such-dir/g.fiu");
+    for args in [
+        vec!["trace", "stats", s(&missing)],
+        vec!["trace", "convert", s(&missing), "-o", s(&out)],
+        vec!["replay", s(&missing), "--dir", s(dir.path())],
+        vec![
+            "trace",
+            "gen",
+            "--size",
+            "64K",
+            "--dup-ratio",
+            "0.5",
+            "-o",
+            s(&no_dir),
+        ],
+    ] {
+        let o = nodup(&args);
+        fails_with(&o, "No such file or directory");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("os error"), "{args:?}: {err}");
     }
 }

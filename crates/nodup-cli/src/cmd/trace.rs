@@ -226,8 +226,9 @@ pub fn replay(a: ReplayArgs) -> Result<()> {
         },
         progress: Some(&report_progress),
     };
-    let r =
-        run_replay(&a.trace, &opts).with_context(|| format!("replaying {}", a.trace.display()))?;
+    let r = run_replay(&a.trace, &opts)
+        .map_err(trace_error)
+        .with_context(|| format!("replaying {}", a.trace.display()))?;
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
@@ -313,11 +314,13 @@ pub fn trace(c: TraceCommand) -> Result<()> {
                 report: (!a.strict).then_some(PRINT_BAD),
             };
             let (out, n, bad) = convert_pending(&a.trace, &a.output, parse_format(&a.to)?, &policy)
+                .map_err(trace_error)
                 .with_context(|| format!("converting {}", a.trace.display()))?;
             // Nothing was converted: what was at the output stays (dropping `out` removes
             // what was written), and no empty trace is left where one was asked for.
             check_bad_lines(&a.trace, n, bad)?;
             out.commit()
+                .map_err(trace_error)
                 .with_context(|| format!("converting {}", a.trace.display()))?;
             eprintln!(
                 "nodup: converted {n} records ({bad} bad lines skipped) to {}",
@@ -334,7 +337,7 @@ fn stats(a: StatsArgs) -> Result<()> {
         // not after minutes over a large trace.
         nodup_trace::plot::check_output(p).map_err(plot_error)?;
     }
-    let mut reader = TraceReader::open(&a.trace, parse_format(&a.format)?)?;
+    let mut reader = TraceReader::open(&a.trace, parse_format(&a.format)?).map_err(trace_error)?;
     let policy = BadLinePolicy {
         strict: a.strict,
         report: (!a.strict).then_some(PRINT_BAD),
@@ -345,6 +348,7 @@ fn stats(a: StatsArgs) -> Result<()> {
             pb.set_position(b)
         }
     })
+    .map_err(trace_error)
     .with_context(|| format!("reading {}", a.trace.display()))?;
     if let Some(pb) = pb {
         pb.finish_and_clear();
@@ -363,6 +367,15 @@ fn stats(a: StatsArgs) -> Result<()> {
         nodup_trace::plot::plot_cdf(&s, p).map_err(plot_error)?;
     }
     Ok(())
+}
+
+/// A trace error for the command line: an I/O error without Rust's " (os error N)" suffix,
+/// as the other commands print theirs.
+fn trace_error(e: TraceError) -> anyhow::Error {
+    match e {
+        TraceError::Io { what, source } => anyhow::anyhow!("{what}: {}", super::plain_io(&source)),
+        e => e.into(),
+    }
 }
 
 /// A plot error as one line: the message already names the file, so no "plot:" prefix, and
@@ -487,13 +500,22 @@ fn gen(a: GenArgs) -> Result<()> {
     // Written beside the output and renamed over it once complete: a run that fails midway (a
     // full disk) leaves neither a partial trace that looks like a good one nor, in place of
     // the file that was there, nothing.
-    let out = OutputFile::create(&a.output)?;
+    let out = OutputFile::create(&a.output).map_err(trace_error)?;
     let mut w = std::io::BufWriter::with_capacity(1 << 20, out.file());
-    let s = generate(&o, &mut w)
-        .map_err(|e| anyhow::Error::new(e).context(format!("writing {}", a.output.display())))?;
+    let s = generate(&o, &mut w).map_err(|e| match e {
+        // Its own "writing generated trace" says less than the file's name.
+        TraceError::Io { source, .. } => {
+            anyhow::anyhow!(
+                "writing {}: {}",
+                a.output.display(),
+                super::plain_io(&source)
+            )
+        }
+        e => anyhow::Error::new(e).context(format!("writing {}", a.output.display())),
+    })?;
     // The writer's borrow of the file ends before the commit (generate flushed it).
     drop(w);
-    out.commit()?;
+    out.commit().map_err(trace_error)?;
     eprintln!(
         "nodup: generated {} records ({} written blocks, {} duplicates = {:.2} %, {} read blocks) into {}",
         s.records,
