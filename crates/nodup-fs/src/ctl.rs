@@ -2,6 +2,7 @@
 //! on the root directory, readable with getxattr by `nodup stats MOUNTPOINT` or any tool.
 
 use std::ffi::CString;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::Path;
 
 /// Name of the virtual xattr on the root directory that returns the stats JSON.
@@ -29,6 +30,24 @@ fn get_xattr(path: &Path, name: &str, buf: &mut [u8]) -> std::io::Result<usize> 
     let r = unsafe {
         libc::getxattr(
             p.as_ptr(),
+            n.as_ptr(),
+            buf.as_mut_ptr() as *mut libc::c_void,
+            buf.len(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(r as usize)
+}
+
+/// Read virtual xattr `name` of the open file `fd` into `buf`; returns its length.
+fn get_xattr_fd(fd: BorrowedFd<'_>, name: &str, buf: &mut [u8]) -> std::io::Result<usize> {
+    let n = CString::new(name).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `fd` is open, the name is NUL terminated and `buf` is valid for `buf.len()` bytes.
+    let r = unsafe {
+        libc::fgetxattr(
+            fd.as_raw_fd(),
             n.as_ptr(),
             buf.as_mut_ptr() as *mut libc::c_void,
             buf.len(),
@@ -71,16 +90,51 @@ pub fn command(mountpoint: &Path, command: &str) -> std::io::Result<()> {
     Ok(())
 }
 
+/// [`command`] through `root`, the mount's root directory already open: no path is looked up
+/// again, so the command cannot land on whatever a path names after an unmount.
+pub fn command_fd(root: BorrowedFd<'_>, command: &str) -> std::io::Result<()> {
+    let name =
+        CString::new(CTL_XATTR).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `root` is open, the name is NUL terminated; the value pointer is valid for its
+    // length.
+    let r = unsafe {
+        libc::fsetxattr(
+            root.as_raw_fd(),
+            name.as_ptr(),
+            command.as_ptr() as *const libc::c_void,
+            command.len(),
+            0,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// [`worker_idle`] through `root`, the mount's root directory already open (see
+/// [`command_fd`]).
+pub fn worker_idle_fd(root: BorrowedFd<'_>) -> std::io::Result<bool> {
+    let mut buf = [0u8; 16];
+    let n = get_xattr_fd(root, WORKER_XATTR, &mut buf)?;
+    worker_state(&buf[..n])
+}
+
+/// `idle` or `busy`, as [`WORKER_XATTR`] answers.
+fn worker_state(v: &[u8]) -> std::io::Result<bool> {
+    match v {
+        b"idle" => Ok(true),
+        b"busy" => Ok(false),
+        _ => Err(std::io::Error::from_raw_os_error(libc::EPROTO)),
+    }
+}
+
 /// Whether the `smart` worker of the file system mounted at `mountpoint` is idle (see
 /// [`WORKER_XATTR`]); ENODATA when the mount has no worker.
 pub fn worker_idle(mountpoint: &Path) -> std::io::Result<bool> {
     let mut buf = [0u8; 16];
     let n = get_xattr(mountpoint, WORKER_XATTR, &mut buf)?;
-    match &buf[..n] {
-        b"idle" => Ok(true),
-        b"busy" => Ok(false),
-        _ => Err(std::io::Error::from_raw_os_error(libc::EPROTO)),
-    }
+    worker_state(&buf[..n])
 }
 
 /// Read the stats JSON of the nodup file system mounted at `mountpoint`.

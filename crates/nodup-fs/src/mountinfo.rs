@@ -8,8 +8,12 @@ use std::path::{Path, PathBuf};
 /// One mount, as a line of /proc/self/mountinfo gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// The mount's id (as `/proc/PID/fdinfo` gives it for a descriptor on the mount).
+    pub id: u64,
     /// `major:minor` of the mounted file system.
     pub device: String,
+    /// The directory of the file system the mount shows (`/` unless a bind mount of a part).
+    pub root: PathBuf,
     /// Where it is mounted.
     pub mountpoint: PathBuf,
     /// Its type (`fuse.nodup`, `ext4`, ...).
@@ -34,7 +38,9 @@ fn parse(line: &str) -> Option<Entry> {
     }
     let path = |s: &str| PathBuf::from(OsStr::from_bytes(&unescape(s)));
     Some(Entry {
+        id: f[0].parse().ok()?,
         device: f[2].to_string(),
+        root: path(f[3]),
         mountpoint: path(f[4]),
         fstype: f[sep + 1].to_string(),
         source: path(f[sep + 2]),
@@ -82,7 +88,9 @@ mod tests {
         assert_eq!(
             parse(l),
             Some(Entry {
+                id: 45,
                 device: "0:40".into(),
+                root: PathBuf::from("/"),
                 mountpoint: PathBuf::from("/tmp/a b"),
                 fstype: "fuse.nodup".into(),
                 source: PathBuf::from("/dev/shm/x y.img"),

@@ -3,9 +3,13 @@
 //! (for experiments: a battery level or low-power mode on a machine that has neither), and a
 //! wait until its worker is idle.
 
-use anyhow::{bail, Result};
+use super::list::{dead_mount_error, mounted, Mounted};
+use anyhow::{anyhow, bail, Result};
 use clap::Args;
-use std::path::PathBuf;
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 /// Arguments of `nodup ctl`.
 #[derive(Args)]
@@ -73,23 +77,7 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
     check_reading("--battery", &a.battery, 100.0, "a percentage")?;
     check_reading("--cpu-busy", &a.cpu_busy, 1.0, "a fraction")?;
     check_reading("--device-busy", &a.device_busy, 1.0, "a fraction")?;
-    // The control attribute is answered only at the root of a mount: anywhere else setxattr
-    // would store the command as a plain attribute of that path and report success. The mount
-    // table says which paths are roots (and their policy) without asking the daemon for its
-    // stats, whose report reads every entry slot and grows the daemon's memory.
-    if let Some(e) = super::list::dead_mount_error(&a.mountpoint) {
-        return Err(e);
-    }
-    let root = a.mountpoint.canonicalize().ok();
-    let mounted = super::list::mounted()
-        .into_iter()
-        .find(|m| Some(&m.mountpoint) == root.as_ref())
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "{}: not a mounted nodup file system",
-                a.mountpoint.display()
-            )
-        })?;
+    let (root, mounted) = open_root(&a.mountpoint)?;
     let mp = a.mountpoint.display();
     let policy = mounted.policy.as_str();
     let smart_only: Vec<&str> = [
@@ -114,7 +102,7 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
         );
     }
     for c in cmds {
-        nodup_fs::ctl::command(&a.mountpoint, &c).map_err(|e| match e.raw_os_error() {
+        nodup_fs::ctl::command_fd(root.as_fd(), &c).map_err(|e| match e.raw_os_error() {
             Some(libc::EINVAL) => anyhow::anyhow!("{mp}: \"{c}\" refused by the daemon"),
             Some(libc::ENODATA) | Some(libc::ENOTSUP) => {
                 anyhow::anyhow!("{mp}: not a nodup mount")
@@ -125,7 +113,7 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
     if a.wait_idle {
         let t0 = std::time::Instant::now();
         loop {
-            match nodup_fs::ctl::worker_idle(&a.mountpoint) {
+            match nodup_fs::ctl::worker_idle_fd(root.as_fd()) {
                 Ok(true) => break,
                 Ok(false) => {}
                 Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {
@@ -146,6 +134,64 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `path` opened once, and checked through that descriptor to be the root of a nodup mount.
+/// The control attribute is answered only at the root of a mount: anywhere else setxattr would
+/// store the command as a plain attribute and report success. The commands then go through
+/// this descriptor, so an unmount after the check cannot make them land on the directory
+/// underneath, as a second lookup of the path would; and while it is open, a plain unmount
+/// fails as busy (a lazy one leaves it on the mount). The mount table says which mounts are
+/// nodup's roots (and their policy) without asking the daemon for its stats, whose report
+/// reads every entry slot and grows the daemon's memory.
+fn open_root(path: &Path) -> Result<(File, Mounted)> {
+    let not_nodup = || anyhow!("{}: not a mounted nodup file system", path.display());
+    if let Some(e) = dead_mount_error(path) {
+        return Err(e);
+    }
+    let root = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) => not_nodup(),
+            // The daemon died since the check above.
+            Some(libc::ENOTCONN) => dead_mount_error(path).unwrap_or_else(not_nodup),
+            _ => anyhow!("{}: {}", path.display(), super::plain_io(&e)),
+        })?;
+    let id = mount_id(&root).ok_or_else(not_nodup)?;
+    if !is_mount_root(&root) {
+        return Err(not_nodup());
+    }
+    // A bind mount of a directory inside a nodup mount is on it too, but is not its root.
+    let mounted = mounted()
+        .into_iter()
+        .find(|m| m.mount_id == id && m.whole)
+        .ok_or_else(not_nodup)?;
+    Ok((root, mounted))
+}
+
+/// The id of the mount the open file `f` is on, as /proc/self/mountinfo numbers mounts (from
+/// /proc/self/fdinfo).
+fn mount_id(f: &File) -> Option<u64> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", f.as_raw_fd())).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Whether the open directory `d` is the root of its mount: its "..", which the kernel takes
+/// across the mount, is on another device (or is `d` itself, at `/`).
+fn is_mount_root(d: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = d.metadata() else {
+        return false;
+    };
+    // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+    let mut up: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `d` is open, the path is NUL terminated and `up` is writable.
+    let r = unsafe { libc::fstatat(d.as_raw_fd(), c"..".as_ptr(), &mut up, 0) };
+    r == 0 && (up.st_dev != m.dev() || up.st_ino == m.ino())
 }
 
 /// A resource reading given by hand: `auto`, or a number from 0 to `max` (`what` names it).

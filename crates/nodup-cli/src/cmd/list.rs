@@ -26,6 +26,13 @@ pub struct Mounted {
     /// The daemon is gone (killed or crashed): the kernel still has the mount, every access
     /// to it fails with "Transport endpoint is not connected".
     pub dead: bool,
+    /// The mount's id in /proc/self/mountinfo (what an open descriptor's fdinfo names).
+    #[serde(skip)]
+    pub mount_id: u64,
+    /// The mount shows the whole file system (its root is the file system's root), not a
+    /// bind mount of a directory inside it.
+    #[serde(skip)]
+    pub whole: bool,
 }
 
 /// The way back from a dead mount: `nodup umount` detaches it (fusermount3 works without the
@@ -97,6 +104,8 @@ pub fn mounted() -> Vec<Mounted> {
             Mounted {
                 pid: lock_holder(&e.source).unwrap_or(0),
                 dead: is_dead(&e.mountpoint),
+                mount_id: e.id,
+                whole: e.root == Path::new("/"),
                 mountpoint: e.mountpoint,
                 image: e.source,
                 policy,
