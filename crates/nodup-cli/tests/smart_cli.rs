@@ -262,9 +262,19 @@ fn smart_options_are_refused_where_they_mean_nothing() {
         &nodup(&["ctl", f.mnt.to_str().unwrap(), "--worker-rate", "5"]),
         "--worker-rate is only for policy smart, and this mount's policy is light",
     );
+    // Refused before anything is sent: the checkpoint asked with it is not written.
+    let checkpoints = || f.stats()["checkpoints"]["count"].as_u64().unwrap();
+    let before = checkpoints();
     one_line_error(
-        &nodup(&["ctl", f.mnt.to_str().unwrap(), "--wait-idle"]),
-        "not a smart mount",
+        &nodup(&[
+            "ctl",
+            f.mnt.to_str().unwrap(),
+            "--checkpoint",
+            "--wait-idle",
+        ]),
+        "--wait-idle is only for policy smart (only a smart mount has an out-of-line worker to \
+         wait for), and this mount's policy is light",
     );
+    assert_eq!(checkpoints(), before);
     f.umount();
 }

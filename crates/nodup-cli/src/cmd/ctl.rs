@@ -36,7 +36,8 @@ pub struct CtlArgs {
     #[arg(long, value_name = "F|auto")]
     pub device_busy: Option<String>,
     /// smart: after the other commands, wait until the worker has nothing queued (a cheap
-    /// query every 0.2 s; fails after --timeout seconds).
+    /// query every 0.2 s; fails after --timeout seconds). Only smart has an out-of-line
+    /// worker: on another policy's mount it is refused before anything is sent.
     #[arg(long)]
     pub wait_idle: bool,
     /// Seconds --wait-idle waits at most.
@@ -99,6 +100,14 @@ pub fn ctl(a: CtlArgs) -> Result<()> {
             } else {
                 format!("{} are", smart_only.join(", "))
             }
+        );
+    }
+    // Refused, not taken as already idle: asking to wait for a worker that does not exist is a
+    // mistake about the mount (as the other smart options are), and found before any command.
+    if policy != "smart" && a.wait_idle {
+        bail!(
+            "{mp}: --wait-idle is only for policy smart (only a smart mount has an out-of-line \
+             worker to wait for), and this mount's policy is {policy}"
         );
     }
     for c in cmds {
