@@ -761,6 +761,8 @@ fn a_dead_mount_is_named_as_such_with_the_way_back() {
         vec!["stats", mnt],
         vec!["ctl", mnt, "--checkpoint"],
         vec!["du", file.to_str().unwrap()],
+        // Mounting onto it again names nodup's own way to detach it.
+        vec!["mount", fx.img.to_str().unwrap(), mnt],
     ] {
         let e = fail(&nodup(&args));
         one_line(&e, "is gone");

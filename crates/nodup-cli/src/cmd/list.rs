@@ -79,9 +79,10 @@ pub fn dead_mount_error(path: &Path) -> Option<anyhow::Error> {
                 what_to_do(&m)
             )
         }
+        // Not a nodup mount (none is listed for the path): `nodup umount` would refuse it.
         None => anyhow::anyhow!(
             "{d}: the file system daemon behind this path is gone (Transport endpoint is not \
-             connected); unmount it (`nodup umount`, or `fusermount3 -u`) and mount the image again"
+             connected); unmount it (`fusermount3 -u`) and mount it again"
         ),
     })
 }

@@ -332,9 +332,12 @@ fn check_mountpoint(mp: &Path, nonempty: bool) -> Result<()> {
     match std::fs::metadata(mp) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => bail!("{d}: mount point is not a directory"),
-        // ENOTCONN: a FUSE daemon died and left its mount behind.
+        // ENOTCONN: a FUSE daemon died and left its mount behind. A nodup one is detached by
+        // `nodup umount`, which the message names (with the image a new mount recovers).
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-            bail!("{d}: a dead mount is still attached here (fusermount3 -u it first)")
+            return Err(super::list::dead_mount_error(mp).unwrap_or_else(|| {
+                anyhow!("{d}: a dead mount is still attached here (fusermount3 -u it first)")
+            }))
         }
         Err(e) => bail!("{d}: mount point: {}", super::plain_io(&e)),
     }
