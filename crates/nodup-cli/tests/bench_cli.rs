@@ -90,3 +90,34 @@ fn bench_aging_json_contract() {
         assert!(l["fresh_write_bytes_per_block"].as_f64().unwrap() > 0.0);
     }
 }
+
+#[test]
+fn bench_sizes_are_refused_saying_why() {
+    for (args, what) in [
+        (
+            vec!["bench", "engine", "--size", "1Q"],
+            "--size: invalid size \"1Q\" (a number with an optional K, M, G or T)",
+        ),
+        (
+            vec!["bench", "aging", "--size=-4M"],
+            "--size: invalid size \"-4M\": negative",
+        ),
+        (
+            vec![
+                "bench",
+                "race",
+                "--size",
+                "1M",
+                "--call",
+                "99999999999999999999",
+            ],
+            "--call: invalid size \"99999999999999999999\": too large",
+        ),
+    ] {
+        let o = nodup(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} accepted");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(what), "{args:?}: {err}");
+    }
+}

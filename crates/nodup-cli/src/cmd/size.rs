@@ -3,8 +3,8 @@
 
 use anyhow::{anyhow, bail, Result};
 
-/// Parse `4096`, `64K`, `512M`, `4G`, `1T` (binary units; an optional `iB`/`B` suffix is
-/// accepted). Zero is refused: no size argument of nodup means anything at 0 (those with a
+/// Parse `4096`, `64K`, `512M`, `4G`, `1T` (binary units, in either case; an optional
+/// `iB`/`B` suffix is accepted, also in lower case: `2kb`, `1gib`). Zero is refused: no size argument of nodup means anything at 0 (those with a
 /// larger minimum use [`parse_size_or_zero`] and name their own).
 pub fn parse_size(s: &str) -> Result<u64> {
     let n = parse_size_or_zero(s)?;
@@ -18,10 +18,15 @@ pub fn parse_size(s: &str) -> Result<u64> {
 /// what it is (an image's, a memory budget's), which a bare "too small" would not.
 pub fn parse_size_or_zero(s: &str) -> Result<u64> {
     let t = s.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix('B'))
-        .unwrap_or(t);
+    let lower = t.to_ascii_lowercase();
+    // ASCII lower-casing keeps every byte where it was, so the lengths cut the same text.
+    let t = if lower.ends_with("ib") {
+        &t[..t.len() - 2]
+    } else if lower.ends_with('b') {
+        &t[..t.len() - 1]
+    } else {
+        t
+    };
     let (num, mul) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
         Some('K') => (&t[..t.len() - 1], 1u64 << 10),
         Some('M') => (&t[..t.len() - 1], 1 << 20),
@@ -101,6 +106,9 @@ mod tests {
         assert_eq!(parse_size("1G").unwrap(), 1 << 30);
         assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
         assert_eq!(parse_size("1.5m").unwrap(), 3 << 19);
+        assert_eq!(parse_size("2 kb").unwrap(), 2048);
+        assert_eq!(parse_size("1gib").unwrap(), 1 << 30);
+        assert_eq!(parse_size("512m").unwrap(), 512 << 20);
         assert!(parse_size("x").is_err());
         assert!(parse_size("-1G").is_err());
         assert!(parse_size("").is_err());
@@ -110,6 +118,7 @@ mod tests {
         assert!(e("0.1").contains("too small"));
         assert!(e("99999999999999999999").contains("too large"));
         assert!(e("-1G").contains("negative"));
+        assert!(e("1Q").contains("a number with an optional K, M, G or T"));
         assert_eq!(parse_size_or_zero("0").unwrap(), 0);
     }
 

@@ -26,7 +26,7 @@ use serde_json::json;
 
 use super::data::{shuffle, Stream};
 use super::engine::BLOCKS_PER_CALL;
-use super::{emit_json, parse_size, progress, CommonArgs, TempImage};
+use super::{emit_json, progress, size_arg, CommonArgs, TempImage};
 
 /// Metering granularity (Optane XPLine).
 pub const GRANULARITY: usize = 256;
@@ -136,7 +136,7 @@ fn cell(bytes: f64) -> String {
 }
 
 pub fn run(a: AgingArgs) -> Result<()> {
-    let size = parse_size(&a.size)?;
+    let size = size_arg("--size", &a.size)?;
     let nblocks = (size / BLOCK_SIZE as u64) as usize;
     if nblocks < 2 {
         bail!("--size must be at least two blocks");

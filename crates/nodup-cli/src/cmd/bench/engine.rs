@@ -28,7 +28,7 @@ use nodup_core::{BlockNr, Engine, FormatOptions, OpenOptions, WriteCtx, BLOCK_SI
 use serde_json::json;
 
 use super::data::{splitmix, Stream};
-use super::{emit_json, median, parse_size, progress, CommonArgs, Stopwatch, TempImage};
+use super::{emit_json, median, progress, size_arg, CommonArgs, Stopwatch, TempImage};
 
 /// Blocks per write call (2 MiB).
 pub const BLOCKS_PER_CALL: usize = 512;
@@ -338,7 +338,7 @@ fn check(name: &str, value: f64, threshold: f64) -> (String, serde_json::Value) 
 }
 
 pub fn run(a: EngineArgs) -> Result<()> {
-    let size = parse_size(&a.size)?;
+    let size = size_arg("--size", &a.size)?;
     let nblocks = (size / BLOCK_SIZE as u64) as usize;
     if nblocks == 0 || a.runs == 0 {
         bail!("--size must be at least one block and --runs at least 1");

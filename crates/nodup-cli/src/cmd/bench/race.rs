@@ -14,7 +14,7 @@ use nodup_core::{Engine, FormatOptions, OpenOptions, WriteCtx, BLOCK_SIZE};
 use serde_json::json;
 
 use super::data::Stream;
-use super::{emit_json, median, parse_size, CommonArgs, TempImage};
+use super::{emit_json, median, size_arg, CommonArgs, TempImage};
 
 /// `nodup bench race` options.
 #[derive(Args, Debug)]
@@ -39,8 +39,8 @@ pub struct RaceArgs {
 }
 
 pub fn run(a: RaceArgs) -> Result<()> {
-    let size = parse_size(&a.size)?;
-    let call = parse_size(&a.call)?;
+    let size = size_arg("--size", &a.size)?;
+    let call = size_arg("--call", &a.call)?;
     let nblocks = (size / BLOCK_SIZE as u64) as usize;
     let per_call = (call / BLOCK_SIZE as u64) as usize;
     if nblocks == 0 || per_call == 0 || a.threads == 0 || a.runs == 0 {
