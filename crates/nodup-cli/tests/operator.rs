@@ -163,6 +163,20 @@ fn mkfs_refuses_what_it_would_destroy() {
     let _ = fs::remove_file(&data);
 }
 
+/// Kill the daemon of `fx`'s mount (as a crash would) and detach the dead mount.
+fn crash(fx: &Fixture) {
+    let pid = daemon_pid(&fx.img);
+    // SAFETY: kill(2) on the daemon this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let _ = Command::new("fusermount3")
+        .arg("-u")
+        .arg("-z")
+        .arg(&fx.mnt)
+        .output();
+    wait_unlocked(&fx.img);
+}
+
 #[test]
 fn stats_and_fsck_leave_the_image_byte_identical() {
     if !fuse_available() {
@@ -203,16 +217,7 @@ fn stats_and_fsck_leave_the_image_byte_identical() {
         // A crashed image: stats and fsck report, and still write nothing.
         fx.mount(&[]);
         fs::write(fx.path("c"), b"after").unwrap();
-        let pid = daemon_pid(&fx.img);
-        // SAFETY: kill(2) on the daemon this test started.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        let _ = Command::new("fusermount3")
-            .arg("-u")
-            .arg("-z")
-            .arg(&fx.mnt)
-            .output();
-        wait_unlocked(&fx.img);
+        crash(&fx);
         let before = sha(&fx.img);
         // stats says the image needs recovery (one line on stderr, exit 0) and claims no
         // figure recovery rebuilds: space used, bytes saved, dedup factor.
@@ -231,6 +236,9 @@ fn stats_and_fsck_leave_the_image_byte_identical() {
             let l = out.lines().find(|l| l.trim_start().starts_with(key));
             assert!(l.is_some_and(|l| l.contains("unknown")), "{key}: {out}");
         }
+        // The index's memory is what recovery rebuilds too: no figure for it.
+        let index = out.lines().find(|l| l.trim_start().starts_with("index"));
+        assert!(index.is_some_and(|l| !l.contains('B')), "{out}");
         assert!(
             !out.contains("dedup 1.00x") && !out.contains("0 B   data"),
             "{out}"
@@ -242,6 +250,7 @@ fn stats_and_fsck_leave_the_image_byte_identical() {
             "physical_bytes",
             "bytes_saved",
             "dedup_factor",
+            "index_memory_bytes",
         ] {
             assert!(js[key].is_null(), "{key} in {js}");
         }
@@ -261,6 +270,55 @@ fn stats_and_fsck_leave_the_image_byte_identical() {
         assert_eq!(fs::read(fx.path("c")).unwrap(), b"after");
         fx.umount();
         ok(fx.fsck());
+    }
+    // The policies' own figures of what recovery fills again (smart's fingerprint store,
+    // selective's fingerprint cache) are unknown too; their configuration is not.
+    for (policy, held, known) in [
+        ("smart", "fingerprints", "Smart (memory budget"),
+        ("selective", "fingerprint cache", "Selective (hot"),
+    ] {
+        let fx = Fixture::new(policy, "64M", &["--policy", policy]);
+        fx.mount(&[]);
+        let data: Vec<u8> = (0..400_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        fs::write(fx.path("a"), &data).unwrap();
+        fs::write(fx.path("b"), &data).unwrap();
+        crash(&fx);
+        let img = fx.img.to_str().unwrap();
+        let out = ok(nodup(&["stats", img]));
+        assert!(out.contains(known), "{policy}: {out}");
+        let l = out.lines().find(|l| l.trim_start().starts_with(held));
+        assert!(
+            l.is_some_and(|l| l.contains("unknown")),
+            "{policy} {held}: {out}"
+        );
+        if policy == "smart" {
+            let l = out
+                .lines()
+                .find(|l| l.trim_start().starts_with("dedup memory"));
+            assert!(l.is_some_and(|l| l.contains("unknown")), "{out}");
+        }
+        let js = json(&nodup(&["stats", img, "--json"]));
+        let nulls: &[&str] = match policy {
+            "smart" => &[
+                "/smart/engine/store/fingerprints_on_media",
+                "/smart/memory/total_bytes",
+                "/smart/memory/fingerprint_store_bytes",
+            ],
+            _ => &["/selective/fp_cache/entries"],
+        };
+        for p in nulls {
+            assert!(js.pointer(p).is_some_and(|x| x.is_null()), "{p} in {js}");
+        }
+        // Recovered, the figures are back.
+        fx.mount(&[]);
+        fx.umount();
+        let js = json(&nodup(&["stats", img, "--json"]));
+        for p in nulls {
+            assert!(
+                js.pointer(p).is_some_and(|x| x.as_u64() > Some(0)),
+                "{p} in {js}"
+            );
+        }
     }
     // A `smart` image last mounted with another budget than the one recorded at mkfs: its
     // fingerprint groups were saved for other prefixes. stats and fsck read them as saved

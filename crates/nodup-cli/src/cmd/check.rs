@@ -76,15 +76,28 @@ fn open_locked(path: &Path, write: bool, key: Option<&Path>, fsck: bool) -> Resu
 }
 
 /// Figures of an image opened read-only before its failure recovery: the allocator, the
-/// reference counts and the index are what that recovery rebuilds, so they are unknown.
-const UNKNOWN_BEFORE_RECOVERY: [&str; 7] = [
-    "free_blocks",
-    "physical_bytes",
-    "bytes_saved",
-    "dedup_factor",
-    "dedup_ratio",
-    "index_entries",
-    "refcount_histogram",
+/// reference counts and the index (its entries and the memory they take) are what that
+/// recovery rebuilds, so they are unknown. As JSON pointers, each nulled where present.
+const UNKNOWN_BEFORE_RECOVERY: [&str; 16] = [
+    "/free_blocks",
+    "/physical_bytes",
+    "/bytes_saved",
+    "/dedup_factor",
+    "/dedup_ratio",
+    "/index_entries",
+    "/index_memory_bytes",
+    "/refcount_histogram",
+    // `smart`'s fingerprint store is filled again from the files; its budget and the other
+    // structures' memory are the recorded configuration's, and known.
+    "/smart/memory/fingerprint_store_bytes",
+    "/smart/memory/total_bytes",
+    "/smart/engine/store/fingerprints_in_memory",
+    "/smart/engine/store/fingerprints_on_media",
+    "/smart/engine/store/media_groups",
+    "/smart/engine/store/tombstones",
+    "/smart/engine/store/memory",
+    // `selective`'s fingerprint cache is filled from the index; its capacity is configured.
+    "/selective/fp_cache/entries",
 ];
 
 /// `nodup stats`.
@@ -109,8 +122,10 @@ pub fn stats(a: StatsArgs) -> Result<()> {
                 "nodup: warning: {t} was not unmounted cleanly: space and dedup figures are \
                  unknown until it is recovered (mount it, or run `nodup fsck --repair {t}`)"
             );
-            for k in UNKNOWN_BEFORE_RECOVERY {
-                v[k] = Value::Null;
+            for p in UNKNOWN_BEFORE_RECOVERY {
+                if let Some(x) = v.pointer_mut(p) {
+                    *x = Value::Null;
+                }
             }
             v["needs_recovery"] = true.into();
         }
@@ -227,10 +242,7 @@ fn human(v: &Value, from: &str, mounted: bool) -> String {
         u(v, "index_memory_bytes") as f64 / entries as f64
     };
     if unrecovered {
-        line(format!(
-            "  index            {}, entries unknown until recovered",
-            bytes(u(v, "index_memory_bytes"))
-        ));
+        line("  index            unknown until recovered".into());
     } else {
         line(format!(
             "  index            {} for {} entries ({per:.1} B each)",
@@ -306,6 +318,11 @@ fn since_mount(v: &Value, line: &mut impl FnMut(String)) {
     ));
 }
 
+/// A byte figure, or "unknown" where it is null (one recovery rebuilds, not yet recovered).
+fn bytes_or_unknown(v: &Value) -> String {
+    v.as_u64().map_or_else(|| "unknown".to_string(), bytes)
+}
+
 /// The policy's own figures, when it keeps any (`smart`'s budget, `selective`'s caches).
 fn policy_lines(v: &Value) -> Vec<String> {
     let mut o = Vec::new();
@@ -331,8 +348,8 @@ fn policy_lines(v: &Value) -> Vec<String> {
         ));
         o.push(format!(
             "  dedup memory     {}: fingerprint store {} (merge scratch {}), skipped buffer {}, read cache {}, worker {}",
-            bytes(u(mem, "total_bytes")),
-            bytes(u(mem, "fingerprint_store_bytes")),
+            bytes_or_unknown(&mem["total_bytes"]),
+            bytes_or_unknown(&mem["fingerprint_store_bytes"]),
             bytes(u(mem, "merge_scratch_bytes")),
             bytes(u(mem, "skipped_buffer_bytes")),
             bytes(u(mem, "read_cache_bytes")),
@@ -344,11 +361,18 @@ fn policy_lines(v: &Value) -> Vec<String> {
             bytes(u(mem, "worker_thread_reserve_bytes"))
         ));
         let c = &st["counters"];
+        let held = if st["fingerprints_on_media"].is_null() {
+            "unknown until recovered".to_string()
+        } else {
+            format!(
+                "{} in memory, {} on media in {} groups",
+                count(u(st, "fingerprints_in_memory")),
+                count(u(st, "fingerprints_on_media")),
+                count(u(st, "media_groups"))
+            )
+        };
         o.push(format!(
-            "  fingerprints     {} in memory, {} on media in {} groups; {} promoted, {} merges, {} lost",
-            count(u(st, "fingerprints_in_memory")),
-            count(u(st, "fingerprints_on_media")),
-            count(u(st, "media_groups")),
+            "  fingerprints     {held}; {} promoted, {} merges, {} lost",
             count(u(c, "promotions")),
             count(u(c, "merges")),
             count(u(c, "dropped"))
@@ -420,7 +444,9 @@ fn policy_lines(v: &Value) -> Vec<String> {
         o.push("Selective (hot fingerprints only):".into());
         o.push(format!(
             "  fingerprint cache  {} of {} entries, {} of {}; {} hits, {} misses, {} evictions, {} refreshes ({refresh})",
-            count(u(fc, "entries")),
+            fc["entries"]
+                .as_u64()
+                .map_or_else(|| "unknown".to_string(), count),
             count(u(fc, "capacity")),
             bytes(u(fc, "memory_bytes")),
             bytes(u(fc, "budget_bytes")),
