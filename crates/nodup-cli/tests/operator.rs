@@ -788,17 +788,8 @@ fn list_shows_the_mount_and_the_daemon_logs() {
     fs::remove_file(fx.mnt.join(".keep")).unwrap();
 }
 
-#[test]
-fn a_dead_mount_is_named_as_such_with_the_way_back() {
-    if !fuse_available() {
-        return;
-    }
-    let fx = Fixture::new("dead", "16M", &[]);
-    fx.mount(&[]);
-    let mut f = fs::File::create(fx.path("kept")).unwrap();
-    f.write_all(b"synced before the kill").unwrap();
-    f.sync_all().unwrap();
-    drop(f);
+/// `kill -9` the daemon of `fx`'s mount and wait until the mount answers ENOTCONN.
+fn kill_daemon(fx: &Fixture) {
     let pid = daemon_pid(&fx.img);
     // SAFETY: a signal to the daemon this test started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -813,6 +804,40 @@ fn a_dead_mount_is_named_as_such_with_the_way_back() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A dead mount whose image was removed meanwhile is still detached by `nodup umount`, as the
+/// dead-mount message says.
+#[test]
+fn umount_detaches_a_dead_mount_whose_image_is_gone() {
+    if !fuse_available() {
+        return;
+    }
+    let fx = Fixture::new("dead-gone", "16M", &[]);
+    fx.mount(&[]);
+    kill_daemon(&fx);
+    fs::remove_file(&fx.img).unwrap();
+    fx.umount();
+    let mounted = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mnt = fx.mnt.canonicalize().unwrap();
+    assert!(
+        !mounted.contains(&format!(" {} ", mnt.display())),
+        "still mounted: {mounted}"
+    );
+}
+
+#[test]
+fn a_dead_mount_is_named_as_such_with_the_way_back() {
+    if !fuse_available() {
+        return;
+    }
+    let fx = Fixture::new("dead", "16M", &[]);
+    fx.mount(&[]);
+    let mut f = fs::File::create(fx.path("kept")).unwrap();
+    f.write_all(b"synced before the kill").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    kill_daemon(&fx);
     let mnt = fx.mnt.to_str().unwrap();
     let file = fx.path("kept");
     for args in [

@@ -647,17 +647,19 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
     r.map_err(|e| anyhow!("{}: {e}", a.mountpoint.display()))
 }
 
-/// The image behind a nodup mount point, from /proc/self/mountinfo. Any `fuse*` type whose
-/// source holds a nodup image counts, not only `fuse.nodup`: a mount made through another
-/// FUSE helper is unmounted by `nodup umount` too.
+/// The image behind a nodup mount point, from /proc/self/mountinfo: a `fuse.nodup` mount's
+/// source whatever became of it (a dead mount whose image was removed is still ours to
+/// detach), or any other `fuse*` type's source that holds a nodup image (a mount made
+/// through another FUSE helper).
 pub fn mounted_image(mp: &Path) -> Option<PathBuf> {
     nodup_fs::mountinfo::entries()
         .into_iter()
         .rev()
         .find(|e| {
             e.mountpoint == mp
-                && e.fstype.starts_with("fuse")
-                && nodup_fs::superblock::probe_file(&e.source).is_ok()
+                && (e.fstype == "fuse.nodup"
+                    || e.fstype.starts_with("fuse")
+                        && nodup_fs::superblock::probe_file(&e.source).is_ok())
         })
         .map(|e| e.source)
 }
