@@ -1,6 +1,7 @@
 //! nodup on a block device (a loop device over a sparse file, root only): mkfs formats the
 //! whole device after the same guard rails as for a file, and an image made over an old one
-//! starts clean; mount claims the device while mounted; dedup, fsck and a remount work on it.
+//! starts clean; mount and fsck --repair claim the device; dedup, fsck, a remount and the
+//! recovery of a killed daemon work on it.
 
 mod common;
 use common::*;
@@ -156,5 +157,24 @@ fn mkfs_formats_a_block_device_whole_and_it_starts_clean() {
     assert!(said.contains("clean mount"), "{said}");
     assert!(fs::read(mnt.join("x")).unwrap() == data);
     assert!(fs::read(mnt.join("y")).unwrap() == data);
+
+    // A crash on a device: `fsck --repair` claims it as mount does, then recovers it.
+    let f = fs::File::create(mnt.join("z")).unwrap();
+    std::io::Write::write_all(&mut &f, &data).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let pid = daemon_pid(&lo.dev);
+    // SAFETY: a signal to the daemon this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    wait_unlocked(&lo.dev);
+    ok(nodup(&["umount", m]));
+    {
+        let _held = exclusive(d).unwrap();
+        one_line(&fail(&nodup(&["fsck", d, "--repair"])), "in use");
+    }
+    ok(nodup(&["fsck", d, "--repair"]));
+    let said = ok(nodup(&["mount", d, m]));
+    assert!(said.contains("clean mount"), "{said}");
+    assert!(fs::read(mnt.join("z")).unwrap() == data);
     ok(nodup(&["umount", m]));
 }

@@ -480,6 +480,8 @@ pub fn fsck(a: FsckArgs) -> Result<()> {
     if !a.repair || (first.consistent() && first.repaired.is_empty()) {
         return fsck_report(&a, &first);
     }
+    // A device is claimed while repaired, as a mount claims it.
+    let claim = super::mount::claim_device(&a.image)?;
     let fs = open_locked(&a.image, true, key, true)?;
     let mut rep = nodup_fs::fsck::check(&fs, true)?;
     if fs.recovery().kind == "failure" {
@@ -497,7 +499,7 @@ pub fn fsck(a: FsckArgs) -> Result<()> {
         rep.repaired.insert(0, what);
     }
     fs.shutdown()?;
-    drop(lock);
+    drop((lock, claim));
     fsck_report(&a, &rep)
 }
 
