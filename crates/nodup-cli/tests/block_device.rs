@@ -54,11 +54,7 @@ impl Loop {
 
 impl Drop for Loop {
     fn drop(&mut self) {
-        let _ = Command::new("fusermount3")
-            .arg("-u")
-            .arg("-z")
-            .arg(&self.mnt)
-            .output();
+        detach(&self.mnt);
         // The daemon lets go of the device before it can be detached.
         wait_unlocked(&self.dev);
         let _ = fs::remove_dir(&self.mnt);

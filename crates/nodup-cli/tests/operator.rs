@@ -165,16 +165,8 @@ fn mkfs_refuses_what_it_would_destroy() {
 
 /// Kill the daemon of `fx`'s mount (as a crash would) and detach the dead mount.
 fn crash(fx: &Fixture) {
-    let pid = daemon_pid(&fx.img);
-    // SAFETY: kill(2) on the daemon this test started.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let _ = Command::new("fusermount3")
-        .arg("-u")
-        .arg("-z")
-        .arg(&fx.mnt)
-        .output();
-    wait_unlocked(&fx.img);
+    kill_daemon(fx);
+    detach(&fx.mnt);
 }
 
 #[test]
@@ -966,7 +958,7 @@ fn a_mem_budget_beyond_the_machine_is_refused_up_front() {
     let m = mnt.to_str().unwrap();
     let o = nodup(&["mount", h, m, "--mem-budget", "1T"]);
     // Should it have mounted after all, leave nothing mounted behind.
-    let _ = Command::new("fusermount3").args(["-u", "-z", m]).output();
+    detach(Path::new(m));
     one_line(&fail(&o), "--mem-budget 1T");
     wait_unlocked(&huge);
     // A budget recorded in the image beyond this machine (made on a larger one; here forged):
@@ -986,7 +978,7 @@ fn a_mem_budget_beyond_the_machine_is_refused_up_front() {
     for cmd in [vec!["stats", h], vec!["fsck", h], vec!["mount", h, m]] {
         one_line(&fail(&nodup(&cmd)), "more than this machine's memory");
     }
-    let _ = Command::new("fusermount3").args(["-u", "-z", m]).output();
+    detach(Path::new(m));
     assert!(sha(&huge) == before, "a refused open changed the image");
     if fuse_available() {
         ok(nodup(&["mount", h, m, "--mem-budget", "4M"]));
@@ -1065,7 +1057,7 @@ fn mount_names_a_log_file_it_cannot_write() {
     let m = mnt.to_str().unwrap();
     for log in ["/nonexistent-nodup-dir/sub/log", "/dev/shm"] {
         let o = nodup(&["mount", i, m, "--log-file", log]);
-        let _ = Command::new("fusermount3").args(["-u", "-z", m]).output();
+        detach(Path::new(m));
         one_line(&fail(&o), &format!("{log}: log file"));
     }
     wait_unlocked(&img);

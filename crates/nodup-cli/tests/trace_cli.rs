@@ -22,6 +22,25 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// The arguments of `trace gen` of `size` at half duplicates into `out`.
+fn gen_args<'a>(size: &'a str, out: &'a str) -> Vec<&'a str> {
+    vec![
+        "trace",
+        "gen",
+        "--size",
+        size,
+        "--dup-ratio",
+        "0.5",
+        "-o",
+        out,
+    ]
+}
+
+/// `trace gen` of 64 MiB into `out` (more than a 1 MiB tmpfs holds).
+fn gen_64m(out: &Path) -> std::process::Output {
+    nodup(&gen_args("64M", s(out)))
+}
+
 #[test]
 fn stats_json_has_the_contract_keys() {
     let v = json(&nodup(&[
@@ -144,16 +163,7 @@ fn gen_popularity_and_phases() {
     let dir = tempfile::tempdir().unwrap();
     let gen = |name: &str, extra: &[&str]| {
         let t = dir.path().join(name);
-        let mut args = vec![
-            "trace",
-            "gen",
-            "--size",
-            "32M",
-            "--dup-ratio",
-            "0.5",
-            "-o",
-            s(&t),
-        ];
+        let mut args = gen_args("32M", s(&t));
         args.extend_from_slice(extra);
         let o = nodup(&args);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -424,20 +434,8 @@ fn gen_and_convert_leave_no_partial_output_on_a_full_disk() {
     }
     let dir = tempfile::tempdir().unwrap();
     let full = common::SmallTmpfs::new("trace-full", "1M");
-    let gen = |out: &Path| {
-        nodup(&[
-            "trace",
-            "gen",
-            "--size",
-            "64M",
-            "--dup-ratio",
-            "0.5",
-            "-o",
-            s(out),
-        ])
-    };
     let g = full.dir.join("g.fiu");
-    let o = gen(&g);
+    let o = gen_64m(&g);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "64 MiB of trace fit in 1 MiB?");
     fails_with(&o, &format!("writing {}: No space left on device", s(&g)));
@@ -446,7 +444,7 @@ fn gen_and_convert_leave_no_partial_output_on_a_full_disk() {
     // A trace whose FIU text is far larger than the tmpfs, converted onto it.
     let big = dir.path().join("big.fiu");
     let own = dir.path().join("big.own");
-    let o = gen(&big);
+    let o = gen_64m(&big);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = nodup(&["trace", "convert", s(&big), "-o", s(&own)]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -491,16 +489,7 @@ fn gen_refuses_a_size_below_one_request() {
     let dir = tempfile::tempdir().unwrap();
     let t = dir.path().join("g.fiu");
     for size in ["0", "100"] {
-        let o = nodup(&[
-            "trace",
-            "gen",
-            "--size",
-            size,
-            "--dup-ratio",
-            "0.5",
-            "-o",
-            s(&t),
-        ]);
+        let o = nodup(&gen_args(size, s(&t)));
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "--size {size} accepted");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
@@ -560,16 +549,7 @@ fn a_failing_gen_or_convert_keeps_the_file_it_would_replace() {
     // What is not a regular file is written in place, and stays what it is.
     for args in [
         vec!["trace", "convert", s(&t), "-o", "/dev/null"],
-        vec![
-            "trace",
-            "gen",
-            "--size",
-            "64K",
-            "--dup-ratio",
-            "0.5",
-            "-o",
-            "/dev/null",
-        ],
+        gen_args("64K", "/dev/null"),
     ] {
         let o = nodup(&args);
         assert!(
@@ -593,24 +573,12 @@ fn a_failing_gen_or_convert_keeps_the_file_it_would_replace() {
     std::fs::write(&there, &old).unwrap();
     let big = dir.path().join("big.fiu");
     let big_own = dir.path().join("big.own");
-    let gen = |out: &Path| {
-        nodup(&[
-            "trace",
-            "gen",
-            "--size",
-            "64M",
-            "--dup-ratio",
-            "0.5",
-            "-o",
-            s(out),
-        ])
-    };
-    let o = gen(&big);
+    let o = gen_64m(&big);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = nodup(&["trace", "convert", s(&big), "-o", s(&big_own)]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for o in [
-        gen(&there),
+        gen_64m(&there),
         nodup(&["trace", "convert", s(&big_own), "-o", s(&there)]),
     ] {
         let err = String::from_utf8_lossy(&o.stderr);
@@ -634,16 +602,7 @@ fn trace_io_errors_read_like_the_other_commands() {
         vec!["trace", "stats", s(&missing)],
         vec!["trace", "convert", s(&missing), "-o", s(&out)],
         vec!["replay", s(&missing), "--dir", s(dir.path())],
-        vec![
-            "trace",
-            "gen",
-            "--size",
-            "64K",
-            "--dup-ratio",
-            "0.5",
-            "-o",
-            s(&no_dir),
-        ],
+        gen_args("64K", s(&no_dir)),
     ] {
         let o = nodup(&args);
         fails_with(&o, "No such file or directory");

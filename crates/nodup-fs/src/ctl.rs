@@ -2,7 +2,7 @@
 //! on the root directory, readable with getxattr by `nodup stats MOUNTPOINT` or any tool.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::Path;
 
 /// Name of the virtual xattr on the root directory that returns the stats JSON.
@@ -70,24 +70,7 @@ pub fn read_json(path: &Path, name: &str) -> std::io::Result<serde_json::Value> 
 
 /// Send `command` to the nodup file system mounted at `mountpoint` (see [`CTL_XATTR`]).
 pub fn command(mountpoint: &Path, command: &str) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let inval = || std::io::Error::from_raw_os_error(libc::EINVAL);
-    let path = CString::new(mountpoint.as_os_str().as_bytes()).map_err(|_| inval())?;
-    let name = CString::new(CTL_XATTR).map_err(|_| inval())?;
-    // SAFETY: both strings are NUL terminated; the value pointer is valid for its length.
-    let r = unsafe {
-        libc::setxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            command.as_ptr() as *const libc::c_void,
-            command.len(),
-            0,
-        )
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    command_fd(std::fs::File::open(mountpoint)?.as_fd(), command)
 }
 
 /// [`command`] through `root`, the mount's root directory already open: no path is looked up
@@ -112,8 +95,8 @@ pub fn command_fd(root: BorrowedFd<'_>, command: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-/// [`worker_idle`] through `root`, the mount's root directory already open (see
-/// [`command_fd`]).
+/// Whether the `smart` worker of the file system whose root directory `root` is open is idle
+/// (see [`WORKER_XATTR`]); ENODATA when the mount has no worker.
 pub fn worker_idle_fd(root: BorrowedFd<'_>) -> std::io::Result<bool> {
     let mut buf = [0u8; 16];
     let n = get_xattr_fd(root, WORKER_XATTR, &mut buf)?;
@@ -127,14 +110,6 @@ fn worker_state(v: &[u8]) -> std::io::Result<bool> {
         b"busy" => Ok(false),
         _ => Err(std::io::Error::from_raw_os_error(libc::EPROTO)),
     }
-}
-
-/// Whether the `smart` worker of the file system mounted at `mountpoint` is idle (see
-/// [`WORKER_XATTR`]); ENODATA when the mount has no worker.
-pub fn worker_idle(mountpoint: &Path) -> std::io::Result<bool> {
-    let mut buf = [0u8; 16];
-    let n = get_xattr(mountpoint, WORKER_XATTR, &mut buf)?;
-    worker_state(&buf[..n])
 }
 
 /// Read the stats JSON of the nodup file system mounted at `mountpoint`.

@@ -127,6 +127,15 @@ pub fn time_seed() -> u64 {
         .unwrap_or(1)
 }
 
+/// Detach whatever is mounted on `mnt` now, lazily (cleanup: nothing to check).
+pub fn detach(mnt: &Path) {
+    let _ = Command::new("fusermount3")
+        .arg("-u")
+        .arg("-z")
+        .arg(mnt)
+        .output();
+}
+
 pub static SEQ: AtomicUsize = AtomicUsize::new(0);
 
 /// An image in /dev/shm and a mount point; unmounted and removed on drop.
@@ -183,11 +192,7 @@ impl Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
-        let _ = Command::new("fusermount3")
-            .arg("-u")
-            .arg("-z")
-            .arg(&self.mnt)
-            .output();
+        detach(&self.mnt);
         // Wait for the daemon to let go of the image before removing it.
         for _ in 0..400 {
             // (A test may have removed the image.)
