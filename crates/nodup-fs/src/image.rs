@@ -191,10 +191,10 @@ pub fn block_device_len(path: &Path) -> Result<Option<u64>> {
 const ZERO_STEP: u64 = 1 << 30;
 
 /// Zero the first `len` bytes of the block device at `path`, so that a new image on it starts
-/// as a new image file does: format writes the structures it reads at open, but a chain block
-/// (the log's first) has only its header written, and what followed it on a reused device
-/// could read as records of the same generation. The kernel's BLKZEROOUT (write-zeroes or
-/// unmap where the device has them) is used, else plain writes of zeros.
+/// as a new image file does, with nothing of what the device held before (format writes what
+/// it reads at open, and numbers its log records apart from an older image's, but leaves the
+/// rest as it finds it). The kernel's BLKZEROOUT (write-zeroes or unmap where the device has
+/// them) is used, else plain writes of zeros.
 pub fn zero_device(path: &Path, len: u64, progress: &mut dyn FnMut(u64)) -> Result<()> {
     use std::os::unix::fs::FileExt;
     // BLKZEROOUT = _IO(0x12, 127).

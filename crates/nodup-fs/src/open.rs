@@ -268,9 +268,8 @@ fn inode_only(rec: &Record) -> Option<u64> {
 }
 
 impl FileSystem {
-    /// Format `medium` (engine + file system) and return it open. The medium must read as
-    /// zeros (a new file, or a device [`crate::image::create`] zeroed): the log's first
-    /// block gets only its header, and an older image's records after it would replay.
+    /// Format `medium` (engine + file system) and return it open. What an earlier image left
+    /// on the medium is never read as this one's (its log records are numbered differently).
     pub fn format(
         medium: Arc<dyn Medium>,
         kind: MediumKind,
@@ -299,7 +298,11 @@ impl FileSystem {
             fopts.meta_layout as u32,
         );
         let first = engine.alloc_meta(1)?;
-        let log = LogWriter::start(&*medium, 1, first[0], 1)?;
+        // Records are numbered from a random start, not from 1: on a medium an earlier image
+        // used, its log frames after this block's header carry that image's numbers, and
+        // replay accepts only the next number of this one.
+        let first_seq = (rand::random::<u64>() >> 2).max(1);
+        let log = LogWriter::start(&*medium, 1, first[0], first_seq)?;
         sb.log_head = first[0];
         sb.log_gen = 1;
         sb.next_gen = 2;
@@ -567,6 +570,57 @@ mod tests {
     use super::*;
     use crate::testing::fresh;
     use std::sync::atomic::AtomicBool;
+
+    /// A format over a medium an earlier image used (not zeroed first, as a library caller
+    /// may) gives an empty file system that opens clean: nothing of the old log replays.
+    #[test]
+    fn a_format_over_a_used_medium_replays_nothing_of_it() {
+        use crate::inode::Kind;
+        use nodup_core::media::MemMedium;
+        let m = Arc::new(MemMedium::new(16 << 20));
+        let format = || {
+            FileSystem::format(
+                m.clone(),
+                MediumKind::Pmem,
+                &FormatOptions::default(),
+                &FsOptions::default(),
+                Caller::default(),
+            )
+            .unwrap()
+        };
+        let fs = format();
+        for i in 0..50u32 {
+            let name = format!("f{i}");
+            let (ino, _) = fs
+                .mknod(
+                    ROOT_INO,
+                    name.as_bytes(),
+                    Kind::File,
+                    0o644,
+                    0,
+                    b"",
+                    Caller::default(),
+                )
+                .unwrap();
+            fs.write(ino, 0, &[i as u8; 10_000]).unwrap();
+        }
+        // Left as a crash leaves it: the log's blocks hold its records (a clean unmount
+        // would give the freed ones back, and here the medium marks those).
+        drop(fs);
+        let fs = format();
+        fs.shutdown().unwrap();
+        drop(fs);
+        let fs = FileSystem::open(m.clone(), &FsOptions::default()).unwrap();
+        assert_eq!(fs.recovery().kind, "clean");
+        assert_eq!(fs.recovery().replayed_records, 0);
+        let names: Vec<_> = fs
+            .readdir(ROOT_INO, 0, 100)
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.3 != b"." && e.3 != b"..")
+            .collect();
+        assert!(names.is_empty(), "{} entries of the old image", names.len());
+    }
 
     /// The unmount waits for a release of deferred references in flight (the maintenance
     /// thread's sync holds `releasing` from taking them until the engine has released them):
