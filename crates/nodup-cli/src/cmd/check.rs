@@ -250,7 +250,7 @@ fn human(v: &Value, from: &str, mounted: bool) -> String {
             count(entries)
         ));
     }
-    for l in policy_lines(v) {
+    for l in policy_lines(v, mounted) {
         line(l);
     }
     if let Some(rows) = v["refcount_histogram"].as_array().filter(|r| !r.is_empty()) {
@@ -323,8 +323,9 @@ fn bytes_or_unknown(v: &Value) -> String {
     v.as_u64().map_or_else(|| "unknown".to_string(), bytes)
 }
 
-/// The policy's own figures, when it keeps any (`smart`'s budget, `selective`'s caches).
-fn policy_lines(v: &Value) -> Vec<String> {
+/// The policy's own figures, when it keeps any (`smart`'s budget, `selective`'s caches); its
+/// counters since the open only for a `mounted` file system (an image read here has none).
+fn policy_lines(v: &Value, mounted: bool) -> Vec<String> {
     let mut o = Vec::new();
     let sm = &v["smart"];
     if sm.is_object() {
@@ -371,20 +372,24 @@ fn policy_lines(v: &Value) -> Vec<String> {
                 count(u(st, "media_groups"))
             )
         };
-        o.push(format!(
-            "  fingerprints     {held}; {} promoted, {} merges, {} lost",
-            count(u(c, "promotions")),
-            count(u(c, "merges")),
-            count(u(c, "dropped"))
-        ));
-        let share = f(sm, "selectivity");
-        o.push(format!(
-            "  duplicates       {} inline, {} out of line; inline selectivity {:.0} % ({})",
-            count(u(sm, "inline_hits")),
-            count(u(sm, "out_of_line_hits")),
-            100.0 * share,
-            eng["policy"]["selectivity"]["mode"].as_str().unwrap_or("?")
-        ));
+        if !mounted {
+            o.push(format!("  fingerprints     {held}"));
+        } else {
+            o.push(format!(
+                "  fingerprints     {held}; {} promoted, {} merges, {} lost",
+                count(u(c, "promotions")),
+                count(u(c, "merges")),
+                count(u(c, "dropped"))
+            ));
+            let share = f(sm, "selectivity");
+            o.push(format!(
+                "  duplicates       {} inline, {} out of line; inline selectivity {:.0} % ({})",
+                count(u(sm, "inline_hits")),
+                count(u(sm, "out_of_line_hits")),
+                100.0 * share,
+                eng["policy"]["selectivity"]["mode"].as_str().unwrap_or("?")
+            ));
+        }
         let fs = &sm["fs"];
         if fs.is_object() {
             let sb = &fs["skipped_buffer"];
@@ -397,34 +402,38 @@ fn policy_lines(v: &Value) -> Vec<String> {
                 count(u(sb, "overflows"))
             ));
             let w = &fs["worker"];
-            o.push(format!(
-                "  worker           {} blocks/s; {} processed, {} remapped, {} errors",
-                count(u(fs, "worker_rate")),
-                count(u(w, "processed")),
-                count(u(w, "remapped")),
-                count(u(w, "errors"))
-            ));
+            if mounted {
+                o.push(format!(
+                    "  worker           {} blocks/s; {} processed, {} remapped, {} errors",
+                    count(u(fs, "worker_rate")),
+                    count(u(w, "processed")),
+                    count(u(w, "remapped")),
+                    count(u(w, "errors"))
+                ));
+            }
         }
-        let mut io = format!(
-            "  store I/O        read {}, written {}, {} errors",
-            bytes(u(st, "store_io_read_bytes")),
-            bytes(u(st, "store_io_written_bytes")),
-            count(u(st, "store_io_errors"))
-        );
-        if let Some(e) = st["store_io_last_error"].as_str() {
-            io.push_str(&format!(" (last: {e})"));
-        }
-        o.push(io);
-        let rc = &eng["read_cache"];
-        if rc.is_object() {
-            o.push(format!(
-                "  read cache       {} hits, {} misses, {} of media reads saved",
-                count(u(rc, "hits")),
-                count(u(rc, "misses")),
-                bytes(u(rc, "media_bytes_saved"))
-            ));
-        } else {
-            o.push("  read cache       off".into());
+        if mounted {
+            let mut io = format!(
+                "  store I/O        read {}, written {}, {} errors",
+                bytes(u(st, "store_io_read_bytes")),
+                bytes(u(st, "store_io_written_bytes")),
+                count(u(st, "store_io_errors"))
+            );
+            if let Some(e) = st["store_io_last_error"].as_str() {
+                io.push_str(&format!(" (last: {e})"));
+            }
+            o.push(io);
+            let rc = &eng["read_cache"];
+            if rc.is_object() {
+                o.push(format!(
+                    "  read cache       {} hits, {} misses, {} of media reads saved",
+                    count(u(rc, "hits")),
+                    count(u(rc, "misses")),
+                    bytes(u(rc, "media_bytes_saved"))
+                ));
+            } else {
+                o.push("  read cache       off".into());
+            }
         }
     }
     let se = &v["selective"];
@@ -442,28 +451,38 @@ fn policy_lines(v: &Value) -> Vec<String> {
         };
         o.push(String::new());
         o.push("Selective (hot fingerprints only):".into());
-        o.push(format!(
-            "  fingerprint cache  {} of {} entries, {} of {}; {} hits, {} misses, {} evictions, {} refreshes ({refresh})",
+        let mut cache = format!(
+            "  fingerprint cache  {} of {} entries, {} of {}",
             fc["entries"]
                 .as_u64()
                 .map_or_else(|| "unknown".to_string(), count),
             count(u(fc, "capacity")),
             bytes(u(fc, "memory_bytes")),
             bytes(u(fc, "budget_bytes")),
-            count(u(fc, "hits")),
-            count(u(fc, "misses")),
-            count(u(fc, "evictions")),
-            count(u(fc, "refreshes"))
-        ));
-        o.push(format!(
-            "  prefetch cache     {} blocks, {} of {}; {} hits, {} verifications read the medium, {} of reads saved",
+        );
+        let mut pre = format!(
+            "  prefetch cache     {} blocks, {} of {}",
             count(u(pf, "blocks")),
             bytes(u(pf, "memory_bytes")),
             bytes(u(pf, "budget_bytes")),
-            count(u(pf, "hits")),
-            count(u(pf, "verify_reads")),
-            bytes(u(pf, "bytes_saved"))
-        ));
+        );
+        if mounted {
+            cache.push_str(&format!(
+                "; {} hits, {} misses, {} evictions, {} refreshes ({refresh})",
+                count(u(fc, "hits")),
+                count(u(fc, "misses")),
+                count(u(fc, "evictions")),
+                count(u(fc, "refreshes"))
+            ));
+            pre.push_str(&format!(
+                "; {} hits, {} verifications read the medium, {} of reads saved",
+                count(u(pf, "hits")),
+                count(u(pf, "verify_reads")),
+                bytes(u(pf, "bytes_saved"))
+            ));
+        }
+        o.push(cache);
+        o.push(pre);
     }
     o
 }
