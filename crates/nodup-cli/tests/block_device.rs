@@ -174,3 +174,25 @@ fn mkfs_formats_a_block_device_whole_and_it_starts_clean() {
     assert!(fs::read(mnt.join("z")).unwrap() == data);
     ok(nodup(&["umount", m]));
 }
+
+/// A device whose size is not whole 4 KiB blocks (a partition sized in sectors) gets an image
+/// of its whole blocks, as mkfs.ext4 does; the tail sectors stay unused.
+#[test]
+fn mkfs_takes_the_whole_blocks_of_an_odd_sized_device() {
+    if !fuse_available() || !is_root() {
+        return;
+    }
+    let Some(lo) = Loop::new("odd", (64 << 20) + 512) else {
+        return;
+    };
+    let (d, m) = (lo.s(), lo.mnt.to_str().unwrap());
+    let made = ok(nodup(&["mkfs", d]));
+    assert!(made.contains("64.0 MiB, rounded down"), "{made}");
+    ok(nodup(&["mount", d, m]));
+    fs::write(lo.mnt.join("f"), b"on an odd device").unwrap();
+    ok(nodup(&["umount", m]));
+    ok(nodup(&["fsck", d]));
+    ok(nodup(&["mount", d, m]));
+    assert_eq!(fs::read(lo.mnt.join("f")).unwrap(), b"on an odd device");
+    ok(nodup(&["umount", m]));
+}

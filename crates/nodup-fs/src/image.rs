@@ -4,6 +4,7 @@
 use crate::error::{FsError, Result};
 use crate::superblock::{self, MediumKind};
 use nodup_core::media::{BlockFile, BlockFileOptions, Medium, Pmem, PmemOptions};
+use nodup_core::BLOCK_SIZE;
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::io::AsRawFd;
@@ -57,13 +58,14 @@ fn is_dax_mount(dir: &Path) -> bool {
 }
 
 /// Create a new image file of `len` bytes for `kind`; on a block device, the image takes the
-/// whole device, which must be `len` bytes long, is zeroed ([`zero_device`]) and is used as a
-/// block file.
+/// whole device, whose whole 4 KiB blocks must be `len` bytes (a tail of a few sectors is left
+/// unused), is zeroed ([`zero_device`]) and is used as a block file.
 pub fn create(path: &Path, len: u64, kind: MediumKind) -> Result<Arc<dyn Medium>> {
     create_with_progress(path, len, kind, &mut |_| {})
 }
 
-/// [`create`], calling `progress` with the bytes of a block device zeroed so far.
+/// [`create`], calling `progress` with the bytes of a block device zeroed so far (first with
+/// 0, just before anything on the device changes).
 pub fn create_with_progress(
     path: &Path,
     len: u64,
@@ -79,14 +81,14 @@ pub fn create_with_progress(
             ))));
         }
         let dev = BlockFile::open(path, BlockFileOptions::default())?;
-        if dev.len() != len {
+        let whole = dev.len() / BLOCK_SIZE as u64 * BLOCK_SIZE as u64;
+        if whole != len {
             return Err(FsError::Engine(nodup_core::Error::Invalid(format!(
-                "{}: the device is {} bytes, not {len}",
-                path.display(),
-                dev.len()
+                "{}: the device has {whole} bytes of whole blocks, not {len}",
+                path.display()
             ))));
         }
-        zero_device(path, len, progress)?;
+        zero_device(path, dev.len(), progress)?;
         return Ok(Arc::new(dev));
     }
     Ok(match kind {
@@ -203,6 +205,7 @@ pub fn zero_device(path: &Path, len: u64, progress: &mut dyn FnMut(u64)) -> Resu
     let mut done = 0u64;
     let mut by_ioctl = true;
     let zeros = vec![0u8; 1 << 20];
+    progress(0);
     while done < len {
         let n = (len - done).min(ZERO_STEP);
         if by_ioctl {

@@ -205,7 +205,8 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
         read_key_file(p)?;
     }
     let img = a.image.display();
-    let device = image::block_device_len(&a.image).map_err(|e| anyhow!("{img}: {e}"))?;
+    let device = image::block_device_len(&a.image)
+        .map_err(|e| anyhow!("{img}: {}", super::without_errno(&e.to_string())))?;
     let size = match (&a.size, device) {
         (None, None) => bail!("--size is required for an image file (e.g. --size 4G)"),
         (Some(s), None) => parse_size_or_zero(s).map_err(|e| anyhow!("--size: {e}"))?,
@@ -291,7 +292,8 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
     let free = match device {
         // The device is the space: nothing else to fill.
         Some(len) => len,
-        None => image::free_space(&a.image).map_err(|e| anyhow!("{img}: {e}"))?,
+        None => image::free_space(&a.image)
+            .map_err(|e| anyhow!("{img}: {}", super::without_errno(&e.to_string())))?,
     };
     if size > free && !a.force {
         bail!(
@@ -330,8 +332,11 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
         }
         pb
     });
+    // Whether anything on a device was changed yet (the zeroing says so before it starts).
+    let mut touched = false;
     let made = (|| -> Result<()> {
         let medium = image::create_with_progress(&a.image, size, kind, &mut |done| {
+            touched = true;
             if let Some(pb) = &pb {
                 pb.set_position(done);
             }
@@ -345,11 +350,14 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
     })();
     if let Err(e) = made {
         if device.is_some() {
-            // Its first block was cleared before anything else: no half-made image opens.
-            bail!(
-                "formatting {img}: {}; the device holds no image now",
-                super::plain_error(&e)
-            );
+            // Once zeroing began, no half-made image opens: the zeroing starts at block 0, and
+            // the format clears its superblock before anything else.
+            let now = if touched {
+                "the device holds no usable image now"
+            } else {
+                "the device was not changed"
+            };
+            bail!("formatting {img}: {}; {now}", super::plain_error(&e));
         }
         // Nothing half-made stays behind (what was there before --force is gone either way).
         let _ = std::fs::remove_file(&a.image);
@@ -380,7 +388,8 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
 /// Check what is at `path` before mkfs writes there; returns whether something existed.
 fn check_target(path: &Path, force: bool) -> Result<bool> {
     let p = path.display();
-    let t = image::target(path).map_err(|e| anyhow!("{p}: {e}"))?;
+    let t = image::target(path)
+        .map_err(|e| anyhow!("{p}: {}", super::without_errno(&e.to_string())))?;
     match t {
         Target::Missing => return Ok(false),
         Target::NotFile => bail!("{p}: exists and is not a regular file or block device"),

@@ -17,11 +17,11 @@ pub mod size;
 pub mod trace;
 
 /// An error as one line: each cause once (a cause whose text an outer message already contains
-/// is not repeated).
+/// is not repeated), without Rust's " (os error N)" suffixes.
 pub fn plain_error(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for c in e.chain() {
-        let s = c.to_string();
+        let s = without_errno(&c.to_string());
         if out.contains(&s) {
             continue;
         }
