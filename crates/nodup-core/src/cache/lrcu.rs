@@ -128,8 +128,12 @@ impl<V> Lrcu<V> {
 
     /// A cache whose whole heap is allocated up front and stays within `budget_bytes` however it
     /// is used (records, index, free lists and, worst case, one frequency list per entry): the
-    /// engine's `selective` store, whose memory must not grow with the data.
-    pub fn reserved(budget_bytes: usize, refresh: Refresh) -> Self {
+    /// engine's `selective` store, whose memory must not grow with the data. An error when the
+    /// system refuses the reservation (a budget beyond this machine), where it would abort.
+    pub fn reserved(
+        budget_bytes: usize,
+        refresh: Refresh,
+    ) -> Result<Self, std::collections::TryReserveError> {
         // The largest capacity whose reservation fits (binary search over the exact size).
         let (mut lo, mut hi) = (0usize, budget_bytes / size_of::<Entry<V>>().max(1) + 1);
         while lo + 1 < hi {
@@ -144,12 +148,12 @@ impl<V> Lrcu<V> {
         let mut c = Self::new(cap, Self::reserved_bytes(cap) / cap.max(1), refresh);
         // Twice the keys: a hash map with deleted slots rehashes in place only while it is at
         // most half full, and would otherwise double its table under steady churn.
-        c.index.reserve(2 * cap);
-        c.entries.reserve_exact(cap);
-        c.free_entries.reserve_exact(cap);
-        c.buckets.reserve_exact(cap + 1);
-        c.free_buckets.reserve_exact(cap + 1);
-        c
+        c.index.try_reserve(2 * cap)?;
+        c.entries.try_reserve_exact(cap)?;
+        c.free_entries.try_reserve_exact(cap)?;
+        c.buckets.try_reserve_exact(cap + 1)?;
+        c.free_buckets.try_reserve_exact(cap + 1)?;
+        Ok(c)
     }
 
     /// Heap bytes [`Lrcu::reserved`] allocates for `cap` entries.

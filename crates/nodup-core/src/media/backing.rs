@@ -44,6 +44,10 @@ struct Shared {
     backed: Box<[AtomicU64]>,
     /// One bit per chunk: handed to the background thread (cleared again if it failed).
     asked: Box<[AtomicU64]>,
+    /// Held while a chunk is backed and its bit set, and while a range is punched and its
+    /// chunks' bits cleared ([`Backing::punch`]): a chunk backed around a punch would stay
+    /// marked backed with a hole in it.
+    busy: Mutex<()>,
 }
 
 fn test_bit(bits: &[AtomicU64], c: u64) -> bool {
@@ -57,6 +61,7 @@ impl Shared {
 
     /// Allocate (and populate) chunk `c`.
     fn back(&self, c: u64) -> Result<()> {
+        let _g = self.busy.lock();
         let start = c * BACK_CHUNK;
         let n = BACK_CHUNK.min(self.len - start);
         // SAFETY: fallocate on a descriptor owned by `self.file`; mode 0 only allocates
@@ -116,6 +121,7 @@ impl Backing {
             asked: (0..chunks.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
+            busy: Mutex::new(()),
         });
         let (tx, rx) = mpsc::channel::<u64>();
         let s = shared.clone();
@@ -161,18 +167,26 @@ impl Backing {
         self.ensure_slow(off, len)
     }
 
-    /// `[off, off+len)` was punched out of the file ([`super::Medium::discard`]): its chunks
-    /// are no longer known to be allocated, and the next store into one allocates it again.
-    pub(super) fn forget(&self, off: u64, len: u64) {
-        if len == 0 {
-            return;
-        }
+    /// Punch `[off, off+len)` out of the file with `punch` ([`super::Medium::discard`]) and
+    /// forget the backing of its chunks, with no chunk backed meanwhile: the next store into
+    /// one of them allocates it again.
+    pub(super) fn punch(
+        &self,
+        off: u64,
+        len: u64,
+        punch: impl FnOnce() -> Result<bool>,
+    ) -> Result<bool> {
         let s = &*self.shared;
-        for c in off / BACK_CHUNK..=(off + len - 1) / BACK_CHUNK {
-            let (w, bit) = ((c / 64) as usize, 1u64 << (c % 64));
-            s.backed[w].fetch_and(!bit, Ordering::Relaxed);
-            s.asked[w].fetch_and(!bit, Ordering::Relaxed);
+        let _g = s.busy.lock();
+        let punched = punch()?;
+        if len != 0 {
+            for c in off / BACK_CHUNK..=(off + len - 1) / BACK_CHUNK {
+                let (w, bit) = ((c / 64) as usize, 1u64 << (c % 64));
+                s.backed[w].fetch_and(!bit, Ordering::Relaxed);
+                s.asked[w].fetch_and(!bit, Ordering::Relaxed);
+            }
         }
+        Ok(punched)
     }
 
     #[cold]

@@ -456,11 +456,11 @@ impl Medium for Pmem {
         check_range(off, len as usize, self.len)?;
         // The pages leave the mapping too; a later store faults in a zeroed one, after the
         // backing store has allocated its chunk again, as for any hole.
-        let punched = super::punch_hole(self.file.as_raw_fd(), off, len)?;
-        if let Some(b) = &self.backing {
-            b.forget(off, len);
+        let punch = || super::punch_hole(self.file.as_raw_fd(), off, len);
+        match &self.backing {
+            Some(b) => b.punch(off, len, punch),
+            None => punch(),
         }
-        Ok(punched)
     }
 
     fn kind(&self) -> &'static str {

@@ -91,6 +91,6 @@ impl Policy for Selective {
         false
     }
     fn make_store(&self, _p: &StoreParams) -> crate::Result<Option<Box<dyn FpStore>>> {
-        Ok(Some(Box::new(SelectiveStore::new(self.opts))))
+        Ok(Some(Box::new(SelectiveStore::new(self.opts)?)))
     }
 }

@@ -11,7 +11,7 @@
 use super::SelectiveOptions;
 use crate::cache::{Lrcu, PrefetchCache, Refresh};
 use crate::store::FpStore;
-use crate::BLOCK_SIZE;
+use crate::{Error, Result, BLOCK_SIZE};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use std::time::Instant;
@@ -36,13 +36,14 @@ pub struct SelectiveStore {
 }
 
 impl SelectiveStore {
-    /// An empty store sized by `opts`.
-    pub fn new(opts: SelectiveOptions) -> Self {
-        SelectiveStore {
-            inner: Mutex::new(Inner::empty(&opts)),
+    /// An empty store sized by `opts`; [`Error::NoMemory`] when this machine cannot reserve
+    /// its fingerprint cache.
+    pub fn new(opts: SelectiveOptions) -> Result<Self> {
+        Ok(SelectiveStore {
+            inner: Mutex::new(Inner::empty(&opts, opts.fp_cache_bytes)?),
             opts,
             start: Instant::now(),
-        }
+        })
     }
 
     /// The LRCU's clock: milliseconds since the store was made.
@@ -69,13 +70,19 @@ impl SelectiveStore {
 
 impl Inner {
     /// Both caches empty, sized by `opts`.
-    fn empty(opts: &SelectiveOptions) -> Inner {
+    /// Nothing cached, with a fingerprint cache of `cache_bytes` reserved.
+    fn empty(opts: &SelectiveOptions, cache_bytes: u64) -> Result<Inner> {
         let refresh = Refresh {
             interval: opts.refresh_ms,
             every_ops: opts.refresh_ops,
         };
-        Inner {
-            lrcu: Lrcu::reserved(opts.fp_cache_bytes as usize, refresh),
+        let lrcu = Lrcu::reserved(cache_bytes as usize, refresh).map_err(|e| {
+            Error::NoMemory(format!(
+                "selective: a fingerprint cache of {cache_bytes} bytes ({e}); use a smaller --fp-cache"
+            ))
+        })?;
+        Ok(Inner {
+            lrcu,
             prefetch: PrefetchCache::with_budget(
                 opts.prefetch_bytes as usize,
                 BLOCK_SIZE + PREFETCH_ITEM_OVERHEAD,
@@ -83,7 +90,7 @@ impl Inner {
             ),
             cached_block: FxHashMap::default(),
             verify_reads: 0,
-        }
+        })
     }
 
     fn drop_prefetched(&mut self, loc: u64) {
@@ -215,7 +222,13 @@ impl FpStore for SelectiveStore {
         let mut g = self.inner.lock();
         // The counter of medium verifications runs on across a failure recovery.
         let verify_reads = g.verify_reads;
-        *g = Inner::empty(&self.opts);
+        // The old reservation goes first (the new one is as large). Should the new one be
+        // refused even so, the store finds nothing until the next open: a finding aid that
+        // misses, never a wrong answer.
+        *g = Inner::empty(&self.opts, 0).expect("an empty cache reserves nothing");
+        if let Ok(fresh) = Inner::empty(&self.opts, self.opts.fp_cache_bytes) {
+            *g = fresh;
+        }
         g.verify_reads = verify_reads;
     }
 }

@@ -20,7 +20,7 @@ fn opts(fp_cache: u64, prefetch: u64) -> SelectiveOptions {
 #[test]
 fn memory_is_reserved_within_the_budget_and_never_grows() {
     for budget in [4 << 10, 64 << 10, 512 << 10] {
-        let s = SelectiveStore::new(opts(budget, 0));
+        let s = SelectiveStore::new(opts(budget, 0)).unwrap();
         let before = s.memory_bytes();
         assert!(before <= budget, "{before} > {budget}");
         let cap = s.capacity() as u64;
@@ -39,7 +39,7 @@ fn memory_is_reserved_within_the_budget_and_never_grows() {
 
 #[test]
 fn hot_fingerprints_survive_a_stream_of_cold_ones() {
-    let s = SelectiveStore::new(opts(8 << 10, 0));
+    let s = SelectiveStore::new(opts(8 << 10, 0)).unwrap();
     let cap = s.capacity() as u64;
     for hot in 0..4u64 {
         s.insert(hot, hot * 64);
@@ -62,7 +62,7 @@ fn hot_fingerprints_survive_a_stream_of_cold_ones() {
 
 #[test]
 fn prefetch_answers_verification_until_the_entry_is_freed() {
-    let s = SelectiveStore::new(opts(8 << 10, 16 << 10));
+    let s = SelectiveStore::new(opts(8 << 10, 16 << 10)).unwrap();
     let a = vec![7u8; crate::BLOCK_SIZE];
     let b = vec![8u8; crate::BLOCK_SIZE];
     s.insert(5, 640);
@@ -78,7 +78,7 @@ fn prefetch_answers_verification_until_the_entry_is_freed() {
 
 #[test]
 fn eviction_from_the_lrcu_drops_the_prefetched_content() {
-    let s = SelectiveStore::new(opts(4 << 10, 64 << 10));
+    let s = SelectiveStore::new(opts(4 << 10, 64 << 10)).unwrap();
     let cap = s.capacity() as u64;
     let a = vec![1u8; crate::BLOCK_SIZE];
     s.insert(1, 64);
@@ -143,4 +143,14 @@ fn engine_finds_hot_duplicates_and_reads_less_with_prefetch() {
         read_on * 10 < read_off,
         "read {read_on} with prefetch, {read_off} without"
     );
+}
+
+/// A fingerprint cache this machine cannot reserve is an error, not an abort of the process.
+#[test]
+fn a_cache_beyond_this_machine_is_an_error_not_an_abort() {
+    let err = SelectiveStore::new(opts(1 << 62, 0))
+        .map(|_| ())
+        .unwrap_err();
+    assert!(matches!(err, crate::Error::NoMemory(_)), "{err}");
+    assert!(err.to_string().contains("--fp-cache"), "{err}");
 }
