@@ -61,6 +61,10 @@ pub struct FsOptions {
     /// check), and a log record the table refuses (`log::check`) ends the log where it starts
     /// (with --repair the log is cut there, dropping it and any records after it).
     pub fsck: bool,
+    /// The number of a format's first log record; `None` (the default) draws it at random,
+    /// so that an earlier image's records on a reused medium never continue the new log. A
+    /// fixed one makes a format reproducible byte for byte (fuzzing's base images).
+    pub first_log_seq: Option<u64>,
 }
 
 /// Who performs an operation (owner of new inodes).

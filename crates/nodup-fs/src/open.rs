@@ -219,10 +219,12 @@ fn load_metadata(
         match tables.apply(&rec) {
             Ok(_) => Ok(true),
             Err(FsError::Corrupt(why)) => {
-                // "log record refers to ..." becomes "log record N refers to ...".
+                // "log record refers to ..." becomes "log record N refers to ...", N counted
+                // from the last checkpoint (the numbers themselves start anywhere).
+                let n = seq.wrapping_sub(sb.log_seq).wrapping_add(1);
                 let what = match why.strip_prefix("log record ") {
-                    Some(rest) => format!("log record {seq} {rest}"),
-                    None => format!("log record {seq}: {why}"),
+                    Some(rest) => format!("log record {n} {rest}"),
+                    None => format!("log record {n}: {why}"),
                 };
                 if !for_fsck {
                     return Err(FsError::Corrupt(format!(
@@ -301,7 +303,10 @@ impl FileSystem {
         // Records are numbered from a random start, not from 1: on a medium an earlier image
         // used, its log frames after this block's header carry that image's numbers, and
         // replay accepts only the next number of this one.
-        let first_seq = (rand::random::<u64>() >> 2).max(1);
+        let first_seq = opts
+            .first_log_seq
+            .unwrap_or_else(|| rand::random::<u64>() >> 2)
+            .max(1);
         let log = LogWriter::start(&*medium, 1, first[0], first_seq)?;
         sb.log_head = first[0];
         sb.log_gen = 1;

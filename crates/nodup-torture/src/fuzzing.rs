@@ -50,7 +50,9 @@ fn build_fs_base_with(fopts: &FormatOptions) -> BaseImage {
 /// blocks beside the tree.
 fn build_fs_base(fopts: &FormatOptions, bytes: u64, big_blocks: u32) -> BaseImage {
     let mem = Arc::new(MemMedium::new(bytes));
-    let opts = crate::verify::open_opts_for(fopts.encrypt.is_some());
+    let mut opts = crate::verify::open_opts_for(fopts.encrypt.is_some());
+    // The same base in every process, so a crashing input found in one replays in another.
+    opts.first_log_seq = Some(1);
     let fs = FileSystem::format(
         mem.clone(),
         MediumKind::Pmem,

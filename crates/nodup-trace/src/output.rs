@@ -27,10 +27,14 @@ pub struct OutputFile {
 
 impl OutputFile {
     /// Start writing `path`: a temporary file beside a regular file or a missing one, the path
-    /// itself (truncated) otherwise. A replaced file's permissions carry over.
+    /// itself (truncated) otherwise. A replaced file's permissions carry over. A file with
+    /// other hard links, or in a directory where no file can be made (no write permission, a
+    /// read-only file system), is written in place as before: a rename would cut the links,
+    /// and could not be done at all.
     pub fn create(path: &Path) -> Result<OutputFile> {
         let creating = |e| TraceError::io(format!("creating {}", path.display()), e);
         let (target, mode) = match std::fs::metadata(path) {
+            Ok(m) if m.is_file() && std::os::unix::fs::MetadataExt::nlink(&m) > 1 => (None, None),
             // Through a symbolic link, the file it names is the one replaced.
             Ok(m) if m.is_file() => (
                 Some(std::fs::canonicalize(path).map_err(creating)?),
@@ -46,14 +50,17 @@ impl OutputFile {
             }
             Err(_) => (None, None),
         };
-        let Some(target) = target else {
+        let in_place = || -> Result<OutputFile> {
             let file = File::create(path).map_err(creating)?;
-            return Ok(OutputFile {
+            Ok(OutputFile {
                 path: path.to_path_buf(),
                 target: None,
                 tmp: None,
                 file,
-            });
+            })
+        };
+        let Some(target) = target else {
+            return in_place();
         };
         if mode.is_some() {
             // A file this user could not write in place is not replaced either (the rename
@@ -63,7 +70,18 @@ impl OutputFile {
                 .open(&target)
                 .map_err(creating)?;
         }
-        let (tmp, file) = create_beside(&target).map_err(creating)?;
+        let (tmp, file) = match create_beside(&target) {
+            Ok(made) => made,
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS)
+                ) =>
+            {
+                return in_place();
+            }
+            Err(e) => return Err(creating(e)),
+        };
         let out = OutputFile {
             path: path.to_path_buf(),
             target: Some(target),
@@ -147,6 +165,23 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    /// A file with another hard link is written in place: both names see the new trace.
+    #[test]
+    fn a_hard_linked_file_keeps_its_links() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.fiu");
+        let other = dir.path().join("link.fiu");
+        std::fs::write(&p, b"old").unwrap();
+        std::fs::hard_link(&p, &other).unwrap();
+        let out = OutputFile::create(&p).unwrap();
+        out.file().write_all(b"new").unwrap();
+        out.commit().unwrap();
+        assert_eq!(std::fs::read(&other).unwrap(), b"new");
+        assert_eq!(std::fs::metadata(&p).unwrap().nlink(), 2);
+        assert_eq!(names(dir.path()), ["link.fiu", "t.fiu"]);
     }
 
     #[test]
