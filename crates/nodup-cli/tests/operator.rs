@@ -417,9 +417,25 @@ fn an_unmount_gives_freed_space_back_to_the_image_file() {
         fx.umount_clean(medium);
         let full = held();
         assert!(full >= 64 << 20, "{medium}: image holds {full} bytes");
-        fx.mount(&[]);
+        let log = scratch("punch.log");
+        fx.mount(&["--log-file", log.to_str().unwrap()]);
         fs::remove_file(fx.path("big")).unwrap();
         fx.umount_clean(medium);
+        // The daemon says what it gave back.
+        let text = fs::read_to_string(&log).unwrap();
+        let _ = fs::remove_file(&log);
+        let mib = text
+            .lines()
+            .find(|l| l.contains("back to what holds the image"))
+            .and_then(|l| {
+                l.split(" MiB)")
+                    .next()?
+                    .rsplit('(')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            });
+        assert!(mib.is_some_and(|m| m >= 60), "{medium}: {text}");
         let after = held();
         assert!(
             after + (60 << 20) <= full,

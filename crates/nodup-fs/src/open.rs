@@ -566,6 +566,17 @@ impl FileSystem {
         }
         self.clear_ctxs();
         self.engine.shutdown()?;
+        match self.engine.given_back() {
+            Some(Ok(0)) | None => {}
+            Some(Ok(n)) => crate::logging::info(&format!(
+                "gave {} freed blocks ({} MiB) back to what holds the image",
+                n,
+                (n * BS) >> 20
+            )),
+            Some(Err(e)) => crate::logging::warn(&format!(
+                "freed space not given back to what holds the image (it stays allocated there): {e}"
+            )),
+        }
         Ok(())
     }
 }

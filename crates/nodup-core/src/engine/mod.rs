@@ -143,6 +143,8 @@ pub struct Engine {
     admin: Mutex<()>,
     /// What the normal recovery at open did (reload of the save area), when it ran.
     open_report: Mutex<Option<RecoveryReport>>,
+    /// What the clean shutdown gave back to the medium's holder: blocks, or why it stopped.
+    given_back: Mutex<Option<std::result::Result<u64, String>>>,
 }
 
 impl Engine {
@@ -213,6 +215,7 @@ impl Engine {
             c: Counters::default(),
             admin: Mutex::new(()),
             open_report: Mutex::new(None),
+            given_back: Mutex::new(None),
         })
     }
 
@@ -570,6 +573,13 @@ impl Engine {
     /// index, counters and allocator; `entries_scanned` = index entries reloaded).
     pub fn open_report(&self) -> Option<RecoveryReport> {
         self.open_report.lock().clone()
+    }
+
+    /// What the clean shutdown gave back to what holds the medium (holes punched in the image
+    /// file): the blocks, or the error that stopped it (the shutdown itself succeeded). `None`
+    /// before a shutdown.
+    pub fn given_back(&self) -> Option<std::result::Result<u64, String>> {
+        self.given_back.lock().clone()
     }
 
     /// Clean shutdown: persist index, valid-entry counters and allocator, set the clean flag.

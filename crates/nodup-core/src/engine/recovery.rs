@@ -214,7 +214,7 @@ impl Engine {
         // The image is clean and durable, and nothing runs any more: give the free blocks
         // back to what holds the image. A failure here changes nothing the image says (the
         // blocks stay allocated where it lives), so it does not fail the shutdown.
-        let _ = self.discard_free();
+        *self.given_back.lock() = Some(self.discard_free().map_err(|e| e.to_string()));
         Ok(())
     }
 
