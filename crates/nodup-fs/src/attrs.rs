@@ -129,16 +129,12 @@ fn check_xattr_name(name: &[u8]) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use crate::inode::{Kind, ROOT_INO};
-    use crate::testing::fresh;
-    use crate::Caller;
+    use crate::testing::{create, fresh};
 
     #[test]
     fn xattr_names_outside_the_linux_namespaces_are_refused() {
         let fs = fresh();
-        let (f, _) = fs
-            .mknod(ROOT_INO, b"f", Kind::File, 0o644, 0, b"", Caller::default())
-            .unwrap();
+        let f = create(&fs, b"f");
         let set = |name: &[u8]| fs.setxattr(f, name, b"v", 0).map_err(|e| e.errno());
         for name in [&b"user."[..], b"trusted.", b"security."] {
             assert_eq!(set(name), Err(libc::EINVAL), "{name:?}");

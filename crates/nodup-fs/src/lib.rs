@@ -74,20 +74,33 @@ pub use superblock::MediumKind;
 #[cfg(test)]
 pub(crate) mod testing {
     //! What the crate's unit tests share.
+    use crate::inode::{Kind, ROOT_INO};
     use crate::{Caller, FileSystem, FsOptions, MediumKind};
-    use nodup_core::media::MemMedium;
+    use nodup_core::media::{Medium, MemMedium};
     use nodup_core::FormatOptions;
     use std::sync::Arc;
 
     /// A new 16 MiB pmem file system in memory.
     pub fn fresh() -> FileSystem {
+        fresh_on(Arc::new(MemMedium::new(16 << 20)))
+    }
+
+    /// A new pmem file system formatted on `medium` (whatever it held before).
+    pub fn fresh_on(medium: Arc<dyn Medium>) -> FileSystem {
         FileSystem::format(
-            Arc::new(MemMedium::new(16 << 20)),
+            medium,
             MediumKind::Pmem,
             &FormatOptions::default(),
             &FsOptions::default(),
             Caller::default(),
         )
         .unwrap()
+    }
+
+    /// Create an empty regular file `name` in the root directory; its inode.
+    pub fn create(fs: &FileSystem, name: &[u8]) -> u64 {
+        fs.mknod(ROOT_INO, name, Kind::File, 0o644, 0, b"", Caller::default())
+            .unwrap()
+            .0
     }
 }

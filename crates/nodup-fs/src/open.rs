@@ -591,39 +591,18 @@ mod tests {
     /// may) gives an empty file system that opens clean: nothing of the old log replays.
     #[test]
     fn a_format_over_a_used_medium_replays_nothing_of_it() {
-        use crate::inode::Kind;
+        use crate::testing::{create, fresh_on};
         use nodup_core::media::MemMedium;
         let m = Arc::new(MemMedium::new(16 << 20));
-        let format = || {
-            FileSystem::format(
-                m.clone(),
-                MediumKind::Pmem,
-                &FormatOptions::default(),
-                &FsOptions::default(),
-                Caller::default(),
-            )
-            .unwrap()
-        };
-        let fs = format();
+        let fs = fresh_on(m.clone());
         for i in 0..50u32 {
-            let name = format!("f{i}");
-            let (ino, _) = fs
-                .mknod(
-                    ROOT_INO,
-                    name.as_bytes(),
-                    Kind::File,
-                    0o644,
-                    0,
-                    b"",
-                    Caller::default(),
-                )
-                .unwrap();
+            let ino = create(&fs, format!("f{i}").as_bytes());
             fs.write(ino, 0, &[i as u8; 10_000]).unwrap();
         }
         // Left as a crash leaves it: the log's blocks hold its records (a clean unmount
         // would give the freed ones back, and here the medium marks those).
         drop(fs);
-        let fs = format();
+        let fs = fresh_on(m.clone());
         fs.shutdown().unwrap();
         drop(fs);
         let fs = FileSystem::open(m.clone(), &FsOptions::default()).unwrap();

@@ -210,18 +210,7 @@ fn a_block_of_the_engine_metadata_layout_is_refused() {
     let (img, t) = seeded();
     // More dedup entries than the fixed region holds: the layout takes data-area blocks.
     let (m, fs) = open(&img, &FsOptions::default()).unwrap();
-    let big = fs
-        .mknod(
-            ROOT_INO,
-            b"big",
-            Kind::File,
-            0o644,
-            0,
-            b"",
-            Caller::default(),
-        )
-        .unwrap()
-        .0;
+    let big = crate::testing::create(&fs, b"big");
     let data: Vec<u8> = (0..300 * 4096u32)
         .map(|i| (i / 4096 + i % 7) as u8)
         .collect();
