@@ -3,12 +3,10 @@
 use super::size::{bytes, parse_size};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
 use nodup_freewrite::bench::{run, BenchSpec, Phase, StoreKind};
 use nodup_freewrite::debubble::debubble;
 use nodup_freewrite::workload::KeyDist;
 use nodup_freewrite::Caps;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 /// `nodup freewrite ...`.
@@ -108,14 +106,7 @@ fn bench(a: BenchArgs) -> Result<()> {
         phase,
         seed: a.seed,
     };
-    let pb = std::io::stderr().is_terminal().then(|| {
-        let pb = ProgressBar::new(spec.size);
-        if let Ok(style) = ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} eta {eta}")
-        {
-            pb.set_style(style);
-        }
-        pb
-    });
+    let pb = super::progress_bar(spec.size, "{bar:40} {bytes}/{total_bytes} eta {eta}");
     let rep = run(&spec, &mut |done, total| {
         if let Some(pb) = &pb {
             pb.set_length(total);

@@ -6,14 +6,12 @@ use super::size::{bytes, parse_size_or_zero};
 use anyhow::{anyhow, bail, Result};
 use clap::builder::PossibleValue;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use nodup_core::fingerprint::FpKind;
 use nodup_core::meta::MetaLayoutKind;
 use nodup_core::policy::PolicyKind;
 use nodup_core::{FormatOptions, KeyFile};
 use nodup_fs::image::{self, ImageLock, Target};
 use nodup_fs::{Caller, FileSystem, FsOptions, MediumKind};
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 /// Smallest image.
@@ -325,13 +323,8 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
         }
     };
     // Zeroing a large device takes a while: show it on a terminal.
-    let pb = (device.is_some() && std::io::stderr().is_terminal()).then(|| {
-        let pb = ProgressBar::new(size);
-        if let Ok(style) = ProgressStyle::with_template("zeroing {bar:40} {bytes}/{total_bytes}") {
-            pb.set_style(style);
-        }
-        pb
-    });
+    let pb =
+        device.and_then(|_| super::progress_bar(size, "zeroing {bar:40} {bytes}/{total_bytes}"));
     // Whether anything on a device was changed yet (the zeroing says so before it starts).
     let mut touched = false;
     let made = (|| -> Result<()> {

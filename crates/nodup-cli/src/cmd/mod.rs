@@ -33,6 +33,20 @@ pub fn plain_error(e: &anyhow::Error) -> String {
     out
 }
 
+/// A progress bar of `len` drawn with `template`, only when stderr is a terminal (piped, a
+/// long command stays quiet).
+pub fn progress_bar(len: u64, template: &str) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let pb = indicatif::ProgressBar::new(len);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+        pb.set_style(style);
+    }
+    Some(pb)
+}
+
 /// An I/O error's text without the "(os error N)" suffix.
 pub fn plain_io(e: &std::io::Error) -> String {
     without_errno(&e.to_string())

@@ -2,12 +2,10 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
 use nodup_sim::gen::{generate, GenOptions};
 use nodup_sim::model::ModelConfig;
 use nodup_sim::schemes::SchemeKind;
 use std::ffi::OsString;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 /// `nodup sim ...`.
@@ -149,17 +147,6 @@ pub struct ReportArgs {
     pub out: PathBuf,
 }
 
-fn bar(len: u64, template: &str) -> Option<ProgressBar> {
-    if !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let pb = ProgressBar::new(len);
-    if let Ok(style) = ProgressStyle::with_template(template) {
-        pb.set_style(style);
-    }
-    Some(pb)
-}
-
 fn emit(text: &str) -> Result<()> {
     use std::io::Write as _;
     match std::io::stdout().lock().write_all(text.as_bytes()) {
@@ -264,7 +251,7 @@ fn gen(a: GenArgs) -> Result<()> {
         recent_share: a.recent_share,
         phases: a.phases,
     };
-    let pb = bar(a.lines, "{bar:40} {pos}/{len} lines {per_sec} eta {eta}");
+    let pb = super::progress_bar(a.lines, "{bar:40} {pos}/{len} lines {per_sec} eta {eta}");
     let s = generate(&o, &a.output, &|n| {
         if let Some(pb) = &pb {
             pb.set_position(n)
@@ -314,7 +301,7 @@ fn run(a: RunArgs) -> Result<()> {
     let kinds = schemes(&a.scheme)?;
     let cfg = config(&a)?;
     let len = std::fs::metadata(&a.trace).map(|m| m.len()).unwrap_or(0);
-    let pb = bar(
+    let pb = super::progress_bar(
         len,
         "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
     );
@@ -335,7 +322,7 @@ fn run(a: RunArgs) -> Result<()> {
 
 fn stats(a: StatsArgs) -> Result<()> {
     let len = std::fs::metadata(&a.trace).map(|m| m.len()).unwrap_or(0);
-    let pb = bar(
+    let pb = super::progress_bar(
         len,
         "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
     );

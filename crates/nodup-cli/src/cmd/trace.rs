@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use nodup_trace::format::{convert_pending, Format, TraceReader};
 use nodup_trace::gen::{generate, parse_size, GenOptions, RunLength};
 use nodup_trace::output::OutputFile;
@@ -10,7 +10,6 @@ use nodup_trace::popularity::Popularity;
 use nodup_trace::replay::{replay as run_replay, Mode, ReplayOptions};
 use nodup_trace::stats::trace_stats;
 use nodup_trace::{BadLinePolicy, TraceError};
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -188,17 +187,11 @@ fn parse_format(f: &Option<String>) -> Result<Option<Format>> {
 
 /// A progress bar over the trace file's bytes, only when stderr is a terminal.
 fn progress_bar(trace: &Path) -> Option<ProgressBar> {
-    if !std::io::stderr().is_terminal() {
-        return None;
-    }
     let len = std::fs::metadata(trace).map(|m| m.len()).unwrap_or(0);
-    let pb = ProgressBar::new(len);
-    if let Ok(style) =
-        ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-    {
-        pb.set_style(style);
-    }
-    Some(pb)
+    super::progress_bar(
+        len,
+        "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+    )
 }
 
 /// `nodup replay`.
