@@ -272,19 +272,20 @@ impl Allocator {
     }
 
     /// Call `f(start, len)` for every run of free blocks, in address order (runs do not span
-    /// pools). Each pool is read under its lock, so the runs are only a moment's view when
-    /// others allocate meanwhile.
-    pub fn free_runs(&self, f: &mut dyn FnMut(BlockNr, u64)) {
+    /// pools): the tests' view of what [`Allocator::take_freed_runs`] lists span by span.
+    #[cfg(test)]
+    fn free_runs(&self, f: &mut dyn FnMut(BlockNr, u64)) {
         for p in &self.pools {
             let p = p.lock();
             p.runs_in(0, p.map.len(), f);
         }
     }
 
-    /// [`Allocator::free_runs`] of the 2 MiB spans where a block was freed since the last call
-    /// (or since a failure-recovery rebuild, which marks every span; a clean open marks
-    /// none), and clear the marks: what a clean shutdown gives back to the medium's holder,
-    /// without asking again for the runs given back before.
+    /// Call `f(start, len)` for every run of free blocks, in address order (runs do not span
+    /// pools), in the 2 MiB spans where a block was freed since the last call (or since a
+    /// failure-recovery rebuild, which marks every span; a clean open marks none), and clear
+    /// the marks: what a clean shutdown gives back to the medium's holder, without asking
+    /// again for the runs given back before. Each pool is read under its lock.
     pub fn take_freed_runs(&self, f: &mut dyn FnMut(BlockNr, u64)) {
         for p in &self.pools {
             let mut p = p.lock();
