@@ -44,10 +44,11 @@ struct Shared {
     backed: Box<[AtomicU64]>,
     /// One bit per chunk: handed to the background thread (cleared again if it failed).
     asked: Box<[AtomicU64]>,
-    /// Held while a chunk is backed and its bit set, and while a range is punched and its
-    /// chunks' bits cleared ([`Backing::punch`]): a chunk backed around a punch would stay
-    /// marked backed with a hole in it.
-    busy: Mutex<()>,
+    /// Raised once before and once after each punch ([`Backing::punch`]), so odd while one
+    /// runs: a chunk whose backing overlapped a punch is not marked backed (it could hold a
+    /// hole the punch made after its allocation), without making writers that back chunks
+    /// wait for each other or for the background thread.
+    punches: AtomicU64,
 }
 
 fn test_bit(bits: &[AtomicU64], c: u64) -> bool {
@@ -61,7 +62,7 @@ impl Shared {
 
     /// Allocate (and populate) chunk `c`.
     fn back(&self, c: u64) -> Result<()> {
-        let _g = self.busy.lock();
+        let punches = self.punches.load(Ordering::SeqCst);
         let start = c * BACK_CHUNK;
         let n = BACK_CHUNK.min(self.len - start);
         // SAFETY: fallocate on a descriptor owned by `self.file`; mode 0 only allocates
@@ -87,7 +88,12 @@ impl Shared {
                 );
             }
         }
-        self.backed[(c / 64) as usize].fetch_or(1 << (c % 64), Ordering::Relaxed);
+        let (w, bit) = ((c / 64) as usize, 1u64 << (c % 64));
+        self.backed[w].fetch_or(bit, Ordering::SeqCst);
+        if punches % 2 == 1 || self.punches.load(Ordering::SeqCst) != punches {
+            // A punch ran meanwhile: backed again when next needed.
+            self.backed[w].fetch_and(!bit, Ordering::SeqCst);
+        }
         Ok(())
     }
 }
@@ -121,7 +127,7 @@ impl Backing {
             asked: (0..chunks.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
-            busy: Mutex::new(()),
+            punches: AtomicU64::new(0),
         });
         let (tx, rx) = mpsc::channel::<u64>();
         let s = shared.clone();
@@ -168,8 +174,9 @@ impl Backing {
     }
 
     /// Punch `[off, off+len)` out of the file with `punch` ([`super::Medium::discard`]) and
-    /// forget the backing of its chunks, with no chunk backed meanwhile: the next store into
-    /// one of them allocates it again.
+    /// forget the backing of its chunks (also when the punch fails partway); a chunk backed
+    /// meanwhile is not marked either ([`Shared::punches`]). The next store into one of them
+    /// allocates it again.
     pub(super) fn punch(
         &self,
         off: u64,
@@ -177,16 +184,17 @@ impl Backing {
         punch: impl FnOnce() -> Result<bool>,
     ) -> Result<bool> {
         let s = &*self.shared;
-        let _g = s.busy.lock();
-        let punched = punch()?;
+        s.punches.fetch_add(1, Ordering::SeqCst);
+        let punched = punch();
         if len != 0 {
             for c in off / BACK_CHUNK..=(off + len - 1) / BACK_CHUNK {
                 let (w, bit) = ((c / 64) as usize, 1u64 << (c % 64));
-                s.backed[w].fetch_and(!bit, Ordering::Relaxed);
+                s.backed[w].fetch_and(!bit, Ordering::SeqCst);
                 s.asked[w].fetch_and(!bit, Ordering::Relaxed);
             }
         }
-        Ok(punched)
+        s.punches.fetch_add(1, Ordering::SeqCst);
+        punched
     }
 
     #[cold]

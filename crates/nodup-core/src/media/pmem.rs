@@ -496,6 +496,34 @@ mod tests {
         );
     }
 
+    /// A discarded range becomes a hole of the image file and reads as zeros; storing into it
+    /// again backs it again (the store lands, and the range is data once more).
+    #[test]
+    fn a_discard_punches_a_hole_and_stores_back_it_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Pmem::create(dir.path().join("img"), 8 << 20).unwrap();
+        let at = 3 << 20;
+        m.write(at, &[7u8; 4096]).unwrap();
+        m.flush(at, 4096);
+        m.fence().unwrap();
+        assert!(!m.known_zero(at, 4096));
+        if !m.discard(at, 4096).unwrap() {
+            eprintln!("skipping: this file system cannot punch holes");
+            return;
+        }
+        assert!(m.known_zero(at, 4096), "no hole after the discard");
+        let mut b = [1u8; 4096];
+        m.read(at, &mut b).unwrap();
+        assert_eq!(b, [0u8; 4096]);
+        m.write(at, &[9u8; 4096]).unwrap();
+        m.read(at, &mut b).unwrap();
+        assert_eq!(b, [9u8; 4096]);
+        assert!(
+            !m.known_zero(at, 4096),
+            "the store after the discard is not backed"
+        );
+    }
+
     #[test]
     fn bounds_are_errors() {
         let dir = tempfile::tempdir().unwrap();
