@@ -262,6 +262,19 @@ impl RegionLayout {
                 }
                 let done = *c;
                 *cur = None;
+                if done.local == 0 && !done.fresh {
+                    // Its count said at least half of it was free, and no slot is: the region
+                    // on the medium is not what the engine wrote there (a stray write, a
+                    // damaged medium). Queued again it would be scanned forever; left out,
+                    // the writers go on in other regions.
+                    if let Some(r) = self.state.lock().regions.get_mut(done.ridx as usize) {
+                        r.cur = false;
+                    }
+                    return Err(Error::Corrupt(format!(
+                        "entry region at block {} has no free slot, though its count says it has",
+                        done.block
+                    )));
+                }
                 self.evict(&mut self.state.lock(), done);
             }
             let next = {
@@ -620,5 +633,57 @@ mod tests {
         l.load_state(&saved).unwrap();
         assert!(l.check(&valid).is_empty());
         assert!(l.load_state(&saved[1..]).is_err());
+    }
+
+    /// A queued region whose free slots were overwritten behind the engine's back (the count
+    /// says half of it is free, the medium says none is) is an error for the writer that
+    /// finds it, not an endless scan; the next writer gets a slot elsewhere.
+    #[test]
+    fn a_region_with_no_free_slot_against_its_count_is_an_error() {
+        let (l, io, a) = setup();
+        let (l, io, a) = (Arc::new(l), Arc::new(io), Arc::new(a));
+        let mut t = IoTally::default();
+        let mut ap = 0;
+        let mut locs = Vec::new();
+        for i in 0..(REGION_ENTRIES + 1) {
+            let loc = l.alloc_entry(&io, &mut t, i, 0, &a, &mut ap).unwrap();
+            commit(&io, loc, 100 + i);
+            locs.push(loc);
+        }
+        // The header region comes back to the queue, then a stray write fills its slots.
+        for &loc in &locs[..(REGION_ENTRIES as usize - 64)] {
+            commit(&io, loc, 0);
+            l.free_entry(loc);
+        }
+        assert_eq!(l.state.lock().queue.len(), 1);
+        for &loc in &locs[..(REGION_ENTRIES as usize - 64)] {
+            commit(&io, loc, 0xdbdb_dbdb_dbdb_dbdb);
+        }
+        // The current region has 126 free slots left; then the header region is tried.
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let (l, io, a) = (l.clone(), io.clone(), a.clone());
+            std::thread::spawn(move || {
+                let mut t = IoTally::default();
+                let mut ap = 0;
+                let mut got = Vec::new();
+                for i in 0..REGION_ENTRIES + 1 {
+                    let r = l.alloc_entry(&io, &mut t, 1000 + i, 0, &a, &mut ap);
+                    if let Ok(loc) = &r {
+                        commit(&io, *loc, 1000 + i);
+                    }
+                    got.push(r.map_err(|e| e.to_string()));
+                }
+                let _ = tx.send(got);
+            });
+        }
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("allocation never returned");
+        let errors: Vec<&String> = got.iter().filter_map(|r| r.as_ref().err()).collect();
+        assert_eq!(errors.len(), 1, "{got:?}");
+        assert!(errors[0].contains("no free slot"), "{}", errors[0]);
+        assert!(got.last().unwrap().is_ok(), "the writers go on elsewhere");
+        assert_eq!(l.region_count(), 3);
     }
 }
