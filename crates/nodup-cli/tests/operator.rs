@@ -450,6 +450,74 @@ fn an_unmount_gives_freed_space_back_to_the_image_file() {
     }
 }
 
+/// `fstrim MNT` gives freed space back while mounted (FITRIM, which the kernel forwards to the
+/// daemon): the image file shrinks at once, pmem and blockfile alike, what is kept reads
+/// back, the space is written again, and a caller without CAP_SYS_ADMIN is refused.
+#[test]
+fn fstrim_gives_freed_space_back_while_mounted() {
+    if !fuse_available() || !is_root() {
+        return;
+    }
+    for medium in ["pmem", "blockfile"] {
+        let fx = Fixture::new("fstrim", "256M", &["--medium", medium]);
+        let held = || fs::metadata(&fx.img).unwrap().blocks() * 512;
+        let log = scratch("fstrim.log");
+        fx.mount(&["--log-file", log.to_str().unwrap()]);
+        let mut big = vec![0u8; 64 << 20];
+        StdRng::seed_from_u64(10).fill(&mut big);
+        fs::write(fx.path("big"), &big).unwrap();
+        let keep = b"kept across the trim\n".repeat(500);
+        fs::write(fx.path("keep"), &keep).unwrap();
+        let full = held();
+        assert!(full >= 64 << 20, "{medium}: image holds {full} bytes");
+        fs::remove_file(fx.path("big")).unwrap();
+        let out = Command::new("fstrim")
+            .arg("-v")
+            .arg(&fx.mnt)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{medium}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // "MNT: 190.9 MiB (200105984 bytes) trimmed"
+        let bytes = text
+            .rsplit('(')
+            .next()
+            .and_then(|t| t.split(" bytes").next()?.parse::<u64>().ok());
+        assert!(bytes.is_some_and(|b| b >= 64 << 20), "{medium}: {text}");
+        let after = held();
+        assert!(
+            after + (60 << 20) <= full,
+            "{medium}: image still holds {after} of {full} bytes after the fstrim"
+        );
+        assert!(fs::read(fx.path("keep")).unwrap() == keep, "{medium}");
+        fs::write(fx.path("big"), &big).unwrap();
+        assert!(fs::read(fx.path("big")).unwrap() == big, "{medium}");
+        // FITRIM asks for CAP_SYS_ADMIN, as on every Linux file system.
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "fstrim"])
+            .arg(&fx.mnt)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("not permitted"),
+            "{medium}: {err}"
+        );
+        fx.umount_clean(medium);
+        let text = fs::read_to_string(&log).unwrap();
+        let _ = fs::remove_file(&log);
+        assert!(text.contains("fstrim: gave"), "{medium}: {text}");
+        fx.mount(&[]);
+        assert!(fs::read(fx.path("keep")).unwrap() == keep, "{medium}");
+        assert!(fs::read(fx.path("big")).unwrap() == big, "{medium}");
+        fx.umount_clean(medium);
+    }
+}
+
 /// The log must not fill a small image under churn (the old fixed 256 MiB log limit did after
 /// about 30 000 cycles on this image), and the space comes back without a remount.
 #[test]

@@ -171,6 +171,66 @@ fn shutdown_discards_the_free_blocks_and_only_them() {
     }
 }
 
+/// A trim while running (`fstrim`) gives back exactly the free blocks of its range, in runs
+/// of its minimum; what is referenced stays, new writes land in what was given back, and a
+/// clean shutdown afterwards has nothing left to give back.
+#[test]
+fn a_trim_while_running_gives_back_the_free_blocks_of_its_range() {
+    let bs = BLOCK_SIZE as u64;
+    for policy in [PolicyKind::Light, PolicyKind::Smart] {
+        let m = Arc::new(MemMedium::new(8 << 20));
+        let e = fmt(&m, policy, MetaLayoutKind::Region);
+        let data: Vec<Vec<u8>> = (0..64).map(block).collect();
+        let refs: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
+        let got = e.write(&mut WriteCtx::default(), &refs).unwrap();
+        for &b in got.iter().step_by(2) {
+            e.release(b).unwrap();
+        }
+        let discarded = |b: u64| {
+            let mut buf = vec![0u8; BLOCK_SIZE];
+            m.read(b * bs, &mut buf).unwrap();
+            buf.iter().all(|&x| x == nodup_core::media::DISCARDED)
+        };
+        // One freed block, by its byte range; none of a range that holds no whole block.
+        assert_eq!(e.trim(got[0] * bs, bs, 0).unwrap(), Some(bs));
+        assert!(discarded(got[0]) && !discarded(got[2]), "{policy:?}");
+        assert_eq!(e.trim(got[2] * bs + 1, bs, 0).unwrap(), Some(0));
+        // Runs shorter than the minimum stay (the freed blocks lie one apart).
+        let long = e.trim(0, u64::MAX, 2 * bs).unwrap().unwrap();
+        assert!(long > 0 && !discarded(got[4]), "{policy:?}");
+        let free = e.stats().free_blocks;
+        let whole = e.trim(0, u64::MAX, 0).unwrap().unwrap();
+        assert_eq!(whole, free * bs, "{policy:?}: every free block, once each");
+        for (i, &b) in got.iter().enumerate() {
+            assert_eq!(discarded(b), i % 2 == 0, "{policy:?}: block {b}");
+        }
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        for (i, &b) in got.iter().enumerate().skip(1).step_by(2) {
+            e.read(b, &mut buf).unwrap();
+            assert_eq!(buf, data[i], "{policy:?}: block {b} lost");
+        }
+        let again = e.write(&mut WriteCtx::default(), &refs).unwrap();
+        for (i, &b) in again.iter().enumerate() {
+            e.read(b, &mut buf).unwrap();
+            assert_eq!(buf, data[i], "{policy:?}: rewritten block {b}");
+        }
+        e.shutdown().unwrap();
+        assert_eq!(
+            e.given_back().unwrap().unwrap(),
+            0,
+            "{policy:?}: trimmed already"
+        );
+        drop(e);
+        let (e, st) = Engine::open(m.clone(), &OpenOptions::default()).unwrap();
+        assert_eq!(st, OpenState::Clean);
+        assert_eq!(e.store_problems(), Vec::<String>::new(), "{policy:?}");
+        for (i, &b) in again.iter().enumerate() {
+            e.read(b, &mut buf).unwrap();
+            assert_eq!(buf, data[i], "{policy:?}: block {b} after the reopen");
+        }
+    }
+}
+
 /// A `smart` budget this machine cannot reserve (asked at open, or recorded by a larger
 /// machine) is an error from the engine, not an allocation abort of the embedding process,
 /// and leaves the image as it was.

@@ -352,6 +352,27 @@ impl FileSystem {
         Ok(())
     }
 
+    /// Give free space back to what holds the image while mounted (`fstrim`, FITRIM), first
+    /// dropping the references that waited for durability (a [`FileSystem::sync`]), so what
+    /// was just deleted is among it. `[off, off+len)` are bytes of the image and `min` the
+    /// shortest run worth giving back, as FITRIM has them; returns the bytes given back.
+    /// EROFS on a read-only mount, EOPNOTSUPP where the image's holder cannot take space back,
+    /// EINVAL for a range that starts past the image or a `min` larger than it, as ext4.
+    pub fn trim(&self, off: u64, len: u64, min: u64) -> Result<u64> {
+        if self.read_only {
+            return errno(libc::EROFS);
+        }
+        let size = self.medium.len();
+        if off >= size || min > size {
+            return errno(libc::EINVAL);
+        }
+        self.sync()?;
+        match self.engine.trim(off, len, min)? {
+            Some(n) => Ok(n),
+            None => errno(libc::EOPNOTSUPP),
+        }
+    }
+
     // ---------------------------------------------------------------- plumbing
 
     /// Append `rec`, a change of the single inode `n`, to the log (durable on return on a pmem

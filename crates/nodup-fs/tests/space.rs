@@ -4,7 +4,7 @@
 mod common;
 use common::block;
 
-use nodup_core::media::MemMedium;
+use nodup_core::media::{CrashSim, Medium, MemMedium};
 use nodup_core::{FormatOptions, BLOCK_SIZE};
 use nodup_fs::inode::{Kind, ROOT_INO};
 use nodup_fs::{fsck, Caller, FileSystem, FsOptions, MediumKind};
@@ -150,4 +150,72 @@ fn segments_are_cleaned_and_reload_exactly() {
         assert!(fsck::check(&fs, false).unwrap().consistent());
         fs.shutdown().unwrap();
     }
+}
+
+/// `fstrim` on a mount ([`FileSystem::trim`]): what was just deleted is given back to the
+/// image's holder at once (on a BlockFile image its release waits for a sync, which the trim
+/// does first), nothing else is, and the image recovers from a crash right after it whole.
+#[test]
+fn a_trim_gives_back_what_was_just_deleted_and_nothing_else() {
+    // Not a MemMedium: the file system takes that for durable on return, as pmem.
+    let m = Arc::new(CrashSim::new(32 << 20));
+    let fs = FileSystem::format(
+        m.clone(),
+        MediumKind::BlockFile,
+        &FormatOptions::default(),
+        &FsOptions::default(),
+        Caller::default(),
+    )
+    .unwrap();
+    let who = Caller::default();
+    let file = |name: &[u8], first: u64| {
+        let (ino, _) = fs
+            .mknod(ROOT_INO, name, Kind::File, 0o644, 0, b"", who)
+            .unwrap();
+        let data: Vec<u8> = (first..first + 256).flat_map(block).collect();
+        fs.write(ino, 0, &data).unwrap();
+        (ino, data)
+    };
+    let (keep, kept) = file(b"keep", 0);
+    let (_, gone) = file(b"gone", 1000);
+    fs.sync().unwrap();
+    fs.unlink(ROOT_INO, b"gone").unwrap();
+    // Where the deleted blocks are: found by their content.
+    let bs = BLOCK_SIZE as u64;
+    let holding = |data: &[u8]| -> Vec<u64> {
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        let wanted: std::collections::HashSet<&[u8]> = data.chunks(BLOCK_SIZE).collect();
+        (0..m.len() / bs)
+            .filter(|&b| {
+                m.read(b * bs, &mut buf).unwrap();
+                wanted.contains(&buf[..])
+            })
+            .collect()
+    };
+    let were = holding(&gone);
+    assert_eq!(were.len(), 256);
+    let given = fs.trim(0, u64::MAX, 0).unwrap();
+    assert!(given >= 256 * bs, "gave back {given} bytes");
+    assert_eq!(holding(&gone), Vec::<u64>::new(), "deleted data still held");
+    assert_eq!(holding(&kept).len(), 256);
+    assert_eq!(fs.read(keep, 0, kept.len()).unwrap(), kept);
+    // FITRIM's refusals, as ext4's.
+    let errno = |r: nodup_fs::Result<u64>| r.unwrap_err().errno();
+    assert_eq!(errno(fs.trim(m.len(), 1 << 20, 0)), libc::EINVAL);
+    assert_eq!(errno(fs.trim(0, u64::MAX, m.len() + 1)), libc::EINVAL);
+    // A crash right after: recovery finds everything it needs.
+    let m = Arc::new(MemMedium::from_bytes(m.crash_point().durable_image()));
+    drop(fs);
+    let fs = FileSystem::open(m.clone(), &FsOptions::default()).unwrap();
+    assert!(fsck::check(&fs, false).unwrap().consistent());
+    let keep = fs.lookup(ROOT_INO, b"keep").unwrap().0;
+    assert_eq!(fs.read(keep, 0, kept.len()).unwrap(), kept);
+    assert!(fs.lookup(ROOT_INO, b"gone").is_err());
+    fs.shutdown().unwrap();
+    let ro = FsOptions {
+        read_only: true,
+        ..Default::default()
+    };
+    let fs = FileSystem::open(m.clone(), &ro).unwrap();
+    assert_eq!(errno(fs.trim(0, u64::MAX, 0)), libc::EROFS);
 }

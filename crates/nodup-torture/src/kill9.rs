@@ -1,7 +1,7 @@
 //! Process crashes: the real `nodup` mount daemon is killed with SIGKILL at a random moment
 //! while a driver writes and fsyncs files (recording every fsync that returned, with a content
-//! hash) and a background load runs (fio with verify, cp of a tree, `nodup replay` with reads
-//! verifying content). The dead mount is detached, the image remounted (failure recovery),
+//! hash), a background load runs (fio with verify, cp of a tree, `nodup replay` with reads
+//! verifying content) and `fstrim` gives the free space back again and again. The dead mount is detached, the image remounted (failure recovery),
 //! every fsynced file verified through the mount, the image unmounted cleanly and
 //! `nodup fsck` must exit 0.
 
@@ -43,6 +43,8 @@ pub struct Kill9Stats {
     pub cycles: u64,
     /// Of those, cycles mounted with `--async-writes` (large writes answered early).
     pub async_cycles: u64,
+    /// `fstrim` runs that succeeded while the load ran (those cut short by the kill fail).
+    pub trims: u64,
     /// Files whose fsync had returned that were missing or differed after recovery.
     pub lost_fsynced: u64,
     /// Files verified after recovery.
@@ -271,6 +273,23 @@ fn verify_load(mp: &Path, cycle: u64) -> Result<(), String> {
     std::fs::remove_dir_all(&d).map_err(|e| e.to_string())
 }
 
+/// `fstrim` on the mount until `stop` (or the daemon is gone): free space given back while
+/// the load writes and the kill may come in the middle of it. Returns the runs that
+/// succeeded, and the first failure with the moment it was seen (one seen before the kill
+/// is a defect).
+fn trimmer(mp: PathBuf, seed: u64, stop: Arc<AtomicBool>) -> (u64, Option<(Instant, String)>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut done = 0;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(rng.gen_range(5..=40)));
+        if let Err(e) = run(Command::new("fstrim").arg(&mp)) {
+            return (done, Some((Instant::now(), e)));
+        }
+        done += 1;
+    }
+    (done, None)
+}
+
 /// Verify every fsynced file through the mount; lost ones are counted and forgotten.
 fn verify(mp: &Path, done: &Mutex<BTreeMap<String, (u64, u64)>>, st: &mut Kill9Stats) {
     let mut d = done.lock().unwrap();
@@ -424,11 +443,21 @@ pub fn campaign(cfg: &Kill9Config, deadline: Instant, max_cycles: u64) -> Kill9S
             let (dir, done, stop, seed) = (mp.join("sync"), done.clone(), stop.clone(), rng.gen());
             std::thread::spawn(move || driver(dir, cycle, seed, done, stop))
         };
+        let trims = {
+            let (mp, stop, seed) = (mp.clone(), stop.clone(), rng.gen());
+            std::thread::spawn(move || trimmer(mp, seed, stop))
+        };
         std::thread::sleep(Duration::from_millis(rng.gen_range(20..=cfg.max_kill_ms)));
+        let killed = Instant::now();
         // SAFETY: kill(2) on the daemon we started; a stale pid only yields ESRCH.
         unsafe { libc::kill(pid, libc::SIGKILL) };
         stop.store(true, Ordering::Relaxed);
         let _ = drv.join();
+        let (trimmed, failed) = trims.join().unwrap_or((0, None));
+        st.trims += trimmed;
+        if let Some((_, e)) = failed.filter(|(seen, _)| *seen < killed) {
+            st.fail(format!("{what}: fstrim before the kill: {e}"));
+        }
         if let Some(mut c) = load {
             let t0 = Instant::now();
             while c.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(10) {

@@ -75,6 +75,9 @@ pub enum Op {
     SmartStep(u32),
     /// fsync / sync.
     Sync,
+    /// `fstrim`: every free block given back to the medium's holder (a test medium overwrites
+    /// it with a poison pattern, so a block recovery still needed would show).
+    Trim,
     /// Write a checkpoint (switches the superblock; the riskiest step for crash consistency).
     Checkpoint,
 }
@@ -262,7 +265,7 @@ impl Model {
                     }
                 }
             }
-            Op::Sync | Op::Checkpoint => {}
+            Op::Sync | Op::Trim | Op::Checkpoint => {}
         }
         out.push(self.snapshot());
         out
@@ -391,6 +394,9 @@ pub fn run_op(fs: &FileSystem, op: &Op) -> Result<(), FsError> {
             SMART_BLOCKS_DONE.fetch_add(done as u64, Ordering::Relaxed);
         }
         Op::Sync => fs.sync()?,
+        Op::Trim => {
+            fs.trim(0, u64::MAX, 0)?;
+        }
         Op::Checkpoint => fs.checkpoint(false)?,
     }
     Ok(())

@@ -343,7 +343,8 @@ pub fn library(threads: usize, seed: u64, deadline: Instant) -> StressStats {
         }
     };
     // The daemon's maintenance timer: checkpoints (small threshold, so they race with the
-    // workers) and deferred releases.
+    // workers) and deferred releases; and `fstrim` as often, so free blocks are given back
+    // (overwritten with a poison pattern by the test medium) while the workers allocate.
     let ticker = {
         let fs = fs.clone();
         std::thread::spawn(move || {
@@ -351,6 +352,9 @@ pub fn library(threads: usize, seed: u64, deadline: Instant) -> StressStats {
             while Instant::now() < deadline {
                 if let Err(e) = fs.tick() {
                     errors.push(format!("tick: {e}"));
+                }
+                if let Err(e) = fs.trim(0, u64::MAX, 0) {
+                    errors.push(format!("trim: {e}"));
                 }
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
@@ -516,8 +520,28 @@ pub fn mount_stress(
         return st;
     }
     let t: Arc<dyn StressTarget> = Arc::new(DirTarget(mp.clone()));
-    let (s1, model) = run_workers(t.clone(), threads, seed, Instant::now() + dur, 24);
+    let deadline = Instant::now() + dur;
+    // `fstrim` through the kernel while the workers write, delete and read.
+    let trimmer = {
+        let (nodup_mp, deadline) = (mp.clone(), deadline);
+        std::thread::spawn(move || -> Result<u64, String> {
+            let mut runs = 0;
+            while Instant::now() < deadline {
+                run(Command::new("fstrim").arg(&nodup_mp)).map_err(|e| format!("fstrim: {e}"))?;
+                runs += 1;
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Ok(runs)
+        })
+    };
+    let (s1, model) = run_workers(t.clone(), threads, seed, deadline, 24);
     st.merge(s1);
+    match trimmer.join() {
+        Ok(Ok(runs)) if runs > 0 => {}
+        Ok(Ok(_)) => st.bad("fstrim never ran".into()),
+        Ok(Err(e)) => st.bad(e),
+        Err(_) => st.bad("the fstrim thread panicked".into()),
+    }
     if let Err(e) = run(Command::new(nodup).arg("umount").arg(&mp)) {
         st.bad(format!("umount: {e}"));
         detach(&mp);

@@ -173,6 +173,7 @@ pub fn generate(seed: u64, spec: &WorkloadSpec) -> Vec<Op> {
                 Op::Link(pick(&mut rng), to)
             }
             90..=94 => Op::Sync,
+            95..=96 => Op::Trim,
             _ => Op::Checkpoint,
         };
         m.apply_steps(&op);

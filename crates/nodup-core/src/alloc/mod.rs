@@ -10,6 +10,7 @@
 
 pub mod aging;
 pub mod bitmap;
+mod give_back;
 
 use crate::{BlockNr, Error, Result};
 use bitmap::Bitmap;
@@ -35,42 +36,6 @@ struct Pool {
     /// One bit per [`FREED_SPAN`] blocks: a block of the span was freed since the marks were
     /// last taken, so its free runs may hold data the medium's holder still keeps.
     freed: Bitmap,
-}
-
-impl Pool {
-    /// Block `i` of the pool was freed.
-    fn mark_freed(&mut self, i: usize) {
-        self.freed.set(i / FREED_SPAN);
-    }
-
-    /// Call `f` for every run of free blocks among bits `[from, to)`, in order.
-    fn runs_in(&self, from: usize, to: usize, f: &mut dyn FnMut(BlockNr, u64)) {
-        let words = self.map.words();
-        let mut run: Option<usize> = None;
-        let mut i = from;
-        while i < to {
-            let w = words[i / 64];
-            // Whole words at once where they are all used or all free.
-            let (free, step) = if i.is_multiple_of(64) && i + 64 <= to && (w == u64::MAX || w == 0)
-            {
-                (w == 0, 64)
-            } else {
-                (w & (1 << (i % 64)) == 0, 1)
-            };
-            match (free, run) {
-                (true, None) => run = Some(i),
-                (false, Some(s)) => {
-                    f(self.base + s as u64, (i - s) as u64);
-                    run = None;
-                }
-                _ => {}
-            }
-            i += step;
-        }
-        if let Some(s) = run {
-            f(self.base + s as u64, (to - s) as u64);
-        }
-    }
 }
 
 /// Free-space tracking of the data area `[start, start+len)`.
@@ -271,42 +236,6 @@ impl Allocator {
         }
     }
 
-    /// Call `f(start, len)` for every run of free blocks, in address order (runs do not span
-    /// pools): the tests' view of what [`Allocator::take_freed_runs`] lists span by span.
-    #[cfg(test)]
-    fn free_runs(&self, f: &mut dyn FnMut(BlockNr, u64)) {
-        for p in &self.pools {
-            let p = p.lock();
-            p.runs_in(0, p.map.len(), f);
-        }
-    }
-
-    /// Call `f(start, len)` for every run of free blocks, in address order (runs do not span
-    /// pools), in the 2 MiB spans where a block was freed since the last call (or since a
-    /// failure-recovery rebuild, which marks every span; a clean open marks none), and clear
-    /// the marks: what a clean shutdown gives back to the medium's holder, without asking
-    /// again for the runs given back before. Each pool is read under its lock.
-    pub fn take_freed_runs(&self, f: &mut dyn FnMut(BlockNr, u64)) {
-        for p in &self.pools {
-            let mut p = p.lock();
-            let (len, spans) = (p.map.len(), p.freed.len());
-            let mut c = 0;
-            while c < spans {
-                if !p.freed.get(c) {
-                    c += 1;
-                    continue;
-                }
-                // Marked spans side by side make one range, so a run across them is one.
-                let first = c;
-                while c < spans && p.freed.get(c) {
-                    p.freed.clear(c);
-                    c += 1;
-                }
-                p.runs_in(first * FREED_SPAN, (c * FREED_SPAN).min(len), f);
-            }
-        }
-    }
-
     /// Number of free blocks.
     pub fn free_blocks(&self) -> u64 {
         self.free.load(Ordering::Relaxed)
@@ -425,83 +354,6 @@ mod tests {
         a2.load_words(&w).unwrap();
         assert_eq!(a2.free_blocks(), a.free_blocks());
         assert!(a2.is_allocated(c));
-    }
-
-    proptest::proptest! {
-        /// The runs cover exactly the free blocks (against a set of the used ones), in
-        /// address order, none empty, and a run ends only at a used block or a pool's end.
-        #[test]
-        fn free_runs_are_the_free_blocks(
-            len in 1u64..9000,
-            ops in proptest::collection::vec((proptest::bool::ANY, 0u64..9000), 0..400),
-        ) {
-            let a = Allocator::new(7, len);
-            let mut used = std::collections::BTreeSet::new();
-            let mut pool = 0;
-            for (take, b) in ops {
-                if take {
-                    if let Ok(x) = a.alloc(&mut pool) {
-                        used.insert(x);
-                    }
-                } else if let Some(&x) = used.range(7 + b % len..).next() {
-                    a.free(x).unwrap();
-                    used.remove(&x);
-                }
-            }
-            let pool_ends: std::collections::BTreeSet<u64> =
-                (1..=a.npools() as u64).map(|k| (7 + k * a.pool_len).min(7 + len)).collect();
-            let mut next = 7;
-            let mut free = 0;
-            a.free_runs(&mut |s, n| {
-                assert!(n > 0 && s >= next, "run {s}+{n} after {next}");
-                for b in next..s {
-                    assert!(used.contains(&b), "free block {b} left out");
-                }
-                for b in s..s + n {
-                    assert!(!used.contains(&b), "used block {b} in a run");
-                }
-                let end = s + n;
-                assert!(used.contains(&end) || pool_ends.contains(&end), "run {s}+{n} stops early");
-                free += n;
-                next = end;
-            });
-            for b in next..7 + len {
-                assert!(used.contains(&b), "free block {b} left out");
-            }
-            proptest::prop_assert_eq!(free, a.free_blocks());
-        }
-    }
-
-    /// Only the spans where something was freed since the last take are listed, once; a
-    /// failure-recovery rebuild marks them all; a clean reload marks none.
-    #[test]
-    fn freed_runs_are_the_spans_freed_since() {
-        let a = Allocator::new(3, 1000);
-        let mut pool = 0;
-        let got: Vec<u64> = (0..1000).map(|_| a.alloc(&mut pool).unwrap()).collect();
-        let runs = |a: &Allocator| {
-            let mut v = Vec::new();
-            a.take_freed_runs(&mut |s, n| v.push((s, n)));
-            v
-        };
-        assert_eq!(runs(&a), vec![]);
-        // Span 0 is blocks 3..515, span 1 is 515..1003; a run across both comes as one.
-        for &b in &got[10..20] {
-            a.free(b).unwrap();
-        }
-        for &b in &got[505..530] {
-            a.free(b).unwrap();
-        }
-        assert_eq!(runs(&a), vec![(13, 10), (508, 25)]);
-        assert_eq!(runs(&a), vec![], "listed once");
-        // A span is listed whole again: its earlier runs too, but not those of span 1.
-        a.free(got[100]).unwrap();
-        assert_eq!(runs(&a), vec![(13, 10), (103, 1), (508, 7)]);
-        let w = a.save_words();
-        a.reset_all_free();
-        assert_eq!(runs(&a), vec![(3, 1000)]);
-        a.load_words(&w).unwrap();
-        assert_eq!(runs(&a), vec![]);
     }
 
     #[test]

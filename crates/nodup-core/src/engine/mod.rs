@@ -18,6 +18,7 @@
 
 pub mod audit;
 mod ctx;
+mod give_back;
 mod locks;
 mod media;
 mod options;
@@ -573,13 +574,6 @@ impl Engine {
     /// index, counters and allocator; `entries_scanned` = index entries reloaded).
     pub fn open_report(&self) -> Option<RecoveryReport> {
         self.open_report.lock().clone()
-    }
-
-    /// What the clean shutdown gave back to what holds the medium (holes punched in the image
-    /// file): the blocks, or the error that stopped it (the shutdown itself succeeded). `None`
-    /// before a shutdown.
-    pub fn given_back(&self) -> Option<std::result::Result<u64, String>> {
-        self.given_back.lock().clone()
     }
 
     /// Clean shutdown: persist index, valid-entry counters and allocator, set the clean flag.

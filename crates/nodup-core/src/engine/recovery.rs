@@ -218,32 +218,6 @@ impl Engine {
         Ok(())
     }
 
-    /// Give the free blocks of the spans where a block was freed since the open (after
-    /// failure recovery, all free blocks) back to the medium's holder
-    /// ([`crate::media::Medium::discard`]: holes in an image file, so a tmpfs or disk gets back
-    /// the space of deleted data); returns the blocks given back. Runs are asked for in
-    /// address order, and the first refusal (a holder that cannot) ends it.
-    fn discard_free(&self) -> Result<u64> {
-        let bs = BLOCK_SIZE as u64;
-        let mut done = 0u64;
-        let mut failed: Option<Error> = None;
-        let mut able = true;
-        self.alloc.take_freed_runs(&mut |start, n| {
-            if !able || failed.is_some() {
-                return;
-            }
-            match self.medium.discard(start * bs, n * bs) {
-                Ok(true) => done += n,
-                Ok(false) => able = false,
-                Err(e) => failed = Some(e),
-            }
-        });
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(done),
-        }
-    }
-
     /// Failure recovery (see [`Engine::recover`]).
     pub(super) fn failure_recovery(
         &self,

@@ -12,6 +12,7 @@ mod ops;
 pub mod request_buffer;
 mod session;
 mod space;
+mod trim;
 mod xattr;
 
 pub use self::answered::ASYNC_MIN;

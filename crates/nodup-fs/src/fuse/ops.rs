@@ -5,15 +5,16 @@
 
 use super::caller::{caller, creator, has_sys_admin, killed_suidgid};
 use super::direct::{DIRECT_FH, READER_FH};
+use super::trim::FITRIM;
 use super::{err, ftype, requested_time, time, Adapter, TTL};
 use crate::error::FsError;
 use crate::fs::SetAttr;
 use crate::inode::{Attr, Kind, Ts};
 use fuser::{
-    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -685,6 +686,28 @@ impl Filesystem for Adapter {
                 reply.ok()
             }
             Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn ioctl(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        if cmd != FITRIM {
+            // What a file system without the ioctl answers (ENOSYS would make the kernel
+            // stop asking for any ioctl on this mount).
+            return reply.error(Errno::ENOTTY);
+        }
+        match self.fitrim(req, in_data, out_size) {
+            Ok(out) => reply.ioctl(0, &out),
+            Err(e) => reply.error(e),
         }
     }
 }

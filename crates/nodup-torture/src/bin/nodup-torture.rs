@@ -298,8 +298,8 @@ fn main() -> Result<()> {
         let max = if a.quick { 12 } else { u64::MAX };
         let st = kill9::campaign(&cfg, deadline, max);
         note(&format!(
-            "kill9: {} cycles ({} with async writes), {} fsynced files verified, {} lost, {} failures",
-            st.cycles, st.async_cycles, st.verified, st.lost_fsynced, st.failures
+            "kill9: {} cycles ({} with async writes), {} fstrim runs, {} fsynced files verified, {} lost, {} failures",
+            st.cycles, st.async_cycles, st.trims, st.verified, st.lost_fsynced, st.failures
         ));
         for e in st.examples.iter().chain(&st.lost_examples) {
             note(&format!("  kill9: {e}"));

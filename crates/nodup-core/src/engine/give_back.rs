@@ -1,0 +1,68 @@
+//! Giving free blocks back to what holds the medium (holes punched in an image file, a
+//! zeroing discard on a device), so a tmpfs or disk gets back the space of deleted data: the
+//! spans freed since the open at a clean shutdown, and on demand ([`Engine::trim`], `fstrim`)
+//! while the engine runs. Which blocks, and why giving them back is safe, is the allocator's
+//! part (`alloc/give_back.rs`).
+
+use super::Engine;
+use crate::{Error, Result, BLOCK_SIZE};
+
+impl Engine {
+    /// What the clean shutdown gave back to what holds the medium (holes punched in the image
+    /// file): the blocks, or the error that stopped it (the shutdown itself succeeded). `None`
+    /// before a shutdown.
+    pub fn given_back(&self) -> Option<std::result::Result<u64, String>> {
+        self.given_back.lock().clone()
+    }
+
+    /// Give the free blocks of the data area that lie inside bytes `[off, off+len)` of the
+    /// medium, in runs of at least `min` bytes, back to what holds it, while the engine runs
+    /// (`fstrim`). Returns the bytes given back, or `None` when the medium cannot give any
+    /// back. Writers go on meanwhile; one that allocates in a run being given back waits for
+    /// it. Spans given back whole are not given back again at shutdown.
+    pub fn trim(&self, off: u64, len: u64, min: u64) -> Result<Option<u64>> {
+        let _g = self.admin.lock();
+        self.check_ready()?;
+        let bs = BLOCK_SIZE as u64;
+        let mut done = 0u64;
+        let able = self.alloc.trim(
+            off.div_ceil(bs),
+            off.saturating_add(len) / bs,
+            min.div_ceil(bs).max(1),
+            &mut |start, n| {
+                let r = self.medium.discard(start * bs, n * bs)?;
+                if r {
+                    done += n;
+                }
+                Ok(r)
+            },
+        )?;
+        Ok(able.then_some(done * bs))
+    }
+
+    /// Give the free blocks of the spans where a block was freed since the open (after
+    /// failure recovery, all free blocks) back to the medium's holder
+    /// ([`crate::media::Medium::discard`]: holes in an image file, so a tmpfs or disk gets back
+    /// the space of deleted data); returns the blocks given back. Runs are asked for in
+    /// address order, and the first refusal (a holder that cannot) ends it.
+    pub(super) fn discard_free(&self) -> Result<u64> {
+        let bs = BLOCK_SIZE as u64;
+        let mut done = 0u64;
+        let mut failed: Option<Error> = None;
+        let mut able = true;
+        self.alloc.take_freed_runs(&mut |start, n| {
+            if !able || failed.is_some() {
+                return;
+            }
+            match self.medium.discard(start * bs, n * bs) {
+                Ok(true) => done += n,
+                Ok(false) => able = false,
+                Err(e) => failed = Some(e),
+            }
+        });
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(done),
+        }
+    }
+}
