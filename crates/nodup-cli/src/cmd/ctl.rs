@@ -166,7 +166,7 @@ fn open_root(path: &Path) -> Result<(File, Mounted)> {
             Some(libc::ENOENT) | Some(libc::ENOTDIR) => not_nodup(),
             // The daemon died since the check above.
             Some(libc::ENOTCONN) => dead_mount_error(path).unwrap_or_else(not_nodup),
-            _ => anyhow!("{}: {}", path.display(), super::plain_io(&e)),
+            _ => anyhow!("{}: {}", path.display(), super::plain(&e)),
         })?;
     let id = mount_id(&root).ok_or_else(not_nodup)?;
     if !is_mount_root(&root) {

@@ -40,14 +40,14 @@ pub fn du(a: DuArgs) -> Result<()> {
             if let Some(dead) = super::list::dead_mount_error(p) {
                 return Err(dead);
             }
-            return Err(anyhow!("{d}: {}", super::plain_io(&e)));
+            return Err(anyhow!("{d}: {}", super::plain(&e)));
         }
         let v = nodup_fs::ctl::read_json(p, nodup_fs::ctl::USAGE_XATTR).map_err(|e| {
             match e.raw_os_error() {
                 Some(libc::ENODATA) | Some(libc::ENOTSUP) => {
                     anyhow!("{d}: not on a mounted nodup file system")
                 }
-                _ => anyhow!("{d}: {}", super::plain_io(&e)),
+                _ => anyhow!("{d}: {}", super::plain(&e)),
             }
         })?;
         let g = |k: &str| v[k].as_u64().unwrap_or(0);

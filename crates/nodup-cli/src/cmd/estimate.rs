@@ -78,7 +78,7 @@ pub fn estimate(a: EstimateArgs) -> Result<()> {
     for p in &a.paths {
         match p.symlink_metadata() {
             Ok(md) => roots.push((p.clone(), md)),
-            Err(e) => bail!("{}: {}", p.display(), super::plain_io(&e)),
+            Err(e) => bail!("{}: {}", p.display(), super::plain(&e)),
         }
     }
     let mut walk = Walk::default();
@@ -357,7 +357,7 @@ fn warn(path: &Path, e: &io::Error) {
     eprintln!(
         "nodup: warning: {}: {} (skipped)",
         path.display(),
-        super::plain_io(e)
+        super::plain(e)
     );
 }
 
@@ -412,8 +412,8 @@ mod tests {
     }
 
     #[test]
-    fn plain_io_drops_the_code() {
+    fn plain_drops_the_code() {
         let e = io::Error::from_raw_os_error(libc::ENOENT);
-        assert_eq!(crate::cmd::plain_io(&e), "No such file or directory");
+        assert_eq!(crate::cmd::plain(&e), "No such file or directory");
     }
 }

@@ -203,8 +203,8 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
         read_key_file(p)?;
     }
     let img = a.image.display();
-    let device = image::block_device_len(&a.image)
-        .map_err(|e| anyhow!("{img}: {}", super::without_errno(&e.to_string())))?;
+    let device =
+        image::block_device_len(&a.image).map_err(|e| anyhow!("{img}: {}", super::plain(&e)))?;
     let size = match (&a.size, device) {
         (None, None) => bail!("--size is required for an image file (e.g. --size 4G)"),
         (Some(s), None) => parse_size_or_zero(s).map_err(|e| anyhow!("--size: {e}"))?,
@@ -290,8 +290,7 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
     let free = match device {
         // The device is the space: nothing else to fill.
         Some(len) => len,
-        None => image::free_space(&a.image)
-            .map_err(|e| anyhow!("{img}: {}", super::without_errno(&e.to_string())))?,
+        None => image::free_space(&a.image).map_err(|e| anyhow!("{img}: {}", super::plain(&e)))?,
     };
     if size > free && !a.force {
         bail!(
@@ -381,8 +380,7 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
 /// Check what is at `path` before mkfs writes there; returns whether something existed.
 fn check_target(path: &Path, force: bool) -> Result<bool> {
     let p = path.display();
-    let t = image::target(path)
-        .map_err(|e| anyhow!("{p}: {}", super::without_errno(&e.to_string())))?;
+    let t = image::target(path).map_err(|e| anyhow!("{p}: {}", super::plain(&e)))?;
     match t {
         Target::Missing => return Ok(false),
         Target::NotFile => bail!("{p}: exists and is not a regular file or block device"),

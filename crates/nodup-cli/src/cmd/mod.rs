@@ -47,8 +47,8 @@ pub fn progress_bar(len: u64, template: &str) -> Option<indicatif::ProgressBar> 
     Some(pb)
 }
 
-/// An I/O error's text without the "(os error N)" suffix.
-pub fn plain_io(e: &std::io::Error) -> String {
+/// An error's text (I/O, file system) without the "(os error N)" suffix.
+pub fn plain(e: &dyn std::fmt::Display) -> String {
     without_errno(&e.to_string())
 }
 

@@ -299,7 +299,7 @@ pub fn check_image(path: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             bail!("{}: no such image", path.display())
         }
-        Err(e) => bail!("{}: {}", path.display(), super::plain_io(&e)),
+        Err(e) => bail!("{}: {}", path.display(), super::plain(&e)),
     };
     // Before anything opens it: an open of a FIFO waits for a writer forever, and nothing but
     // a file or a block device holds an image.
@@ -339,7 +339,7 @@ fn check_mountpoint(mp: &Path, nonempty: bool) -> Result<()> {
                 anyhow!("{d}: a dead mount is still attached here (fusermount3 -u it first)")
             }))
         }
-        Err(e) => bail!("{d}: mount point: {}", super::plain_io(&e)),
+        Err(e) => bail!("{d}: mount point: {}", super::plain(&e)),
     }
     if nonempty {
         return Ok(());
@@ -505,7 +505,7 @@ fn open_log_file(p: &Path) -> Result<std::fs::File> {
         .create(true)
         .append(true)
         .open(p)
-        .map_err(|e| anyhow!("{}: log file: {}", p.display(), super::plain_io(&e)))
+        .map_err(|e| anyhow!("{}: log file: {}", p.display(), super::plain(&e)))
 }
 
 fn run_daemon(a: MountArgs) -> Result<()> {
@@ -535,11 +535,7 @@ fn run_daemon(a: MountArgs) -> Result<()> {
 pub fn claim_device(path: &Path) -> Result<Option<std::fs::File>> {
     image::claim_device(path).map_err(|e| match e {
         FsError::Busy(m) => anyhow!(m),
-        e => anyhow!(
-            "{}: {}",
-            path.display(),
-            super::without_errno(&e.to_string())
-        ),
+        e => anyhow!("{}: {}", path.display(), super::plain(&e)),
     })
 }
 

@@ -366,7 +366,7 @@ fn stats(a: StatsArgs) -> Result<()> {
 /// as the other commands print theirs.
 fn trace_error(e: TraceError) -> anyhow::Error {
     match e {
-        TraceError::Io { what, source } => anyhow::anyhow!("{what}: {}", super::plain_io(&source)),
+        TraceError::Io { what, source } => anyhow::anyhow!("{what}: {}", super::plain(&source)),
         e => e.into(),
     }
 }
@@ -498,11 +498,7 @@ fn gen(a: GenArgs) -> Result<()> {
     let s = generate(&o, &mut w).map_err(|e| match e {
         // Its own "writing generated trace" says less than the file's name.
         TraceError::Io { source, .. } => {
-            anyhow::anyhow!(
-                "writing {}: {}",
-                a.output.display(),
-                super::plain_io(&source)
-            )
+            anyhow::anyhow!("writing {}: {}", a.output.display(), super::plain(&source))
         }
         e => anyhow::Error::new(e).context(format!("writing {}", a.output.display())),
     })?;

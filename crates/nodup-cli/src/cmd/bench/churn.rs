@@ -42,7 +42,7 @@ pub fn run(a: ChurnArgs) -> Result<()> {
             .and_then(|()| std::fs::remove_file(&p));
         if let Err(e) = r {
             bar.finish_and_clear();
-            bail!("cycle {i}: {}: {}", p.display(), crate::cmd::plain_io(&e));
+            bail!("cycle {i}: {}: {}", p.display(), crate::cmd::plain(&e));
         }
         if i % 1024 == 0 {
             bar.set_position(i);
