@@ -146,13 +146,22 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
             ));
         }
     }
-    // Engine-side view: every distinct referenced block must be counted as in use.
+    // Engine-side view: every distinct referenced block must be counted as in use, and so
+    // must a block whose last reference a record dropped that is not durable yet (a block
+    // file's release waits for the next sync).
+    let pending: Vec<u64> = fs.pending.lock().clone();
     let es = fs.engine().stats();
     let physical_blocks = es.physical_bytes / BLOCK_SIZE as u64;
-    if physical_blocks != rep.distinct_blocks {
+    let held = rep.distinct_blocks + fs.with_tables(|t| unmapped(t, &pending, &bounds));
+    if physical_blocks != held {
         rep.problems.push(format!(
-            "engine counts {physical_blocks} data blocks in use, block maps reference {} distinct blocks",
-            rep.distinct_blocks
+            "engine counts {physical_blocks} data blocks in use, block maps reference {} distinct blocks{}",
+            rep.distinct_blocks,
+            if held > rep.distinct_blocks {
+                format!(" and releases waiting for a sync {} more", held - rep.distinct_blocks)
+            } else {
+                String::new()
+            }
         ));
     }
     if es.free_blocks > es.total_blocks {
@@ -163,7 +172,7 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
     }
     // Per block: a count below the references lets an unlink free a block another file still
     // maps, so the distinct-block total above is not enough.
-    rep.problems.extend(refcount_problems(fs));
+    rep.problems.extend(refcount_problems(fs, &pending));
     // The policy's on-media fingerprint groups (`smart`): only a finding aid, but damage on
     // the image all the same; failure recovery rebuilds them.
     rep.problems.extend(fs.engine().store_problems());
@@ -185,7 +194,7 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
                 rep.distinct_blocks
             ));
         }
-        rep.problems.extend(refcount_problems(fs));
+        rep.problems.extend(refcount_problems(fs, &[]));
         rep.problems.extend(fs.engine().store_problems());
     }
     Ok(rep)
@@ -297,12 +306,13 @@ fn block_holders(fs: &FileSystem, bounds: &Bounds) -> Holding {
 const MAX_REFCOUNT_MESSAGES: usize = 16;
 
 /// Compare each referenced block's engine reference count with its references in the block
-/// maps (a block without an entry counts as one reference); one message per mismatch, capped.
-fn refcount_problems(fs: &FileSystem) -> Vec<String> {
+/// maps and in `pending` (releases waiting for a sync; a block without an entry counts as one
+/// reference); one message per mismatch, capped.
+fn refcount_problems(fs: &FileSystem, pending: &[u64]) -> Vec<String> {
     let (start, len) = fs.engine().data_area();
     let mut count: HashMap<u64, u64> = HashMap::new();
     fs.with_tables(|t| {
-        for b in t.data_refs() {
+        for b in t.data_refs().into_iter().chain(pending.iter().copied()) {
             // Blocks outside the data area are reported by the block-map check already.
             if b >= start && b < start + len {
                 *count.entry(b).or_default() += 1;
@@ -523,6 +533,24 @@ pub(crate) fn check_tables(
 
 /// Distinct data blocks inside `bounds` the block maps of `t` reference (what the engine
 /// should count in use; the others are reported as invalid).
+/// How many distinct blocks of `pending` (releases waiting for a sync) no block map of `t`
+/// names.
+fn unmapped(t: &Tables, pending: &[u64], bounds: &Bounds) -> u64 {
+    let mut d: FxHashSet<u64> = pending
+        .iter()
+        .copied()
+        .filter(|&b| bounds.allows(b))
+        .collect();
+    for node in t.inodes.values() {
+        if let Some(m) = node.read().map() {
+            for b in m.blocks() {
+                d.remove(&b);
+            }
+        }
+    }
+    d.len() as u64
+}
+
 fn distinct_blocks(t: &Tables, bounds: &Bounds) -> u64 {
     let mut d = FxHashSet::default();
     for node in t.inodes.values() {

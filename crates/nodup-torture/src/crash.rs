@@ -1,12 +1,16 @@
 //! Systematic crash testing at the media level (pmreorder / Chipmunk style).
 //!
-//! A seeded workload runs through the file system on a `CrashSim` medium (formatted as pmem,
-//! so every operation is durable when it returns). A crash point is captured at every fence.
+//! A seeded workload runs through the file system on a `CrashSim` medium, formatted as pmem
+//! (every operation durable when it returns) or, for every [`CrashConfig::blockfile_every`]th
+//! workload, as a block file (durable at the next sync: releases wait for it, so a block an
+//! unsynced record dropped is never reused or given back). A crash point is captured at
+//! every fence.
 //! Each point is materialised several ways (pending stores all dropped, all kept, per-line
 //! prefixes, random subsets, 8-byte tearing); each distinct image is opened with failure
 //! recovery and checked: invariants (fsck, audit, refcounts, allocator) and the visible state
 //! against the model — every operation completed before the crash point fully visible, the
-//! one in flight either not at all or fully (or at one of its record boundaries). A sample of
+//! one in flight either not at all or fully (or at one of its record boundaries); on a block
+//! file, the state after any operation (or record boundary) since the last completed sync. A sample of
 //! the images is crashed again *during* recovery and checked the same way.
 
 use std::collections::HashSet;
@@ -51,6 +55,9 @@ pub struct CrashConfig {
     /// `smart` and a 16 KiB budget, so its store evicts, merges and promotes, and its worker
     /// remaps and adopts blocks inside the crash states (0 = never).
     pub smart_every: u64,
+    /// Every Nth workload (by seed, residue 1) formats as a block file instead of pmem
+    /// (0 = never).
+    pub blockfile_every: u64,
 }
 
 impl Default for CrashConfig {
@@ -66,6 +73,7 @@ impl Default for CrashConfig {
             drop_flushes: false,
             collide_every: 3,
             smart_every: 4,
+            blockfile_every: 5,
         }
     }
 }
@@ -201,9 +209,18 @@ fn record(seed: u64, cfg: &CrashConfig, ops: Option<&[Op]>) -> Result<Recorded, 
         encrypt: (seed % 5 == 2).then(|| nodup_core::KeyFile(crate::verify::TEST_KEY.to_vec())),
         ..FormatOptions::default()
     };
-    let fs = FileSystem::format(medium, MediumKind::Pmem, &fopts, &opts, Caller::default())
+    let blockfile =
+        cfg.blockfile_every > 0 && seed % cfg.blockfile_every == 1 % cfg.blockfile_every;
+    let kind = if blockfile {
+        MediumKind::BlockFile
+    } else {
+        MediumKind::Pmem
+    };
+    let fs = FileSystem::format(medium, kind, &fopts, &opts, Caller::default())
         .map_err(|e| format!("format: {e}"))?;
     setup(&fs).map_err(|e| format!("setup: {e}"))?;
+    // The starting point is durable on a block file too (on pmem it already is).
+    fs.sync().map_err(|e| format!("setup: {e}"))?;
     noflush.1.store(true, std::sync::atomic::Ordering::Relaxed);
     let generated;
     let ops = match ops {
@@ -219,13 +236,19 @@ fn record(seed: u64, cfg: &CrashConfig, ops: Option<&[Op]>) -> Result<Recorded, 
     sim.set_capture_filter(Box::new(|_| true));
     // (first fence, last fence, first allowed state, last allowed state) per op.
     let mut spans = Vec::with_capacity(ops.len());
+    // On a block file, the state at the end of the last completed sync: what a crash may
+    // fall back to.
+    let mut synced = 0;
     for (i, op) in ops.iter().enumerate() {
         let f0 = sim.fence_count();
         run_op(&fs, op).map_err(|e| format!("seed {seed}: op {i} {op:?} failed: {e}"))?;
         let f1 = sim.fence_count();
-        let before = states.len() - 1;
+        let before = if blockfile { synced } else { states.len() - 1 };
         states.extend(model.apply_steps(op));
         spans.push((f0, f1, before, states.len() - 1));
+        if matches!(op, Op::Sync | Op::Checkpoint | Op::Trim) {
+            synced = states.len() - 1;
+        }
     }
     sim.clear_capture_filter();
     // The live file system must be consistent too (reference counts against the files): a
@@ -244,7 +267,11 @@ fn record(seed: u64, cfg: &CrashConfig, ops: Option<&[Op]>) -> Result<Recorded, 
         }
     }
     let last = states.len() - 1;
-    points.push((sim.crash_point(), last, last));
+    points.push((
+        sim.crash_point(),
+        if blockfile { synced } else { last },
+        last,
+    ));
     drop(fs);
     Ok(Recorded { points, states })
 }
