@@ -507,6 +507,33 @@ fn fstrim_gives_freed_space_back_while_mounted() {
             !out.status.success() && err.contains("not permitted"),
             "{medium}: {err}"
         );
+        // Nor does a user namespace of its own make an unprivileged user root here (where
+        // this kernel lets such a user make one at all).
+        let nobody = [
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "unshare",
+            "-Ur",
+        ];
+        let can_unshare = Command::new("setpriv")
+            .args(nobody)
+            .arg("true")
+            .status()
+            .is_ok_and(|s| s.success());
+        if can_unshare {
+            let out = Command::new("setpriv")
+                .args(nobody)
+                .arg("fstrim")
+                .arg(&fx.mnt)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && err.contains("not permitted"),
+                "{medium}: in a user namespace: {err}"
+            );
+        }
         fx.umount_clean(medium);
         let text = fs::read_to_string(&log).unwrap();
         let _ = fs::remove_file(&log);

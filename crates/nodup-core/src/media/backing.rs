@@ -18,7 +18,7 @@ use std::os::unix::io::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use crate::{Error, Result};
 
@@ -44,11 +44,11 @@ struct Shared {
     backed: Box<[AtomicU64]>,
     /// One bit per chunk: handed to the background thread (cleared again if it failed).
     asked: Box<[AtomicU64]>,
-    /// Raised once before and once after each punch ([`Backing::punch`]), so odd while one
-    /// runs: a chunk whose backing overlapped a punch is not marked backed (it could hold a
-    /// hole the punch made after its allocation), without making writers that back chunks
-    /// wait for each other or for the background thread.
-    punches: AtomicU64,
+    /// Shared by every backing of a chunk (allocation, population and marking it backed),
+    /// held alone by a punch ([`Backing::punch`]) across its hole and the clearing of its
+    /// chunks' marks: a chunk is never marked backed while a punch left a hole in it, and
+    /// backings do not wait for one another (only for a punch).
+    punching: RwLock<()>,
 }
 
 fn test_bit(bits: &[AtomicU64], c: u64) -> bool {
@@ -62,7 +62,7 @@ impl Shared {
 
     /// Allocate (and populate) chunk `c`.
     fn back(&self, c: u64) -> Result<()> {
-        let punches = self.punches.load(Ordering::SeqCst);
+        let _no_punch = self.punching.read();
         let start = c * BACK_CHUNK;
         let n = BACK_CHUNK.min(self.len - start);
         // SAFETY: fallocate on a descriptor owned by `self.file`; mode 0 only allocates
@@ -88,12 +88,7 @@ impl Shared {
                 );
             }
         }
-        let (w, bit) = ((c / 64) as usize, 1u64 << (c % 64));
-        self.backed[w].fetch_or(bit, Ordering::SeqCst);
-        if punches % 2 == 1 || self.punches.load(Ordering::SeqCst) != punches {
-            // A punch ran meanwhile: backed again when next needed.
-            self.backed[w].fetch_and(!bit, Ordering::SeqCst);
-        }
+        self.backed[(c / 64) as usize].fetch_or(1u64 << (c % 64), Ordering::SeqCst);
         Ok(())
     }
 }
@@ -127,7 +122,7 @@ impl Backing {
             asked: (0..chunks.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
-            punches: AtomicU64::new(0),
+            punching: RwLock::new(()),
         });
         let (tx, rx) = mpsc::channel::<u64>();
         let s = shared.clone();
@@ -174,9 +169,9 @@ impl Backing {
     }
 
     /// Punch `[off, off+len)` out of the file with `punch` ([`super::Medium::discard`]) and
-    /// forget the backing of its chunks (also when the punch fails partway); a chunk backed
-    /// meanwhile is not marked either ([`Shared::punches`]). The next store into one of them
-    /// allocates it again.
+    /// forget the backing of its chunks (also when the punch fails partway), with no backing
+    /// running meanwhile ([`Shared::punching`]). The next store into one of them allocates it
+    /// again.
     pub(super) fn punch(
         &self,
         off: u64,
@@ -184,7 +179,7 @@ impl Backing {
         punch: impl FnOnce() -> Result<bool>,
     ) -> Result<bool> {
         let s = &*self.shared;
-        s.punches.fetch_add(1, Ordering::SeqCst);
+        let _alone = s.punching.write();
         let punched = punch();
         if len != 0 {
             for c in off / BACK_CHUNK..=(off + len - 1) / BACK_CHUNK {
@@ -193,7 +188,6 @@ impl Backing {
                 s.asked[w].fetch_and(!bit, Ordering::Relaxed);
             }
         }
-        s.punches.fetch_add(1, Ordering::SeqCst);
         punched
     }
 

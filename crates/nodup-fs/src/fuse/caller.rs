@@ -38,17 +38,26 @@ pub(super) fn in_group(req: &Request, gid: u32) -> bool {
 }
 
 /// Whether the process behind `req` holds CAP_SYS_ADMIN, which Linux asks of whoever may see
-/// `trusted.*` attributes. Read from its effective capabilities; when those cannot be read
-/// (the process is gone), root is taken to hold it.
+/// `trusted.*` attributes or trim a file system. Read from its effective capabilities, which
+/// count only in the daemon's own user namespace (in one it made itself, as with `unshare
+/// -Ur`, any user holds them all); when they cannot be read (the process is gone), root is
+/// taken to hold it.
 pub(super) fn has_sys_admin(req: &Request) -> bool {
     const CAP_SYS_ADMIN: u32 = 21;
-    std::fs::read_to_string(format!("/proc/{}/status", req.pid()))
-        .ok()
-        .and_then(|s| {
-            let hex = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
-            u64::from_str_radix(hex.trim(), 16).ok()
-        })
-        .map_or(req.uid() == 0, |caps| (caps >> CAP_SYS_ADMIN) & 1 == 1)
+    let proc = format!("/proc/{}", req.pid());
+    let Ok(status) = std::fs::read_to_string(format!("{proc}/status")) else {
+        return req.uid() == 0;
+    };
+    let ours = std::fs::read_link("/proc/self/ns/user");
+    let theirs = std::fs::read_link(format!("{proc}/ns/user"));
+    if !matches!((ours, theirs), (Ok(a), Ok(b)) if a == b) {
+        return false;
+    }
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| (caps >> CAP_SYS_ADMIN) & 1 == 1)
 }
 
 /// The caller of a request that creates an inode with `umask` (FUSE_DONT_MASK: the kernel
