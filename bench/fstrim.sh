@@ -14,14 +14,22 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
 N=${NODUP:-target/release/nodup}
 [[ -x $N ]] || cargo build --release -p nodup-cli >&2
+[[ $EUID == 0 ]] || { echo "bench/fstrim.sh: fstrim on a mount needs root" >&2; exit 1; }
 command -v fio >/dev/null || apt-get install -y fio >&2
+command -v bc >/dev/null || apt-get install -y bc >&2
 IMG=/dev/shm/nodup-fstrim.img
 MNT=/tmp/nodup-fstrim-mnt
 mkdir -p "$MNT"
 cleanup() { mountpoint -q "$MNT" && fusermount3 -u -z "$MNT" || true; rm -f "$IMG"; }
 trap cleanup EXIT
 held() { echo $(( $(stat -c %b "$IMG") * 512 / 1048576 )); }
-secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null; t1=$(date +%s.%N); printf '%.3f\n' "$(echo "$t1 - $t0" | bc)"; }
+secs() { # secs CMD...: its wall time; the script stops if it fails
+  local t0 t1
+  t0=$(date +%s.%N)
+  "$@" >/dev/null || { echo "bench/fstrim.sh: $* failed" >&2; exit 1; }
+  t1=$(date +%s.%N)
+  printf '%.3f\n' "$(echo "$t1 - $t0" | bc)"
+}
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
 fragmented() { # "<fstrim s> <second fstrim s> <MiB before> <MiB after>"
@@ -80,5 +88,5 @@ for r in $(seq "$RUNS"); do
   echo "round $r: fstrim ${a} s (${before} -> ${after} MiB held), again ${b} s; fio alone ${wa[-1]} MiB/s, beside $n fstrim runs ${wb[-1]} MiB/s"
 done
 ma=$(median "${wa[@]}") mb=$(median "${wb[@]}")
-echo "median fstrim of 50 000 holes: $(median "${f1[@]}") s, again $(median "${f2[@]}") s; image held ${before} MiB before, ${after} MiB after"
+echo "median fstrim of 50 000 holes: $(median "${f1[@]}") s, again $(median "${f2[@]}") s; image held ${before} MiB before, ${after} MiB after (last round)"
 echo "median fio 1 MiB 75 % (2 GiB): alone $ma MiB/s, beside fstrim every 0.2 s $mb MiB/s (ratio $(echo "scale=3; $mb / $ma" | bc))"

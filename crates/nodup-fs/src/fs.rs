@@ -357,13 +357,13 @@ impl FileSystem {
     /// was just deleted is among it. `[off, off+len)` are bytes of the image and `min` the
     /// shortest run worth giving back, as FITRIM has them; returns the bytes given back.
     /// EROFS on a read-only mount, EOPNOTSUPP where the image's holder cannot take space back,
-    /// EINVAL for a range that starts past the image or a `min` larger than it, as ext4.
+    /// EINVAL, as ext4, for a range that starts past the image or is shorter than a block, or
+    /// a `min` longer than any free run can be.
     pub fn trim(&self, off: u64, len: u64, min: u64) -> Result<u64> {
         if self.read_only {
             return errno(libc::EROFS);
         }
-        let size = self.medium.len();
-        if off >= size || min > size {
+        if off >= self.medium.len() || len < nodup_core::BLOCK_SIZE as u64 {
             return errno(libc::EINVAL);
         }
         self.sync()?;

@@ -202,6 +202,7 @@ fn a_trim_gives_back_what_was_just_deleted_and_nothing_else() {
     // FITRIM's refusals, as ext4's.
     let errno = |r: nodup_fs::Result<u64>| r.unwrap_err().errno();
     assert_eq!(errno(fs.trim(m.len(), 1 << 20, 0)), libc::EINVAL);
+    assert_eq!(errno(fs.trim(0, bs - 1, 0)), libc::EINVAL);
     assert_eq!(errno(fs.trim(0, u64::MAX, m.len() + 1)), libc::EINVAL);
     // A crash right after: recovery finds everything it needs.
     let m = Arc::new(MemMedium::from_bytes(m.crash_point().durable_image()));

@@ -10,8 +10,8 @@ use super::{Allocator, Pool, FREED_SPAN};
 use crate::{BlockNr, Result};
 
 /// Blocks whose runs [`Allocator::trim`] gives back under one hold of their pool's lock
-/// (128 MiB, as an ext4 block group): writers of that pool wait for at most this much at a
-/// time, and a longer run is given back in pieces.
+/// (128 MiB, as an ext4 block group), stretched to the end of a run that crosses its end:
+/// writers of that pool wait for about this much at a time.
 const TRIM_WINDOW: usize = 64 * FREED_SPAN;
 
 impl Pool {
@@ -90,9 +90,10 @@ impl Allocator {
     /// Call `give(start, n)` for every run of at least `min` free blocks inside `[from, to)`,
     /// in address order, with the run's pool locked across the call so that none of its
     /// blocks can be allocated (and written) while it is given back; runs are cut at pool
-    /// ends and at every [`TRIM_WINDOW`]. Stops at the first error or `Ok(false)` (the holder
+    /// ends (and at the range's). Stops at the first error or `Ok(false)` (the holder
     /// cannot), which it returns. With `min <= 1`, the freed-since marks of the spans given
-    /// back whole are cleared, so a shutdown does not give them back again.
+    /// back whole are cleared, so a shutdown does not give them back again. A `min` longer
+    /// than a pool is invalid: no run could reach it.
     pub fn trim(
         &self,
         from: BlockNr,
@@ -100,6 +101,12 @@ impl Allocator {
         min: u64,
         give: &mut dyn FnMut(BlockNr, u64) -> Result<bool>,
     ) -> Result<bool> {
+        if min > self.pool_len {
+            return Err(crate::Error::Invalid(format!(
+                "no free run can be {min} blocks long: the allocator's pools have {}",
+                self.pool_len
+            )));
+        }
         for p in &self.pools {
             let (base, len) = {
                 let g = p.lock();
@@ -112,8 +119,14 @@ impl Allocator {
             }
             let (mut i, end) = ((lo - base) as usize, (hi - base) as usize);
             while i < end {
-                let w_end = ((i / TRIM_WINDOW + 1) * TRIM_WINDOW).min(end);
                 let mut g = p.lock();
+                // The window ends at a span's end with no run across it: a run is given back
+                // whole (so `min` sees it whole), and a span's mark is cleared by the one
+                // window that gave back all of it.
+                let mut w_end = ((i / TRIM_WINDOW + 1) * TRIM_WINDOW).min(end);
+                while w_end < end && !g.map.get(w_end - 1) && !g.map.get(w_end) {
+                    w_end = (w_end + 1).next_multiple_of(FREED_SPAN).min(end);
+                }
                 let mut res = Ok(true);
                 g.runs_in(i, w_end, &mut |s, n| {
                     if n >= min && matches!(res, Ok(true)) {
@@ -220,7 +233,8 @@ mod tests {
     }
 
     /// The runs of a trim: the free blocks of the range, runs of at least `min` only, cut at
-    /// the range's ends and the window ends; the marks of spans given back whole are cleared.
+    /// the range's ends and pool ends (not at window ends); the marks of spans given back
+    /// whole are cleared.
     #[test]
     fn trim_gives_the_free_runs_of_the_range() {
         // Pools longer than a window (which takes 16 of them).
@@ -261,8 +275,7 @@ mod tests {
             vec![
                 (15, 10),
                 (105, 1),
-                (5 + w - 3, 3),
-                (5 + w, 4),
+                (5 + w - 3, 7),
                 (5 + pl - 2, 2),
                 (5 + pl, 2),
                 (5 + n - 2, 2)
@@ -278,7 +291,8 @@ mod tests {
             vec![(18, 7), (105, 1)],
             "clipped to the range"
         );
-        assert_eq!(trim(&a, 0, u64::MAX, 4), vec![(15, 10), (5 + w, 4)]);
+        assert_eq!(trim(&a, 0, u64::MAX, 4), vec![(15, 10), (5 + w - 3, 7)]);
+        assert!(a.trim(0, u64::MAX, pl + 1, &mut |_, _| Ok(true)).is_err());
         // Every span was given back whole by the first trim: a shutdown gives back nothing.
         let mut left = Vec::new();
         a.take_freed_runs(&mut |s, n| left.push((s, n)));

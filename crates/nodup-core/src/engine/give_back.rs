@@ -18,7 +18,7 @@ impl Engine {
     /// Give the free blocks of the data area that lie inside bytes `[off, off+len)` of the
     /// medium, in runs of at least `min` bytes, back to what holds it, while the engine runs
     /// (`fstrim`). Returns the bytes given back, or `None` when the medium cannot give any
-    /// back. Writers go on meanwhile; one that allocates in a run being given back waits for
+    /// back (having given back none). Writers go on meanwhile; one that allocates in a run being given back waits for
     /// it. Spans given back whole are not given back again at shutdown.
     pub fn trim(&self, off: u64, len: u64, min: u64) -> Result<Option<u64>> {
         let _g = self.admin.lock();
@@ -37,7 +37,7 @@ impl Engine {
                 Ok(r)
             },
         )?;
-        Ok(able.then_some(done * bs))
+        Ok((able || done > 0).then_some(done * bs))
     }
 
     /// Give the free blocks of the spans where a block was freed since the open (after

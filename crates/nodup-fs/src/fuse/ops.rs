@@ -701,8 +701,8 @@ impl Filesystem for Adapter {
         reply: ReplyIoctl,
     ) {
         if cmd != FITRIM {
-            // What a file system without the ioctl answers (ENOSYS would make the kernel
-            // stop asking for any ioctl on this mount).
+            // What a file system without the ioctl answers (the kernel would turn ENOSYS
+            // into it too).
             return reply.error(Errno::ENOTTY);
         }
         match self.fitrim(req, in_data, out_size) {
