@@ -12,6 +12,12 @@
 //! the next [`AHEAD`] chunks: the allocator hands out blocks in address order, so a stream of
 //! new data finds its chunks ready. What the thread fails to back (ENOSPC) stays unmarked,
 //! and the writer then gets the error itself.
+//!
+//! A chunk that holds both data and holes (free blocks given back to the holder: a punch, see
+//! [`Backing::punch`], at this mount or an earlier one) is not allocated whole, which would
+//! take the given-back space again at its first store: its pages are allocated one store at
+//! a time, and a bit per page remembers which are. Whether a chunk is all data, all hole or
+//! both is read from the file (SEEK_HOLE/SEEK_DATA) when it is first needed.
 
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
@@ -27,6 +33,24 @@ pub const BACK_CHUNK: u64 = 2 << 20;
 
 /// Chunks backed ahead of the last one a writer needed.
 const AHEAD: u64 = 4;
+
+/// Bytes per bit of the page map of chunks with holes (a block, and a page).
+const PAGE: u64 = 4096;
+
+/// Pages of a chunk with holes allocated at least, from the first one a store needs: the
+/// allocator hands out free blocks in address order, so the next stores land in those, and
+/// one `fallocate` serves them (it takes back at most 60 KiB of holes early).
+pub(super) const PAGES_AHEAD: u64 = 16;
+
+/// What a chunk of the image file holds, as SEEK_HOLE/SEEK_DATA tell.
+enum Layout {
+    /// No hole: nothing to allocate.
+    Data,
+    /// No data (or the file system cannot tell): allocate it whole.
+    Hole,
+    /// Both: allocate page by page.
+    Mixed,
+}
 
 /// What the writers and the background thread share.
 struct Shared {
@@ -44,6 +68,10 @@ struct Shared {
     backed: Box<[AtomicU64]>,
     /// One bit per chunk: handed to the background thread (cleared again if it failed).
     asked: Box<[AtomicU64]>,
+    /// One bit per chunk: holds data and holes, so it is backed page by page (`pages`).
+    mixed: Box<[AtomicU64]>,
+    /// One bit per page of the image, for the chunks in `mixed`: allocated.
+    pages: Box<[AtomicU64]>,
     /// Shared by every backing of a chunk (allocation, population and marking it backed),
     /// held alone by a punch ([`Backing::punch`]) across its hole and the clearing of its
     /// chunks' marks: a chunk is never marked backed while a punch left a hole in it, and
@@ -55,26 +83,102 @@ fn test_bit(bits: &[AtomicU64], c: u64) -> bool {
     bits[(c / 64) as usize].load(Ordering::Relaxed) & (1 << (c % 64)) != 0
 }
 
+fn atomic_bits(n: u64) -> Box<[AtomicU64]> {
+    (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect()
+}
+
+/// Set (or clear) bits `[from, to)` of `bits`.
+fn set_bits(bits: &[AtomicU64], from: u64, to: u64, on: bool) {
+    let mut i = from;
+    while i < to {
+        let w = (i / 64) as usize;
+        let hi = to.min((i / 64 + 1) * 64);
+        let n = hi - i;
+        let mask = if n == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << n) - 1) << (i % 64)
+        };
+        if on {
+            bits[w].fetch_or(mask, Ordering::SeqCst);
+        } else {
+            bits[w].fetch_and(!mask, Ordering::SeqCst);
+        }
+        i = hi;
+    }
+}
+
+/// True when bits `[from, to)` of `bits` are all set.
+fn all_set(bits: &[AtomicU64], from: u64, to: u64) -> bool {
+    let mut i = from;
+    while i < to {
+        let hi = to.min((i / 64 + 1) * 64);
+        let n = hi - i;
+        let mask = if n == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << n) - 1) << (i % 64)
+        };
+        if bits[(i / 64) as usize].load(Ordering::Relaxed) & mask != mask {
+            return false;
+        }
+        i = hi;
+    }
+    true
+}
+
+/// `fallocate` mode 0 (allocate, size unchanged) of `[start, start+n)` of `file`; a file
+/// system without it is no error (nothing better can be done up front).
+fn allocate(file: &File, start: u64, n: u64) -> Result<()> {
+    // SAFETY: fallocate on a descriptor owned by `file`; the range is inside the file, so its
+    // size does not change.
+    let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, start as i64, n as i64) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => {}
+            _ => return Err(Error::Io(e)),
+        }
+    }
+    Ok(())
+}
+
 impl Shared {
     fn is_backed(&self, c: u64) -> bool {
         test_bit(&self.backed, c)
     }
 
-    /// Allocate (and populate) chunk `c`.
-    fn back(&self, c: u64) -> Result<()> {
+    /// What chunk `[start, start+n)` of the file holds.
+    fn layout(&self, start: u64, n: u64) -> Layout {
+        let fd = self.file.as_raw_fd();
+        // SAFETY: lseek on a descriptor owned by `self.file`; no memory is involved.
+        let hole = unsafe { libc::lseek(fd, start as libc::off_t, libc::SEEK_HOLE) };
+        if hole < 0 {
+            return Layout::Hole;
+        }
+        if hole as u64 >= start + n {
+            Layout::Data
+        } else if super::file_hole(fd, start, n) {
+            Layout::Hole
+        } else {
+            Layout::Mixed
+        }
+    }
+
+    /// Back chunk `c` whole: allocate it where it is all hole, then populate it. False (and
+    /// nothing done) when it holds data and holes: it is then marked mixed and backed page by
+    /// page ([`Shared::back_pages`]).
+    fn back(&self, c: u64) -> Result<bool> {
         let _no_punch = self.punching.read();
         let start = c * BACK_CHUNK;
         let n = BACK_CHUNK.min(self.len - start);
-        // SAFETY: fallocate on a descriptor owned by `self.file`; mode 0 only allocates
-        // (the range is inside the file, so its size does not change).
-        let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, start as i64, n as i64) };
-        if r != 0 {
-            let e = std::io::Error::last_os_error();
-            match e.raw_os_error() {
-                // A file system without fallocate: nothing better can be done up front.
-                Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => {}
-                _ => return Err(Error::Io(e)),
+        match self.layout(start, n) {
+            Layout::Mixed => {
+                set_bits(&self.mixed, c, c + 1, true);
+                return Ok(false);
             }
+            Layout::Data => {}
+            Layout::Hole => allocate(&self.file, start, n)?,
         }
         if self.populate {
             // Failure (an old kernel) only leaves the page faults to happen.
@@ -88,7 +192,27 @@ impl Shared {
                 );
             }
         }
-        self.backed[(c / 64) as usize].fetch_or(1u64 << (c % 64), Ordering::SeqCst);
+        set_bits(&self.backed, c, c + 1, true);
+        Ok(true)
+    }
+
+    /// Back the pages of `[lo, hi)`, inside mixed chunk `c`, that are not known to be (and up
+    /// to [`PAGES_AHEAD`] from the first); once every page of the chunk is, the chunk counts
+    /// as backed whole.
+    fn back_pages(&self, c: u64, lo: u64, hi: u64) -> Result<()> {
+        let (p0, p1) = (lo / PAGE, hi.div_ceil(PAGE));
+        if all_set(&self.pages, p0, p1) {
+            return Ok(());
+        }
+        let first = c * BACK_CHUNK / PAGE;
+        let last = ((c + 1) * BACK_CHUNK).min(self.len).div_ceil(PAGE);
+        let p1 = p1.max(p0 + PAGES_AHEAD).min(last);
+        let _no_punch = self.punching.read();
+        allocate(&self.file, p0 * PAGE, (p1 * PAGE).min(self.len) - p0 * PAGE)?;
+        set_bits(&self.pages, p0, p1, true);
+        if all_set(&self.pages, first, last) {
+            set_bits(&self.backed, c, c + 1, true);
+        }
         Ok(())
     }
 }
@@ -116,12 +240,10 @@ impl Backing {
             len,
             chunks,
             populate,
-            backed: (0..chunks.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
-            asked: (0..chunks.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            backed: atomic_bits(chunks),
+            asked: atomic_bits(chunks),
+            mixed: atomic_bits(chunks),
+            pages: atomic_bits(len.div_ceil(PAGE)),
             punching: RwLock::new(()),
         });
         let (tx, rx) = mpsc::channel::<u64>();
@@ -129,6 +251,7 @@ impl Backing {
         let thread = std::thread::Builder::new()
             .name("nodup-backing".into())
             .spawn(move || {
+                // A mixed chunk is left to the writers, page by page (it stays asked for).
                 for c in rx {
                     if !s.is_backed(c) && s.back(c).is_err() {
                         // The writer meets the error when it gets there; a later request
@@ -182,11 +305,13 @@ impl Backing {
         let _alone = s.punching.write();
         let punched = punch();
         if len != 0 {
-            for c in off / BACK_CHUNK..=(off + len - 1) / BACK_CHUNK {
-                let (w, bit) = ((c / 64) as usize, 1u64 << (c % 64));
-                s.backed[w].fetch_and(!bit, Ordering::SeqCst);
-                s.asked[w].fetch_and(!bit, Ordering::Relaxed);
-            }
+            // Its chunks are read again from the file when next needed (all hole, or mixed
+            // now), and its pages are not backed.
+            let (c0, c1) = (off / BACK_CHUNK, (off + len - 1) / BACK_CHUNK + 1);
+            set_bits(&s.backed, c0, c1, false);
+            set_bits(&s.asked, c0, c1, false);
+            set_bits(&s.mixed, c0, c1, false);
+            set_bits(&s.pages, off / PAGE, (off + len).div_ceil(PAGE), false);
         }
         punched
     }
@@ -201,9 +326,12 @@ impl Backing {
         let first = off / BACK_CHUNK;
         let last = (off + len - 1) / BACK_CHUNK;
         for c in first..=last {
-            if !s.is_backed(c) {
-                s.back(c)?;
+            if s.is_backed(c) || (!test_bit(&s.mixed, c) && s.back(c)?) {
+                continue;
             }
+            let lo = off.max(c * BACK_CHUNK);
+            let hi = (off + len).min((c + 1) * BACK_CHUNK);
+            s.back_pages(c, lo, hi)?;
         }
         let far = last + AHEAD;
         if far < s.chunks && !s.is_backed(far) && !test_bit(&s.asked, far) {

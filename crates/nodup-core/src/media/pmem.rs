@@ -524,6 +524,57 @@ mod tests {
         );
     }
 
+    /// A chunk that holds data and holes (blocks given back) is backed page by page: a store
+    /// into one of its holes allocates that page only, at this mount and the next, instead of
+    /// taking the chunk's other holes back; a chunk all hole is still allocated whole.
+    #[test]
+    fn a_chunk_with_holes_is_backed_page_by_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        let chunk = BACK_CHUNK;
+        let m = Pmem::create(&path, 4 * chunk).unwrap();
+        m.write(chunk, &vec![5u8; chunk as usize]).unwrap();
+        if !m.discard(chunk, chunk / 2).unwrap() {
+            eprintln!("skipping: this file system cannot punch holes");
+            return;
+        }
+        let page = |m: &Pmem, at: u64, v: u8| {
+            m.write(at, &[v; 4096]).unwrap();
+            let mut b = [0u8; 4096];
+            m.read(at, &mut b).unwrap();
+            assert_eq!(b, [v; 4096]);
+            assert!(!m.known_zero(at, 4096), "page {at} not backed");
+        };
+        page(&m, chunk + 8192, 6);
+        // The data half takes stores as ever.
+        page(&m, chunk + chunk / 2 + 4096, 7);
+        // The pages a store into a hole allocates: its own and a few after it.
+        let ahead = super::super::backing::PAGES_AHEAD * 4096;
+        let holes = |m: &Pmem| {
+            assert!(
+                m.known_zero(chunk, 8192),
+                "the holes before the page were filled"
+            );
+            let after = chunk + 8192 + ahead;
+            assert!(
+                m.known_zero(after, chunk + chunk / 2 - ahead - after),
+                "the holes after the page were filled"
+            );
+        };
+        holes(&m);
+        drop(m);
+        // The next mount finds the chunk's holes in the file.
+        let m = Pmem::open(&path).unwrap();
+        page(&m, chunk + chunk / 2 - ahead, 8);
+        holes(&m);
+        let mut b = vec![0u8; 4096];
+        m.read(chunk + 8192, &mut b).unwrap();
+        assert_eq!(b, vec![6u8; 4096]);
+        // A chunk all hole is backed whole at its first store, as before.
+        page(&m, 3 * chunk, 9);
+        assert!(!m.known_zero(3 * chunk + chunk - 4096, 4096));
+    }
+
     #[test]
     fn bounds_are_errors() {
         let dir = tempfile::tempdir().unwrap();
