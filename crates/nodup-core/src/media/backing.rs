@@ -13,11 +13,14 @@
 //! new data finds its chunks ready. What the thread fails to back (ENOSPC) stays unmarked,
 //! and the writer then gets the error itself.
 //!
-//! A chunk that holds both data and holes (free blocks given back to the holder: a punch, see
-//! [`Backing::punch`], at this mount or an earlier one) is not allocated whole, which would
-//! take the given-back space again at its first store: its pages are allocated one store at
-//! a time, and a bit per page remembers which are. Whether a chunk is all data, all hole or
-//! both is read from the file (SEEK_HOLE/SEEK_DATA) when it is first needed.
+//! On tmpfs (where /dev/shm images live, and where a page in the file's page cache is a page
+//! allocated to it), a chunk that holds both data and holes (free blocks given back to the
+//! holder: a punch, see [`Backing::punch`], at this mount or an earlier one) is not allocated
+//! whole, which would take the given-back space again at its first store: its pages are
+//! allocated a few at a time as stores need them, and a bit per page remembers which are.
+//! Whether a chunk is all data, all hole or both is read with `mincore` when it is first
+//! needed (SEEK_HOLE would scan on past the chunk, through every page of data after it).
+//! Elsewhere chunks are allocated whole, as before.
 
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
@@ -39,14 +42,17 @@ const PAGE: u64 = 4096;
 
 /// Pages of a chunk with holes allocated at least, from the first one a store needs: the
 /// allocator hands out free blocks in address order, so the next stores land in those, and
-/// one `fallocate` serves them (it takes back at most 60 KiB of holes early).
-pub(super) const PAGES_AHEAD: u64 = 16;
+/// one `fallocate` serves them (it takes back at most 124 KiB of holes early).
+pub(super) const PAGES_AHEAD: u64 = 32;
 
-/// What a chunk of the image file holds, as SEEK_HOLE/SEEK_DATA tell.
+/// `statfs` magic of tmpfs.
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// What a chunk of the image file holds, as `mincore` tells on tmpfs.
 enum Layout {
     /// No hole: nothing to allocate.
     Data,
-    /// No data (or the file system cannot tell): allocate it whole.
+    /// No data (or not on tmpfs, or `mincore` failed): allocate it whole.
     Hole,
     /// Both: allocate page by page.
     Mixed,
@@ -64,6 +70,8 @@ struct Shared {
     chunks: u64,
     /// Map pages in one call after allocating them.
     populate: bool,
+    /// The file is on tmpfs: chunks with holes are backed page by page.
+    tmpfs: bool,
     /// One bit per [`BACK_CHUNK`]: allocated in the file system holding the image.
     backed: Box<[AtomicU64]>,
     /// One bit per chunk: handed to the background thread (cleared again if it failed).
@@ -150,15 +158,27 @@ impl Shared {
 
     /// What chunk `[start, start+n)` of the file holds.
     fn layout(&self, start: u64, n: u64) -> Layout {
-        let fd = self.file.as_raw_fd();
-        // SAFETY: lseek on a descriptor owned by `self.file`; no memory is involved.
-        let hole = unsafe { libc::lseek(fd, start as libc::off_t, libc::SEEK_HOLE) };
-        if hole < 0 {
+        if !self.tmpfs {
             return Layout::Hole;
         }
-        if hole as u64 >= start + n {
+        let pages = n.div_ceil(PAGE) as usize;
+        let mut v = vec![0u8; pages];
+        // SAFETY: `[start, start+n)` lies inside the mapping, whose start is page aligned, as
+        // is `start` (a multiple of the chunk size); `v` has a byte per page of it.
+        let r = unsafe {
+            libc::mincore(
+                (self.base + start as usize) as *mut libc::c_void,
+                n as usize,
+                v.as_mut_ptr(),
+            )
+        };
+        if r != 0 {
+            return Layout::Hole;
+        }
+        let resident = v.iter().filter(|&&b| b & 1 != 0).count();
+        if resident == pages {
             Layout::Data
-        } else if super::file_hole(fd, start, n) {
+        } else if resident == 0 {
             Layout::Hole
         } else {
             Layout::Mixed
@@ -208,7 +228,18 @@ impl Shared {
         let last = ((c + 1) * BACK_CHUNK).min(self.len).div_ceil(PAGE);
         let p1 = p1.max(p0 + PAGES_AHEAD).min(last);
         let _no_punch = self.punching.read();
-        allocate(&self.file, p0 * PAGE, (p1 * PAGE).min(self.len) - p0 * PAGE)?;
+        let (at, n) = (p0 * PAGE, (p1 * PAGE).min(self.len) - p0 * PAGE);
+        allocate(&self.file, at, n)?;
+        if self.populate {
+            // SAFETY: as in `back`: a range inside the live mapping; no byte changes.
+            unsafe {
+                libc::madvise(
+                    (self.base + at as usize) as *mut libc::c_void,
+                    n as usize,
+                    libc::MADV_POPULATE_WRITE,
+                );
+            }
+        }
         set_bits(&self.pages, p0, p1, true);
         if all_set(&self.pages, first, last) {
             set_bits(&self.backed, c, c + 1, true);
@@ -234,12 +265,18 @@ impl Backing {
     /// be dirty and written back).
     pub(super) fn new(file: &File, base: *mut u8, len: u64, populate: bool) -> Result<Backing> {
         let chunks = len.div_ceil(BACK_CHUNK);
+        // SAFETY: fstatfs fills the zeroed struct for a descriptor `file` owns.
+        let tmpfs = unsafe {
+            let mut st: libc::statfs = std::mem::zeroed();
+            libc::fstatfs(file.as_raw_fd(), &mut st) == 0 && st.f_type as i64 == TMPFS_MAGIC
+        };
         let shared = Arc::new(Shared {
             file: file.try_clone()?,
             base: base as usize,
             len,
             chunks,
             populate,
+            tmpfs,
             backed: atomic_bits(chunks),
             asked: atomic_bits(chunks),
             mixed: atomic_bits(chunks),
