@@ -128,21 +128,28 @@ fn clean_shutdown_reload_and_failure_recovery() {
     assert_eq!(e.stats().index_entries, 0);
 }
 
+/// An engine of `policy` on a heap medium with 64 distinct blocks written (their data and
+/// where they went) and every other one released again.
+fn every_other_released(policy: PolicyKind) -> (Arc<MemMedium>, Engine, Vec<Vec<u8>>, Vec<u64>) {
+    let m = Arc::new(MemMedium::new(8 << 20));
+    let e = fmt(&m, policy, MetaLayoutKind::Region);
+    let data: Vec<Vec<u8>> = (0..64).map(block).collect();
+    let refs: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
+    let got = e.write(&mut WriteCtx::default(), &refs).unwrap();
+    for &b in got.iter().step_by(2) {
+        e.release(b).unwrap();
+    }
+    (m, e, data, got)
+}
+
 /// A clean shutdown gives the free blocks of the data area back to the medium's holder
 /// (`Medium::discard`; a heap medium marks them) and nothing else: the blocks still
 /// referenced read back after the next open, also for blocks freed and blocks never used.
 #[test]
 fn shutdown_discards_the_free_blocks_and_only_them() {
     for policy in [PolicyKind::Light, PolicyKind::Smart] {
-        let m = Arc::new(MemMedium::new(8 << 20));
-        let e = fmt(&m, policy, MetaLayoutKind::Region);
-        let data: Vec<Vec<u8>> = (0..64).map(block).collect();
+        let (m, e, data, got) = every_other_released(policy);
         let refs: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
-        let got = e.write(&mut WriteCtx::default(), &refs).unwrap();
-        // Every other block goes.
-        for &b in got.iter().step_by(2) {
-            e.release(b).unwrap();
-        }
         e.shutdown().unwrap();
         drop(e);
         let bs = BLOCK_SIZE as u64;
@@ -178,14 +185,8 @@ fn shutdown_discards_the_free_blocks_and_only_them() {
 fn a_trim_while_running_gives_back_the_free_blocks_of_its_range() {
     let bs = BLOCK_SIZE as u64;
     for policy in [PolicyKind::Light, PolicyKind::Smart] {
-        let m = Arc::new(MemMedium::new(8 << 20));
-        let e = fmt(&m, policy, MetaLayoutKind::Region);
-        let data: Vec<Vec<u8>> = (0..64).map(block).collect();
+        let (m, e, data, got) = every_other_released(policy);
         let refs: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
-        let got = e.write(&mut WriteCtx::default(), &refs).unwrap();
-        for &b in got.iter().step_by(2) {
-            e.release(b).unwrap();
-        }
         let discarded = |b: u64| {
             let mut buf = vec![0u8; BLOCK_SIZE];
             m.read(b * bs, &mut buf).unwrap();

@@ -23,6 +23,21 @@ fn format(bytes: u64) -> (Arc<MemMedium>, FileSystem) {
     (m, fs)
 }
 
+/// A block-file image (durable at the next sync) on a crash simulator: not a MemMedium, which
+/// the file system takes for durable on return, as pmem.
+fn format_blockfile(bytes: u64) -> (Arc<CrashSim>, FileSystem) {
+    let m = Arc::new(CrashSim::new(bytes));
+    let fs = FileSystem::format(
+        m.clone(),
+        MediumKind::BlockFile,
+        &FormatOptions::default(),
+        &FsOptions::default(),
+        Caller::default(),
+    )
+    .unwrap();
+    (m, fs)
+}
+
 /// Used blocks as `df` computes them (total - free).
 fn used(fs: &FileSystem) -> u64 {
     let st = fs.statfs();
@@ -157,16 +172,7 @@ fn segments_are_cleaned_and_reload_exactly() {
 /// does first), nothing else is, and the image recovers from a crash right after it whole.
 #[test]
 fn a_trim_gives_back_what_was_just_deleted_and_nothing_else() {
-    // Not a MemMedium: the file system takes that for durable on return, as pmem.
-    let m = Arc::new(CrashSim::new(32 << 20));
-    let fs = FileSystem::format(
-        m.clone(),
-        MediumKind::BlockFile,
-        &FormatOptions::default(),
-        &FsOptions::default(),
-        Caller::default(),
-    )
-    .unwrap();
+    let (m, fs) = format_blockfile(32 << 20);
     let who = Caller::default();
     let file = |name: &[u8], first: u64| {
         let (ino, _) = fs
@@ -226,15 +232,7 @@ fn a_trim_gives_back_what_was_just_deleted_and_nothing_else() {
 /// those references too, and finds nothing wrong.
 #[test]
 fn fsck_counts_releases_waiting_for_a_sync() {
-    let m = Arc::new(CrashSim::new(16 << 20));
-    let fs = FileSystem::format(
-        m,
-        MediumKind::BlockFile,
-        &FormatOptions::default(),
-        &FsOptions::default(),
-        Caller::default(),
-    )
-    .unwrap();
+    let (_m, fs) = format_blockfile(16 << 20);
     let who = Caller::default();
     let mut data: Vec<u8> = (0..64).flat_map(block).collect();
     // Some blocks twice, so a pending release leaves a count above zero.

@@ -200,20 +200,25 @@ impl Shared {
             Layout::Data => {}
             Layout::Hole => allocate(&self.file, start, n)?,
         }
+        self.populate(start, n);
+        set_bits(&self.backed, c, c + 1, true);
+        Ok(true)
+    }
+
+    /// Map the (allocated) pages of `[at, at+n)` in one call, where chunks are populated.
+    fn populate(&self, at: u64, n: u64) {
         if self.populate {
             // Failure (an old kernel) only leaves the page faults to happen.
-            // SAFETY: `[start, start+n)` lies inside the mapping (n is clipped to the image
-            // length), which is live while `Backing` is; populating changes no byte of it.
+            // SAFETY: callers pass a range inside the mapping (clipped to the image length),
+            // which is live while `Backing` is; populating changes no byte of it.
             unsafe {
                 libc::madvise(
-                    (self.base + start as usize) as *mut libc::c_void,
+                    (self.base + at as usize) as *mut libc::c_void,
                     n as usize,
                     libc::MADV_POPULATE_WRITE,
                 );
             }
         }
-        set_bits(&self.backed, c, c + 1, true);
-        Ok(true)
     }
 
     /// Back the pages of `[lo, hi)`, inside mixed chunk `c`, that are not known to be (and up
@@ -230,16 +235,7 @@ impl Shared {
         let _no_punch = self.punching.read();
         let (at, n) = (p0 * PAGE, (p1 * PAGE).min(self.len) - p0 * PAGE);
         allocate(&self.file, at, n)?;
-        if self.populate {
-            // SAFETY: as in `back`: a range inside the live mapping; no byte changes.
-            unsafe {
-                libc::madvise(
-                    (self.base + at as usize) as *mut libc::c_void,
-                    n as usize,
-                    libc::MADV_POPULATE_WRITE,
-                );
-            }
-        }
+        self.populate(at, n);
         set_bits(&self.pages, p0, p1, true);
         if all_set(&self.pages, first, last) {
             set_bits(&self.backed, c, c + 1, true);
