@@ -95,11 +95,13 @@ fn atomic_bits(n: u64) -> Box<[AtomicU64]> {
     (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect()
 }
 
-/// Set (or clear) bits `[from, to)` of `bits`.
-fn set_bits(bits: &[AtomicU64], from: u64, to: u64, on: bool) {
+/// The words of bits `[from, to)`, each as (word index, mask of its bits in the range).
+fn word_masks(from: u64, to: u64) -> impl Iterator<Item = (usize, u64)> {
     let mut i = from;
-    while i < to {
-        let w = (i / 64) as usize;
+    std::iter::from_fn(move || {
+        if i >= to {
+            return None;
+        }
         let hi = to.min((i / 64 + 1) * 64);
         let n = hi - i;
         let mask = if n == 64 {
@@ -107,32 +109,26 @@ fn set_bits(bits: &[AtomicU64], from: u64, to: u64, on: bool) {
         } else {
             ((1u64 << n) - 1) << (i % 64)
         };
+        let w = (i / 64) as usize;
+        i = hi;
+        Some((w, mask))
+    })
+}
+
+/// Set (or clear) bits `[from, to)` of `bits`.
+fn set_bits(bits: &[AtomicU64], from: u64, to: u64, on: bool) {
+    for (w, mask) in word_masks(from, to) {
         if on {
             bits[w].fetch_or(mask, Ordering::SeqCst);
         } else {
             bits[w].fetch_and(!mask, Ordering::SeqCst);
         }
-        i = hi;
     }
 }
 
 /// True when bits `[from, to)` of `bits` are all set.
 fn all_set(bits: &[AtomicU64], from: u64, to: u64) -> bool {
-    let mut i = from;
-    while i < to {
-        let hi = to.min((i / 64 + 1) * 64);
-        let n = hi - i;
-        let mask = if n == 64 {
-            u64::MAX
-        } else {
-            ((1u64 << n) - 1) << (i % 64)
-        };
-        if bits[(i / 64) as usize].load(Ordering::Relaxed) & mask != mask {
-            return false;
-        }
-        i = hi;
-    }
-    true
+    word_masks(from, to).all(|(w, mask)| bits[w].load(Ordering::Relaxed) & mask == mask)
 }
 
 /// `fallocate` mode 0 (allocate, size unchanged) of `[start, start+n)` of `file`; a file
