@@ -65,7 +65,8 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
     if let Some(t) = fixed {
         fs.replace_tables(t)?;
     }
-    rep.distinct_blocks = fs.with_tables(|t| distinct_blocks(t, &bounds));
+    let mapped = fs.with_tables(|t| distinct_blocks(t, &bounds));
+    rep.distinct_blocks = mapped.len() as u64;
     // The checkpoint as loaded, where the log changed what the table check above saw: a
     // normal open refuses it. A read-write open has already replaced it by a checkpoint of the
     // table after the log.
@@ -152,7 +153,12 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
     let pending: Vec<u64> = fs.pending.lock().clone();
     let es = fs.engine().stats();
     let physical_blocks = es.physical_bytes / BLOCK_SIZE as u64;
-    let held = rep.distinct_blocks + fs.with_tables(|t| unmapped(t, &pending, &bounds));
+    let unmapped: FxHashSet<u64> = pending
+        .iter()
+        .copied()
+        .filter(|b| bounds.allows(*b) && !mapped.contains(b))
+        .collect();
+    let held = rep.distinct_blocks + unmapped.len() as u64;
     if physical_blocks != held {
         rep.problems.push(format!(
             "engine counts {physical_blocks} data blocks in use, block maps reference {} distinct blocks{}",
@@ -533,30 +539,12 @@ pub(crate) fn check_tables(
 
 /// Distinct data blocks inside `bounds` the block maps of `t` reference (what the engine
 /// should count in use; the others are reported as invalid).
-/// How many distinct blocks of `pending` (releases waiting for a sync) no block map of `t`
-/// names.
-fn unmapped(t: &Tables, pending: &[u64], bounds: &Bounds) -> u64 {
-    let mut d: FxHashSet<u64> = pending
-        .iter()
-        .copied()
-        .filter(|&b| bounds.allows(b))
-        .collect();
-    for node in t.inodes.values() {
-        if let Some(m) = node.read().map() {
-            for b in m.blocks() {
-                d.remove(&b);
-            }
-        }
-    }
-    d.len() as u64
-}
-
-fn distinct_blocks(t: &Tables, bounds: &Bounds) -> u64 {
+fn distinct_blocks(t: &Tables, bounds: &Bounds) -> FxHashSet<u64> {
     let mut d = FxHashSet::default();
     for node in t.inodes.values() {
         if let Some(m) = node.read().map() {
             d.extend(m.blocks().filter(|&b| bounds.allows(b)));
         }
     }
-    d.len() as u64
+    d
 }
