@@ -5,7 +5,7 @@
 //! part (`alloc/give_back.rs`).
 
 use super::Engine;
-use crate::{Error, Result, BLOCK_SIZE};
+use crate::{BlockNr, Result, BLOCK_SIZE};
 
 impl Engine {
     /// What the clean shutdown gave back to what holds the medium (holes punched in the image
@@ -18,8 +18,9 @@ impl Engine {
     /// Give the free blocks of the data area that lie inside bytes `[off, off+len)` of the
     /// medium, in runs of at least `min` bytes, back to what holds it, while the engine runs
     /// (`fstrim`). Returns the bytes given back, or `None` when the medium cannot give any
-    /// back (having given back none). Writers go on meanwhile; one that allocates in a run being given back waits for
-    /// it. Spans given back whole are not given back again at shutdown.
+    /// back (having given back none). Writers go on meanwhile; one that allocates in a run
+    /// being given back waits for it. Spans given back whole are not given back again at
+    /// shutdown.
     pub fn trim(&self, off: u64, len: u64, min: u64) -> Result<Option<u64>> {
         let _g = self.admin.lock();
         self.check_ready()?;
@@ -29,15 +30,20 @@ impl Engine {
             off.div_ceil(bs),
             off.saturating_add(len) / bs,
             min.div_ceil(bs).max(1),
-            &mut |start, n| {
-                let r = self.medium.discard(start * bs, n * bs)?;
-                if r {
-                    done += n;
-                }
-                Ok(r)
-            },
+            &mut |start, n| self.discard_run(start, n, &mut done),
         )?;
         Ok((able || done > 0).then_some(done * bs))
+    }
+
+    /// Give blocks `[start, start+n)` back to the medium's holder, adding them to `done` when
+    /// it took them; false when it cannot.
+    fn discard_run(&self, start: BlockNr, n: u64, done: &mut u64) -> Result<bool> {
+        let bs = BLOCK_SIZE as u64;
+        let taken = self.medium.discard(start * bs, n * bs)?;
+        if taken {
+            *done += n;
+        }
+        Ok(taken)
     }
 
     /// Give the free blocks of the spans where a block was freed since the open (after
@@ -46,23 +52,13 @@ impl Engine {
     /// the space of deleted data); returns the blocks given back. Runs are asked for in
     /// address order, and the first refusal (a holder that cannot) ends it.
     pub(super) fn discard_free(&self) -> Result<u64> {
-        let bs = BLOCK_SIZE as u64;
         let mut done = 0u64;
-        let mut failed: Option<Error> = None;
-        let mut able = true;
+        let mut going = Ok(true);
         self.alloc.take_freed_runs(&mut |start, n| {
-            if !able || failed.is_some() {
-                return;
-            }
-            match self.medium.discard(start * bs, n * bs) {
-                Ok(true) => done += n,
-                Ok(false) => able = false,
-                Err(e) => failed = Some(e),
+            if matches!(going, Ok(true)) {
+                going = self.discard_run(start, n, &mut done);
             }
         });
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(done),
-        }
+        going.map(|_| done)
     }
 }
