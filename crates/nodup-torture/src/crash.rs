@@ -10,8 +10,8 @@
 //! recovery and checked: invariants (fsck, audit, refcounts, allocator) and the visible state
 //! against the model — every operation completed before the crash point fully visible, the
 //! one in flight either not at all or fully (or at one of its record boundaries); on a block
-//! file, the state after any operation (or record boundary) since the last completed sync. A sample of
-//! the images is crashed again *during* recovery and checked the same way.
+//! file, the state after any operation (or record boundary) since the last completed sync. A
+//! sample of the images is crashed again *during* recovery and checked the same way.
 
 use std::collections::HashSet;
 use std::sync::Arc;

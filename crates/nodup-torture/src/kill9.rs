@@ -1,9 +1,9 @@
 //! Process crashes: the real `nodup` mount daemon is killed with SIGKILL at a random moment
 //! while a driver writes and fsyncs files (recording every fsync that returned, with a content
 //! hash), a background load runs (fio with verify, cp of a tree, `nodup replay` with reads
-//! verifying content) and `fstrim` gives the free space back again and again. The dead mount is detached, the image remounted (failure recovery),
-//! every fsynced file verified through the mount, the image unmounted cleanly and
-//! `nodup fsck` must exit 0.
+//! verifying content) and `fstrim` gives the free space back again and again. The dead mount
+//! is detached, the image remounted (failure recovery), every fsynced file verified through
+//! the mount, the image unmounted cleanly and `nodup fsck` must exit 0.
 
 use std::collections::BTreeMap;
 use std::io::Write;
