@@ -14,6 +14,7 @@
 set -euo pipefail
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 RUNS=${RUNS:-3}
 N=${NODUP:-target/release/nodup}
 [[ -x $N ]] || cargo build --release -p nodup-cli >&2
@@ -33,24 +34,13 @@ secs() { # secs CMD...: its wall time; the script stops if it fails
   t1=$(date +%s.%N)
   printf '%.3f\n' "$(echo "$t1 - $t0" | bc)"
 }
-median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
 fragmented() { # "<fstrim s> <second fstrim s> <MiB before> <MiB after> <MiB after more writes>"
   rm -f "$IMG"
   "$N" mkfs "$IMG" --size 2G >/dev/null
   "$N" mount "$IMG" "$MNT" >/dev/null
-  python3 - "$MNT" <<'PY'
-import os, sys
-m = sys.argv[1]
-for d in range(100):
-    os.makedirs(f"{m}/d{d}")
-    for i in range(1000):
-        with open(f"{m}/d{d}/f{i}", "wb") as f:
-            f.write(os.urandom(4096))
-for d in range(100):
-    for i in range(0, 1000, 2):
-        os.unlink(f"{m}/d{d}/f{i}")
-PY
+  small_files "$MNT"
+  every_other_gone "$MNT"
   local before first second after
   before=$(held)
   first=$(secs fstrim "$MNT")
@@ -86,8 +76,7 @@ writer() { # writer 0|1: MiB/s of fio; with fstrim every 0.2 s when 1, then also
   fi
   local bw
   bw=$(fio --name=w --directory="$MNT" --rw=write --bs=1m --size=2G --dedupe_percentage=75 \
-    --ioengine=psync --end_fsync=1 --output-format=json | python3 -c \
-    'import json,sys; print(round(json.load(sys.stdin)["jobs"][0]["write"]["bw"]/1024, 1))')
+    --ioengine=psync --end_fsync=1 --output-format=json | fio_mibs_of write)
   if [[ -n $loop ]]; then
     touch "$stop"; wait "$loop"
     bw="$bw $(cat "$count")"
@@ -109,6 +98,6 @@ for r in $(seq "$RUNS"); do
   fi
   echo "round $r: fstrim ${a} s (${before} -> ${after} MiB held, ${later} after more writes), again ${b} s; fio alone ${wa[-1]} MiB/s, beside $n fstrim runs ${wb[-1]} MiB/s"
 done
-ma=$(median "${wa[@]}") mb=$(median "${wb[@]}")
-echo "median fstrim of 50 000 holes: $(median "${f1[@]}") s, again $(median "${f2[@]}") s; image held ${before} MiB before, ${after} MiB after, ${later} MiB after more writes (last round)"
+ma=$(median_of "${wa[*]}") mb=$(median_of "${wb[*]}")
+echo "median fstrim of 50 000 holes: $(median_of "${f1[*]}") s, again $(median_of "${f2[*]}") s; image held ${before} MiB before, ${after} MiB after, ${later} MiB after more writes (last round)"
 echo "median fio 1 MiB 75 % (2 GiB): alone $ma MiB/s, beside fstrim every 0.2 s $mb MiB/s (ratio $(echo "scale=3; $mb / $ma" | bc))"

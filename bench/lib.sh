@@ -14,6 +14,30 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2)
 # median_of "N N ...": the median of a space-separated list.
 median_of() { tr ' ' '\n' <<<"${1:-}" | grep . | median; }
 
+# small_files MNT: 100 directories of 1 000 files of 4 KiB of unique data each under MNT.
+small_files() {
+  python3 - "$1" <<'PY'
+import os, sys
+m = sys.argv[1]
+for d in range(100):
+    os.makedirs(f"{m}/d{d}")
+    for i in range(1000):
+        with open(f"{m}/d{d}/f{i}", "wb") as f:
+            f.write(os.urandom(4096))
+PY
+}
+# every_other_gone MNT: delete every other file of small_files (50 000 one-block holes, the most
+# fragmented free space a delete leaves).
+every_other_gone() {
+  python3 - "$1" <<'PY'
+import os, sys
+m = sys.argv[1]
+for d in range(100):
+    for i in range(0, 1000, 2):
+        os.unlink(f"{m}/d{d}/f{i}")
+PY
+}
+
 # Stolen CPU time so far, in clock ticks summed over all CPUs (8th value of /proc/stat's cpu line):
 # time the hypervisor gave to other guests instead of ours, which slows a run without any cause in it.
 steal_ticks() { awk '/^cpu / {print $9}' /proc/stat; }

@@ -13,6 +13,7 @@ RUNS=${RUNS:-3}
 IMG=/dev/shm/nodup-punch.img
 MNT=/tmp/nodup-punch-mnt
 mkdir -p "$MNT"
+source "$(dirname "$0")/lib.sh"
 cleanup() { mountpoint -q "$MNT" && fusermount3 -u -z "$MNT" || true; rm -f "$IMG"; }
 trap cleanup EXIT
 one() { # one BINARY: "<umount seconds> <image MiB>"
@@ -20,24 +21,10 @@ one() { # one BINARY: "<umount seconds> <image MiB>"
   rm -f "$IMG"
   "$n" mkfs "$IMG" --size 2G >/dev/null
   "$n" mount "$IMG" "$MNT" >/dev/null
-  python3 - "$MNT" <<'PY'
-import os, sys
-m = sys.argv[1]
-for d in range(100):
-    os.makedirs(f"{m}/d{d}")
-    for i in range(1000):
-        with open(f"{m}/d{d}/f{i}", "wb") as f:
-            f.write(os.urandom(4096))
-PY
+  small_files "$MNT"
   "$n" umount "$MNT"
   "$n" mount "$IMG" "$MNT" >/dev/null
-  python3 - "$MNT" <<'PY'
-import os, sys
-m = sys.argv[1]
-for d in range(100):
-    for i in range(0, 1000, 2):
-        os.unlink(f"{m}/d{d}/f{i}")
-PY
+  every_other_gone "$MNT"
   t0=$(date +%s.%N)
   "$n" umount "$MNT"
   t1=$(date +%s.%N)
@@ -49,6 +36,5 @@ for r in $(seq "$RUNS"); do
   read -r t s < <(one "$B"); tb+=("$t"); sb=$s
   echo "round $r: without ${ta[-1]} s ($sa MiB held), with ${tb[-1]} s ($sb MiB held)"
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
-ma=$(median "${ta[@]}") mb=$(median "${tb[@]}")
+ma=$(median_of "${ta[*]}") mb=$(median_of "${tb[*]}")
 echo "median umount: without $ma s, with $mb s (+$(echo "$mb - $ma" | bc) s); image after: without $sa MiB, with $sb MiB"
