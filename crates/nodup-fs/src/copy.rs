@@ -173,11 +173,7 @@ impl FileSystem {
             size,
             mtime: Ts::now(),
         };
-        if let Err(e) = self.append_for(&d, &rec) {
-            drop(d);
-            let _ = self.engine.release_batch(&owned);
-            return Err(e);
-        }
+        self.append_naming(&d, &rec, &owned)?;
         let eff = apply_inode(&mut d, &rec, &self.persist)?;
         // Blocks written anew replace the old content of their file blocks in `smart`'s
         // skipped buffer (under the inode lock, as a write's).

@@ -150,12 +150,7 @@ impl FileSystem {
             size: n.attr.size.max(end),
             mtime: Ts::now(),
         };
-        if let Err(e) = self.append_for(&n, &rec) {
-            for b in phys {
-                let _ = self.engine.release(b);
-            }
-            return Err(e);
-        }
+        self.append_naming(&n, &rec, &phys)?;
         let eff = apply_inode(&mut n, &rec, &self.persist)?;
         self.note_misses(ino, fb0, &misses);
         drop(n);
@@ -214,12 +209,8 @@ impl FileSystem {
             tail,
             now,
         };
-        if let Err(e) = self.append_for(n, &rec) {
-            if let Some((_, b)) = tail {
-                let _ = self.engine.release(b);
-            }
-            return Err(e);
-        }
+        let named: Vec<BlockNr> = tail.iter().map(|&(_, b)| b).collect();
+        self.append_naming(n, &rec, &named)?;
         let eff = apply_inode(n, &rec, &self.persist)?;
         if let Some((fb, _)) = tail {
             self.note_misses(ino, fb, &misses);
@@ -315,10 +306,7 @@ impl FileSystem {
                                 size: n.attr.size,
                                 mtime: now,
                             };
-                            if let Err(e) = self.append_for(&n, &rec) {
-                                let _ = self.engine.release(nb);
-                                return Err(e);
-                            }
+                            self.append_naming(&n, &rec, &[nb])?;
                             let e = apply_inode(&mut n, &rec, &self.persist)?;
                             self.note_misses(ino, fb, &misses);
                             eff.released.extend(e.released);

@@ -379,21 +379,80 @@ impl FileSystem {
     /// image). It must pass the checks replay applies first (`log::check`): a refused record
     /// in the log would make the image refuse to open; refused here, it is an error instead.
     pub(crate) fn append_for(&self, n: &Inode, rec: &Record) -> Result<()> {
-        check::inode(n, rec)?;
-        self.append(rec)
+        self.append_naming(n, rec, &[])
+    }
+
+    /// [`FileSystem::append_for`] of a record that maps `named`, references the caller took
+    /// for it (new data, dedup hits, shared blocks). When the append fails they are given
+    /// back, but only once nothing on the medium can name them: the frame of a failed append
+    /// may be there all the same (see [`LogWriter::settled`]).
+    pub(crate) fn append_naming(&self, n: &Inode, rec: &Record, named: &[BlockNr]) -> Result<()> {
+        if let Err(e) = check::inode(n, rec) {
+            // Refused before anything was written.
+            let _ = self.engine.release_batch(named);
+            return Err(e);
+        }
+        self.append_holding(rec, named)
     }
 
     /// Append `rec` to the log; every caller has checked it against the table first.
     fn append(&self, rec: &Record) -> Result<()> {
+        self.append_holding(rec, &[])
+    }
+
+    /// [`FileSystem::append`], holding `named` (see [`FileSystem::append_naming`]) when the
+    /// append fails after writing.
+    fn append_holding(&self, rec: &Record, named: &[BlockNr]) -> Result<()> {
         if self.read_only {
+            let _ = self.engine.release_batch(named);
             return errno(libc::EROFS);
         }
         self.touch_clock();
         let mut log = self.log.lock();
         let engine = &self.engine;
-        log.append(&*self.medium, rec, self.durable, &mut |n| {
+        let r = log.append(&*self.medium, rec, self.durable, &mut |n| {
             Ok(engine.alloc_meta(n)?)
-        })
+        });
+        let (now, settled) = match &r {
+            Ok(()) => (&[][..], log.settled()),
+            Err(_) if log.unsure() => {
+                log.hold(named);
+                (&[][..], Vec::new())
+            }
+            // It failed before writing anything (no metadata block for it).
+            Err(_) => (named, Vec::new()),
+        };
+        drop(log);
+        if !now.is_empty() {
+            let _ = self.engine.release_batch(now);
+        }
+        self.give_back_settled(settled);
+        r
+    }
+
+    /// Give back references held for failed appends that nothing on the medium can name any
+    /// more (see [`LogWriter::settled`]): at once on a pmem image, where the append or scrub
+    /// that settled them was fenced; on a block file after the next fence, as releases are.
+    pub(crate) fn give_back_settled(&self, blocks: Vec<BlockNr>) {
+        if blocks.is_empty() {
+            return;
+        }
+        if !self.durable {
+            self.pending.lock().extend(blocks);
+        } else if let Err(e) = self.engine.release_batch(&blocks) {
+            crate::logging::warn(&format!(
+                "{} references held for a failed log append not given back: {e}",
+                blocks.len()
+            ));
+        }
+    }
+
+    /// References the engine counts that no block map holds: releases waiting for a sync
+    /// (block files) and references held for failed appends (checks count them in).
+    pub fn unmapped_refs(&self) -> Vec<BlockNr> {
+        let mut v = self.log.lock().held().to_vec();
+        v.extend(self.pending.lock().iter().copied());
+        v
     }
 
     /// Give references back to the engine once the record that dropped them is durable.

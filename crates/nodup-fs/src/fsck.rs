@@ -149,8 +149,8 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
     }
     // Engine-side view: every distinct referenced block must be counted as in use, and so
     // must a block whose last reference a record dropped that is not durable yet (a block
-    // file's release waits for the next sync).
-    let pending: Vec<u64> = fs.pending.lock().clone();
+    // file's release waits for the next sync), or that a failed append holds.
+    let pending: Vec<u64> = fs.unmapped_refs();
     let es = fs.engine().stats();
     let physical_blocks = es.physical_bytes / BLOCK_SIZE as u64;
     let unmapped: FxHashSet<u64> = pending
@@ -164,7 +164,10 @@ pub fn check(fs: &FileSystem, repair: bool) -> Result<FsckReport> {
             "engine counts {physical_blocks} data blocks in use, block maps reference {} distinct blocks{}",
             rep.distinct_blocks,
             if held > rep.distinct_blocks {
-                format!(" and releases waiting for a sync {} more", held - rep.distinct_blocks)
+                format!(
+                    " and references not in a map yet (releases waiting for a sync, failed appends) {} more",
+                    held - rep.distinct_blocks
+                )
             } else {
                 String::new()
             }
@@ -271,7 +274,7 @@ fn block_holders(fs: &FileSystem, bounds: &Bounds) -> Holding {
         .filter(|&b| bounds.allows(b))
         .collect();
     held.extend(fs.meta_blocks());
-    held.extend(fs.pending.lock().iter().copied());
+    held.extend(fs.unmapped_refs());
     let mut h = Holding {
         leaked: 0,
         twice: 0,
@@ -312,8 +315,8 @@ fn block_holders(fs: &FileSystem, bounds: &Bounds) -> Holding {
 const MAX_REFCOUNT_MESSAGES: usize = 16;
 
 /// Compare each referenced block's engine reference count with its references in the block
-/// maps and in `pending` (releases waiting for a sync; a block without an entry counts as one
-/// reference); one message per mismatch, capped.
+/// maps and in `pending` (releases waiting for a sync, references held for failed appends; a
+/// block without an entry counts as one reference); one message per mismatch, capped.
 fn refcount_problems(fs: &FileSystem, pending: &[u64]) -> Vec<String> {
     let (start, len) = fs.engine().data_area();
     let mut count: HashMap<u64, u64> = HashMap::new();

@@ -77,10 +77,7 @@ impl FileSystem {
             from,
             to,
         };
-        if let Err(e) = self.append_for(&n, &rec) {
-            let _ = self.engine.release(to);
-            return Err(e);
-        }
+        self.append_naming(&n, &rec, &[to])?;
         let eff = apply_inode(&mut n, &rec, &self.persist)?;
         drop(n);
         // Releases `from` once the record is durable (as for an overwrite).

@@ -2,12 +2,15 @@
 //! file-system operation. The error must reach the caller as EIO, the live file system must
 //! still show a state the model allows (and keep working), and the image, reopened with
 //! failure recovery, must be consistent with everything committed before still readable.
+//! What the failed operation may have left on the medium (a log frame whose fence failed)
+//! must not replay onto blocks given back since: the image is also checked after a trim and a
+//! crash right after the fault, and in some trials after a clean unmount right after it.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use nodup_core::media::{FaultMedium, FaultOp, FaultRule, Medium, MemMedium};
-use nodup_core::FormatOptions;
+use nodup_core::{FormatOptions, BLOCK_SIZE};
 use nodup_fs::{Caller, FileSystem, FsOptions, MediumKind};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -77,12 +80,36 @@ struct Setup {
     fs: FileSystem,
 }
 
-fn fresh(bytes: u64, seed: u64) -> Result<Setup, String> {
+/// One workload in this many runs on a block-file image (appends not fenced one by one,
+/// releases waiting for a sync), the rest on pmem.
+const BLOCKFILE_EVERY: u64 = 4;
+
+/// Where a trial's fault goes, and what follows it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Aim {
+    /// The operation of the workload the fault hits.
+    pub k: usize,
+    /// The medium operation of it that fails (1-based).
+    pub nth: u64,
+    /// A write or discard fails after a prefix instead of whole.
+    pub short: bool,
+    /// A clean unmount follows the fault instead of more work.
+    pub unmount: bool,
+    /// On a block-file image instead of pmem.
+    pub block_file: bool,
+}
+
+fn fresh(bytes: u64, seed: u64, block_file: bool) -> Result<Setup, String> {
+    let kind = if block_file {
+        MediumKind::BlockFile
+    } else {
+        MediumKind::Pmem
+    };
     let mem = Arc::new(MemMedium::new(bytes));
     let fm = Arc::new(FaultMedium::new(mem.clone(), seed));
     let fs = FileSystem::format(
         fm.clone(),
-        MediumKind::Pmem,
+        kind,
         &FormatOptions::default(),
         &FsOptions::default(),
         Caller::default(),
@@ -92,15 +119,22 @@ fn fresh(bytes: u64, seed: u64) -> Result<Setup, String> {
     Ok(Setup { mem, fm, fs })
 }
 
-/// One trial: workload `seed`, fault inside op `k` at medium operation `nth` of that op.
-pub fn trial(seed: u64, spec: &WorkloadSpec, k: usize, nth: u64, short: bool) -> FaultStats {
+/// One trial: workload `seed`, its fault where `aim` says.
+pub fn trial(seed: u64, spec: &WorkloadSpec, aim: Aim) -> FaultStats {
     let mut st = FaultStats {
         trials: 1,
         ..Default::default()
     };
-    let what = format!("fault seed {seed} op {k} nth {nth} short {short}");
+    let Aim {
+        k,
+        nth,
+        short,
+        unmount,
+        block_file,
+    } = aim;
+    let what = format!("fault seed {seed} {aim:?}");
     let ops = generate(seed, spec);
-    let s = match fresh(8 << 20, seed) {
+    let s = match fresh(8 << 20, seed, block_file) {
         Ok(s) => s,
         Err(e) => {
             st.violation(format!("{what}: {e}"));
@@ -148,16 +182,49 @@ pub fn trial(seed: u64, spec: &WorkloadSpec, k: usize, nth: u64, short: bool) ->
     }
     let refs: Vec<&Snapshot> = allowed.iter().collect();
     // The live file system keeps serving a state the model allows.
-    match snapshot_fs(&s.fs) {
-        Ok(got) if refs.iter().any(|a| **a == got) => {}
-        Ok(_) => st.violation(format!("{what}: live state after the fault is not allowed")),
-        Err(e) => st.violation(format!("{what}: live read after the fault: {e}")),
-    }
+    let live = match snapshot_fs(&s.fs) {
+        Ok(got) if refs.iter().any(|a| **a == got) => Some(got),
+        Ok(_) => {
+            st.violation(format!("{what}: live state after the fault is not allowed"));
+            None
+        }
+        Err(e) => {
+            st.violation(format!("{what}: live read after the fault: {e}"));
+            None
+        }
+    };
     if let Err(e) = check_invariants(&s.fs) {
         st.live_inconsistent += 1;
         st.note(format!(
             "{what}: [finding 2] live invariants after the fault: {e}"
         ));
+    }
+    if fired {
+        // Free space given back to the medium (zeroed here): a crash now must not show a
+        // file whose record names any of it.
+        match s.fs.trim(0, s.mem.len(), BLOCK_SIZE as u64) {
+            Ok(_) => {
+                let img = s.mem.snapshot();
+                if let Err(e) = check_crash_image(img, &refs, Mutant::None, false) {
+                    st.violation(format!("{what}: after a trim and a crash: {e}"));
+                }
+            }
+            Err(e) => st.violation(format!("{what}: trim after the fault: {e}")),
+        }
+    }
+    if unmount {
+        // A clean unmount now, and a clean reopen shows what the live file system did.
+        let Some(live) = live else { return st };
+        if let Err(e) = s.fs.shutdown() {
+            st.violation(format!("{what}: clean unmount after the fault: {e}"));
+            return st;
+        }
+        drop(s.fs);
+        let img = s.mem.snapshot();
+        if let Err(e) = check_clean_image(img, &live) {
+            st.violation(format!("{what}: reopened after a clean unmount: {e}"));
+        }
+        return st;
     }
     // ... and keeps working.
     let probe = pattern_block(seed);
@@ -209,6 +276,20 @@ pub fn trial(seed: u64, spec: &WorkloadSpec, k: usize, nth: u64, short: bool) ->
     st
 }
 
+/// Open `img`, unmounted cleanly: a clean open, every invariant, and exactly `live`.
+fn check_clean_image(img: Vec<u8>, live: &Snapshot) -> Result<(), String> {
+    let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img));
+    let fs = FileSystem::open(m, &FsOptions::default()).map_err(|e| format!("open: {e}"))?;
+    if fs.recovery().kind != "clean" {
+        return Err(format!("the open ran {} recovery", fs.recovery().kind));
+    }
+    check_invariants(&fs)?;
+    match snapshot_fs(&fs)? {
+        got if got == *live => Ok(()),
+        _ => Err("the state is not the live one".into()),
+    }
+}
+
 /// True when the recovered image lacks the probe file written after the fault.
 fn probe_lost(img: Vec<u8>) -> bool {
     let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img));
@@ -219,9 +300,9 @@ fn probe_lost(img: Vec<u8>) -> bool {
 }
 
 /// Medium operations each op of workload `seed` performs (to aim the faults).
-fn op_costs(seed: u64, spec: &WorkloadSpec) -> Result<Vec<u64>, String> {
+fn op_costs(seed: u64, spec: &WorkloadSpec, block_file: bool) -> Result<Vec<u64>, String> {
     let ops = generate(seed, spec);
-    let s = fresh(8 << 20, seed)?;
+    let s = fresh(8 << 20, seed, block_file)?;
     let mut v = Vec::with_capacity(ops.len());
     for op in &ops {
         let before = s.fm.ops();
@@ -237,7 +318,8 @@ pub fn campaign(seed: u64, spec: &WorkloadSpec, deadline: Instant, max_trials: u
     let mut rng = StdRng::seed_from_u64(seed);
     let mut wseed = seed;
     while Instant::now() < deadline && total.trials < max_trials {
-        let costs = match op_costs(wseed, spec) {
+        let block_file = wseed % BLOCKFILE_EVERY == 1;
+        let costs = match op_costs(wseed, spec, block_file) {
             Ok(c) => c,
             Err(e) => {
                 total.violation(e);
@@ -255,7 +337,14 @@ pub fn campaign(seed: u64, spec: &WorkloadSpec, deadline: Instant, max_trials: u
                 continue;
             }
             let nth = rng.gen_range(1..=costs[k]);
-            total.merge(trial(wseed, spec, k, nth, rng.gen_bool(0.3)));
+            let aim = Aim {
+                k,
+                nth,
+                short: rng.gen_bool(0.3),
+                unmount: rng.gen_bool(0.25),
+                block_file,
+            };
+            total.merge(trial(wseed, spec, aim));
         }
         wseed += 1;
     }

@@ -33,7 +33,9 @@ pub fn check_invariants(fs: &FileSystem) -> Result<(), String> {
     if !audit.problems.is_empty() {
         return Err(format!("engine audit: {:?}", audit.problems));
     }
-    let refs = fs.with_tables(|t| t.data_refs());
+    // References no map holds yet (a release waiting for a sync, a failed append's) count.
+    let mut refs = fs.with_tables(|t| t.data_refs());
+    refs.extend(fs.unmapped_refs());
     let mut count: HashMap<u64, u64> = HashMap::new();
     for b in refs {
         *count.entry(b).or_default() += 1;

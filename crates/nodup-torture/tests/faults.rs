@@ -3,13 +3,23 @@
 
 use std::time::{Duration, Instant};
 
-use nodup_torture::faults::{campaign, trial};
+use nodup_torture::faults::{campaign, trial, Aim};
 use nodup_torture::workload::WorkloadSpec;
 
 fn spec() -> WorkloadSpec {
     WorkloadSpec {
         ops: 20,
         ..WorkloadSpec::default()
+    }
+}
+
+/// A fault at medium operation `nth` of op `k` on pmem, more work after it.
+fn aim(k: usize, nth: u64, short: bool) -> Aim {
+    Aim {
+        k,
+        nth,
+        short,
+        ..Aim::default()
     }
 }
 
@@ -36,7 +46,7 @@ fn injected_faults_surface_as_eio_and_keep_the_image_consistent() {
 fn finding1_ops_after_failed_log_append_survive_recovery() {
     let mut lost = 0;
     for (seed, k, nth) in [(12, 2, 2), (13, 11, 2), (14, 0, 2)] {
-        let t = trial(seed, &spec(), k, nth, false);
+        let t = trial(seed, &spec(), aim(k, nth, false));
         eprintln!("{:#?}", t.examples);
         lost += t.lost_after_eio;
     }
@@ -65,7 +75,7 @@ fn finding2_live_state_consistent_after_failed_op() {
         (20261797, 18, 12, true),
         (20261950, 22, 17, false),
     ] {
-        let t = trial(seed, &spec25(), k, nth, short);
+        let t = trial(seed, &spec25(), aim(k, nth, short));
         assert_eq!(t.live_inconsistent + t.violations, 0, "{:#?}", t.examples);
     }
 }
@@ -76,7 +86,7 @@ fn finding2_live_state_consistent_after_failed_op() {
 #[test]
 fn failed_superblock_switch_keeps_later_ops() {
     for (seed, k, nth) in [(199, 23, 6), (228, 5, 6)] {
-        let t = trial(seed, &spec25(), k, nth, false);
+        let t = trial(seed, &spec25(), aim(k, nth, false));
         assert_eq!(t.lost_after_eio + t.violations, 0, "{:#?}", t.examples);
     }
 }

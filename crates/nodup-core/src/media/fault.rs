@@ -3,10 +3,11 @@
 //! panic, and never a silently wrong answer).
 //!
 //! A fault is described by a [`FaultRule`]: which operations it watches (read, write, fence,
-//! sync), optionally only those touching an offset range, optionally only the Nth such
+//! sync, discard), optionally only those touching an offset range, optionally only the Nth such
 //! operation, with a probability (from the medium's seeded RNG, so a failing run replays), and
-//! how many times it may fire. Its effect is an I/O error or, for writes, a short write (a
-//! prefix of the data reaches the medium, then the call fails). Rules are checked in the order
+//! how many times it may fire. Its effect is an I/O error or, for writes and discards, a short
+//! one (a prefix of the data reaches the medium, or of the range is given back, then the call
+//! fails). Rules are checked in the order
 //! they were added; the first that fires wins.
 //!
 //! ```
@@ -34,6 +35,8 @@ pub enum FaultOp {
     Write,
     Fence,
     SyncAll,
+    /// Giving a range back to what holds the medium (`Medium::discard`).
+    Discard,
     /// Every operation above.
     Any,
 }
@@ -44,7 +47,8 @@ pub enum FaultEffect {
     /// The call fails with an I/O error; nothing is transferred.
     IoError,
     /// Writes: the first `bytes` bytes (at most the whole write) reach the medium, then the call
-    /// fails. On other operations it acts as `IoError`.
+    /// fails; discards: the first `bytes` bytes of the range are given back, then it fails. On
+    /// other operations it acts as `IoError`.
     ShortWrite { bytes: usize },
 }
 
@@ -75,7 +79,8 @@ impl FaultRule {
             fired: 0,
         }
     }
-    /// Only operations touching `[off, off+len)` (reads and writes; fences never match a range).
+    /// Only operations touching `[off, off+len)` (reads, writes and discards; fences never
+    /// match a range).
     pub fn range(mut self, off: u64, len: u64) -> FaultRule {
         self.range = Some((off, off.saturating_add(len)));
         self
@@ -99,7 +104,8 @@ impl FaultRule {
     pub fn once(self) -> FaultRule {
         self.max_fires(1)
     }
-    /// Make writes short (`bytes` written, then an error) instead of failing whole.
+    /// Make writes and discards short (`bytes` written or given back, then an error) instead
+    /// of failing whole.
     pub fn short_write(mut self, bytes: usize) -> FaultRule {
         self.effect = FaultEffect::ShortWrite { bytes };
         self
@@ -116,7 +122,7 @@ impl FaultRule {
         match self.range {
             None => true,
             Some((s, e)) => {
-                matches!(op, FaultOp::Read | FaultOp::Write)
+                matches!(op, FaultOp::Read | FaultOp::Write | FaultOp::Discard)
                     && off < e
                     && off.saturating_add(len.max(1)) > s
             }
@@ -265,7 +271,17 @@ impl Medium for FaultMedium {
         self.inner.sync_all()
     }
     fn discard(&self, off: u64, len: u64) -> Result<bool> {
-        self.inner.discard(off, len)
+        match self.check(FaultOp::Discard, off, len) {
+            None => self.inner.discard(off, len),
+            Some(FaultEffect::IoError) => Err(Self::err("discard error", off, len)),
+            Some(FaultEffect::ShortWrite { bytes }) => {
+                let n = (bytes as u64).min(len);
+                if n > 0 {
+                    self.inner.discard(off, n)?;
+                }
+                Err(Self::err("discard error after a prefix", off + n, len - n))
+            }
+        }
     }
     /// No direct view: every read goes through the fault check.
     fn direct(&self, _off: u64, _len: usize) -> Option<&[u8]> {
@@ -327,6 +343,35 @@ mod tests {
         // Reads of the range are not affected by a write rule.
         let mut b = [0u8; 8];
         f.read(5000, &mut b).unwrap();
+    }
+
+    /// A discard rule fails the discard whole, or gives back a prefix of its range first.
+    #[test]
+    fn discards_fail_whole_or_after_a_prefix() {
+        let (mem, f) = medium(0);
+        f.write(0, &[7; 3 * 4096]).unwrap();
+        f.add_rule(FaultRule::new(FaultOp::Discard).once());
+        let held = |at: u64| {
+            let mut b = [0u8; 1];
+            mem.read(at, &mut b).unwrap();
+            b[0] == 7
+        };
+        assert!(f.discard(0, 3 * 4096).is_err());
+        assert!(held(0) && held(8192), "a failed discard gave nothing back");
+        f.add_rule(FaultRule::new(FaultOp::Discard).short_write(4096).once());
+        assert!(f.discard(0, 3 * 4096).is_err());
+        assert!(
+            !held(0) && held(4096) && held(8192),
+            "a short discard gave back its prefix"
+        );
+        assert!(f.discard(4096, 4096).unwrap());
+        assert!(!held(4096));
+        // A write rule ignores discards, and `Any` sees them.
+        f.clear_rules();
+        f.add_rule(FaultRule::new(FaultOp::Write));
+        assert!(f.discard(8192, 4096).is_ok());
+        f.add_rule(FaultRule::new(FaultOp::Any).range(8192, 1));
+        assert!(f.discard(8192, 4096).is_err());
     }
 
     #[test]

@@ -168,6 +168,19 @@ impl FileSystem {
 
         // ---- 1. the cut
         let gate = self.gate.write();
+        // A failed append may have left a frame at the end of the log, where this cut starts
+        // replay: a clean reopen would apply it. Erase it first and give back what it held.
+        let scrubbed = {
+            let mut log = self.log.lock();
+            log.scrub(&*self.medium).map(|()| log.settled())
+        };
+        match scrubbed {
+            Ok(settled) => self.give_back_settled(settled),
+            Err(e) => {
+                *self.cut_scratch.lock() = scratch;
+                return Err(e);
+            }
+        }
         let tc = Instant::now();
         let cpu0 = thread_cpu_secs();
         let mut released = Vec::new();

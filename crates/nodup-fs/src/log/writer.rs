@@ -5,7 +5,7 @@
 //! records a cut ([`LogPos`]) in the superblock, replay starts there, and the blocks before the
 //! cut's block are given back once the superblock names the new cut.
 
-use crate::chain::{ChainKind, ChainWriter};
+use crate::chain::{cut_tail, ChainKind, ChainWriter};
 use crate::error::Result;
 use crate::log::record::Record;
 use nodup_core::media::Medium;
@@ -40,6 +40,13 @@ pub struct LogWriter {
     pub records: u64,
     /// Payload bytes appended since the last cut.
     cut_bytes: u64,
+    /// A failed append may have left a valid frame past the end: its stores can land though
+    /// its fence fails, and a crash, or a reopen after a clean unmount, would replay it.
+    unsure: bool,
+    /// References named by records whose append failed, kept while such a frame may be there
+    /// (see [`LogWriter::settled`]): given back at once, they could be reused or trimmed
+    /// under a record that replays.
+    held: Vec<BlockNr>,
 }
 
 impl LogWriter {
@@ -52,6 +59,8 @@ impl LogWriter {
             spare: Vec::new(),
             records: 0,
             cut_bytes: 0,
+            unsure: false,
+            held: Vec::new(),
         })
     }
 
@@ -72,6 +81,8 @@ impl LogWriter {
             spare: Vec::new(),
             records,
             cut_bytes: bytes,
+            unsure: false,
+            held: Vec::new(),
         }
     }
 
@@ -122,6 +133,45 @@ impl LogWriter {
         self.chain.drop_before(cut.index)
     }
 
+    /// Keep `blocks`, named by a record whose append failed, until the log has moved past
+    /// what that append may have left (see [`LogWriter::settled`]).
+    pub fn hold(&mut self, blocks: &[BlockNr]) {
+        self.held.extend_from_slice(blocks);
+    }
+
+    /// True while a failed append may have left a valid frame past the end.
+    pub fn unsure(&self) -> bool {
+        self.unsure
+    }
+
+    /// References held for failed appends (see [`LogWriter::hold`]).
+    pub fn held(&self) -> &[BlockNr] {
+        &self.held
+    }
+
+    /// The held references nothing on the medium can name any more, for the caller to give
+    /// back: all of them once an append has overwritten the end where a failed one may have
+    /// left a frame (durably when it was fenced, else at the next fence), or a scrub has
+    /// erased it; none while such a frame may still be there.
+    pub fn settled(&mut self) -> Vec<BlockNr> {
+        if self.unsure {
+            return Vec::new();
+        }
+        std::mem::take(&mut self.held)
+    }
+
+    /// Erase what a failed append may have left past the end (zeros over the rest of the last
+    /// block and its link, fenced), so that no replay can read it: a checkpoint does this
+    /// before its cut, which starts replay at the end.
+    pub fn scrub(&mut self, m: &dyn Medium) -> Result<()> {
+        if self.unsure {
+            let (block, _, off) = self.chain.end();
+            cut_tail(m, block, off)?;
+            self.unsure = false;
+        }
+        Ok(())
+    }
+
     /// New blocks an append of `bytes` more payload needs beyond the spare pool.
     pub fn blocks_short(&self, bytes: usize) -> usize {
         self.chain
@@ -155,21 +205,27 @@ impl LogWriter {
             // (same sequence number) overwrites it, and keep the blocks for later.
             self.chain.rewind(saved);
             self.spare.splice(0..0, fresh);
+            // A write reported failed may still have landed whole.
+            self.unsure = true;
             return Err(e);
         }
         if fence {
             if let Err(e) = m.fence() {
                 // Not committed: the DRAM state does not include it. Roll back so the next
                 // record (same sequence number) overwrites this frame; a crash before that can
-                // at most show the failed operation as done.
+                // at most show the failed operation as done, and so the caller holds the
+                // blocks it names until then.
                 self.chain.rewind(saved);
                 self.spare.splice(0..0, fresh);
+                self.unsure = true;
                 return Err(e.into());
             }
         }
         self.next_seq += 1;
         self.records += 1;
         self.cut_bytes += frame.len() as u64;
+        // This frame starts where a failed one would have.
+        self.unsure = false;
         Ok(())
     }
 }

@@ -1,0 +1,168 @@
+//! A log append that fails may have landed all the same (a fence can fail after the stores it
+//! orders reached the medium): a crash, or the reopen after a clean unmount, can then replay
+//! it. For each medium operation of a file overwrite failing in turn:
+//! - a trim and a crash after it show the file's old or new contents, never a block since
+//!   given back or reused (the blocks its record names are held);
+//! - a clean unmount and reopen show what the live file system showed (the checkpoint erases
+//!   the frame before its cut);
+//! - the next append gives the held blocks back.
+
+mod common;
+use common::{block, create};
+
+use nodup_core::media::{FaultMedium, FaultOp, FaultRule, Medium, MemMedium};
+use nodup_core::{FormatOptions, BLOCK_SIZE};
+use nodup_fs::inode::ROOT_INO;
+use nodup_fs::{fsck, Caller, FileSystem, FsOptions, MediumKind};
+use std::sync::Arc;
+
+const IMAGE: u64 = 16 << 20;
+/// Medium operations of the overwrite tried in turn (it takes fewer).
+const OPS: u64 = 24;
+
+/// A file system whose file "f" holds `block(1)`, after an overwrite with `block(2)` failed
+/// at the `nth` medium operation of kind `op`; `None` when the overwrite succeeded (no such
+/// operation, or a failure the engine absorbed).
+struct Faulted {
+    mem: Arc<MemMedium>,
+    fs: FileSystem,
+    ino: u64,
+    /// Data blocks in use before the failed overwrite.
+    used_before: u64,
+}
+
+fn faulted(kind: MediumKind, op: FaultOp, nth: u64) -> Option<Faulted> {
+    let mem = Arc::new(MemMedium::new(IMAGE));
+    let faulty = Arc::new(FaultMedium::new(mem.clone(), nth));
+    let fs = FileSystem::format(
+        faulty.clone(),
+        kind,
+        &FormatOptions::default(),
+        &FsOptions::default(),
+        Caller::default(),
+    )
+    .unwrap();
+    let ino = create(&fs, "f");
+    fs.write(ino, 0, &block(1)).unwrap();
+    fs.sync().unwrap();
+    let used_before = used(&fs);
+    faulty.add_rule(FaultRule::new(op).nth(nth).once());
+    let r = fs.write(ino, 0, &block(2));
+    faulty.clear_rules();
+    r.is_err().then_some(Faulted {
+        mem,
+        fs,
+        ino,
+        used_before,
+    })
+}
+
+fn used(fs: &FileSystem) -> u64 {
+    fs.engine().stats().physical_bytes / BLOCK_SIZE as u64
+}
+
+/// What file "f" of `fs` holds: 1 or 2 for `block(1)` or `block(2)`, 0 for anything else.
+fn contents(fs: &FileSystem, ino: u64) -> u8 {
+    let d = fs.read(ino, 0, BLOCK_SIZE).unwrap();
+    if d == block(1) {
+        1
+    } else if d == block(2) {
+        2
+    } else {
+        0
+    }
+}
+
+/// Open `img` (failure recovery unless it was unmounted cleanly), check it, and read "f".
+fn reopen(img: Vec<u8>, clean: bool, what: &str) -> u8 {
+    let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img));
+    let fs = FileSystem::open(m, &FsOptions::default()).unwrap();
+    let want = if clean { "clean" } else { "failure" };
+    assert_eq!(fs.recovery().kind, want, "{what}");
+    let rep = fsck::check(&fs, false).unwrap();
+    assert!(rep.consistent(), "{what}: {:?}", rep.problems);
+    let ino = fs.lookup(ROOT_INO, b"f").unwrap().0;
+    contents(&fs, ino)
+}
+
+fn consistent(fs: &FileSystem, what: &str) {
+    let rep = fsck::check(fs, false).unwrap();
+    assert!(rep.consistent(), "{what}: {:?}", rep.problems);
+}
+
+#[test]
+fn a_trim_and_a_crash_after_a_failed_append_show_old_or_new_data() {
+    // Failures after which the record was on the medium though the write failed.
+    let mut landed = 0;
+    for nth in 1..=OPS {
+        let what = format!("fence {nth} failing");
+        let Some(f) = faulted(MediumKind::Pmem, FaultOp::Fence, nth) else {
+            continue;
+        };
+        let live = contents(&f.fs, f.ino);
+        assert_ne!(live, 0, "{what}: live");
+        consistent(&f.fs, &what);
+        f.fs.trim(0, IMAGE, BLOCK_SIZE as u64).unwrap();
+        let got = reopen(f.mem.snapshot(), false, &what);
+        assert_ne!(
+            got, 0,
+            "{what}: after a trim and a crash the file reads neither"
+        );
+        if live == 1 && got == 2 {
+            landed += 1;
+        }
+    }
+    assert!(landed > 0, "no fence failure left its record on the medium");
+}
+
+#[test]
+fn a_clean_unmount_after_a_failed_append_reopens_as_it_was_live() {
+    let cases = [
+        (MediumKind::Pmem, FaultOp::Fence),
+        (MediumKind::Pmem, FaultOp::Write),
+        (MediumKind::BlockFile, FaultOp::Write),
+        (MediumKind::BlockFile, FaultOp::Fence),
+    ];
+    for (kind, op) in cases {
+        let mut failed = 0;
+        for nth in 1..=OPS {
+            let what = format!("{kind:?}: {op:?} {nth} failing");
+            let Some(f) = faulted(kind, op, nth) else {
+                continue;
+            };
+            failed += 1;
+            let live = contents(&f.fs, f.ino);
+            f.fs.shutdown().unwrap();
+            let got = reopen(f.mem.snapshot(), true, &what);
+            assert_eq!(got, live, "{what}: reopened after a clean unmount");
+        }
+        assert!(failed > 0, "{kind:?}: no {op:?} failure failed the write");
+    }
+}
+
+#[test]
+fn the_next_append_gives_back_what_a_failed_one_held() {
+    let mut held = 0;
+    for nth in 1..=OPS {
+        let what = format!("fence {nth} failing");
+        let Some(f) = faulted(MediumKind::Pmem, FaultOp::Fence, nth) else {
+            continue;
+        };
+        if contents(&f.fs, f.ino) != 1 {
+            continue;
+        }
+        // The new block is held while its record may replay.
+        if used(&f.fs) == f.used_before + 1 {
+            held += 1;
+        }
+        let other = create(&f.fs, "g");
+        f.fs.write(other, 0, &block(3)).unwrap();
+        assert_eq!(
+            used(&f.fs),
+            f.used_before + 1,
+            "{what}: blocks in use after the next write (its own is the one more)"
+        );
+        consistent(&f.fs, &what);
+    }
+    assert!(held > 0, "no fence failure left a block held");
+}
