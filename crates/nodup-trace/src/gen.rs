@@ -96,29 +96,6 @@ fn geometric(rng: &mut StdRng, mean: f64) -> u64 {
     1 + (u.ln() / (1.0 - p).ln()).floor() as u64
 }
 
-/// Parse a byte size: plain bytes or with a K/M/G/T suffix (powers of 1024, optional "iB"/"B").
-pub fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let lower = t.to_ascii_lowercase();
-    let num_end = lower
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(lower.len());
-    let (num, suffix) = lower.split_at(num_end);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| TraceError::Invalid(format!("size {s:?} is not a number")))?;
-    let mult: u64 = match suffix.trim_end_matches("ib").trim_end_matches('b') {
-        "" => 1,
-        "k" => 1 << 10,
-        "m" => 1 << 20,
-        "g" => 1 << 30,
-        "t" => 1 << 40,
-        _ => return Err(TraceError::Invalid(format!("size {s:?}: unknown unit"))),
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| TraceError::Invalid(format!("size {s:?} overflows")))
-}
-
 /// Parameters of `nodup trace gen`.
 #[derive(Debug, Clone)]
 pub struct GenOptions {
@@ -450,13 +427,7 @@ mod tests {
     }
 
     #[test]
-    fn parses_sizes_and_distributions() {
-        assert_eq!(parse_size("2G").unwrap(), 2 << 30);
-        assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
-        assert_eq!(parse_size("512k").unwrap(), 512 << 10);
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert!(parse_size("2X").is_err());
-        assert!(parse_size("").is_err());
+    fn parses_distributions() {
         assert_eq!(
             "uniform:2-9".parse::<RunLength>().unwrap(),
             RunLength::Uniform(2, 9)

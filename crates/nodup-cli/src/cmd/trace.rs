@@ -4,7 +4,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use indicatif::ProgressBar;
 use nodup_trace::format::{convert_pending, Format, TraceReader};
-use nodup_trace::gen::{generate, parse_size, GenOptions, RunLength};
+use super::size::parse_size_or_zero;
+use nodup_trace::gen::{generate, GenOptions, RunLength};
 use nodup_trace::output::OutputFile;
 use nodup_trace::popularity::Popularity;
 use nodup_trace::replay::{replay as run_replay, Mode, ReplayOptions};
@@ -471,7 +472,7 @@ fn stats_text(o: &mut String, trace: &Path, s: &nodup_trace::stats::TraceStats) 
 }
 
 fn gen(a: GenArgs) -> Result<()> {
-    let size = parse_size(&a.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
+    let size = parse_size_or_zero(&a.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
     // Each record is one 4 KiB request; `validate` refuses less too, but without the flag.
     if size < 4096 {
         bail!(
