@@ -1,10 +1,10 @@
 //! `nodup replay` and `nodup trace stats|gen|convert`: thin edges over `nodup-trace`.
 
+use super::size::parse_size_or_zero;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use indicatif::ProgressBar;
 use nodup_trace::format::{convert_pending, Format, TraceReader};
-use super::size::parse_size_or_zero;
 use nodup_trace::gen::{generate, GenOptions, RunLength};
 use nodup_trace::output::OutputFile;
 use nodup_trace::popularity::Popularity;

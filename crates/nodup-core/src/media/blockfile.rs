@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
 
+use super::write_back::WriteBack;
 use super::{check_range, Medium};
 use crate::{Error, Result};
 
@@ -76,6 +77,8 @@ pub struct BlockFile {
     opts: BlockFileOptions,
     /// Serializes read-modify-write of partially written sectors under `O_DIRECT`.
     rmw: Mutex<()>,
+    /// After a failed `fdatasync`, no fence succeeds (see [`WriteBack`]).
+    write_back: WriteBack,
 }
 
 impl std::fmt::Debug for BlockFile {
@@ -120,6 +123,7 @@ impl BlockFile {
             len,
             opts,
             rmw: Mutex::new(()),
+            write_back: WriteBack::default(),
         })
     }
 
@@ -144,6 +148,7 @@ impl BlockFile {
             len,
             opts,
             rmw: Mutex::new(()),
+            write_back: WriteBack::default(),
         })
     }
 
@@ -221,13 +226,11 @@ impl Medium for BlockFile {
     fn flush(&self, _off: u64, _len: u64) {}
 
     fn fence(&self) -> Result<()> {
-        self.file.sync_data()?;
-        Ok(())
+        self.write_back.run(|| Ok(self.file.sync_data()?))
     }
 
     fn sync_all(&self) -> Result<()> {
-        self.file.sync_all()?;
-        Ok(())
+        self.write_back.run(|| Ok(self.file.sync_all()?))
     }
 
     fn known_zero(&self, off: u64, len: u64) -> bool {

@@ -145,6 +145,7 @@ pub mod mem;
 pub mod meter;
 pub mod pmem;
 #[cfg(target_arch = "x86_64")]
+mod write_back;
 mod xts_ni;
 pub use blockfile::{BlockFile, BlockFileOptions};
 pub use crashsim::{CrashMode, CrashPoint, CrashSim, PendingStore};

@@ -49,6 +49,7 @@ use super::backing::Backing;
 #[cfg(target_arch = "x86_64")]
 use super::cacheline::flush_line;
 pub use super::cacheline::FlushInstr;
+use super::write_back::WriteBack;
 use super::{check_range, FillDst, Medium, CACHE_LINE};
 use crate::{Error, Result};
 
@@ -88,6 +89,8 @@ pub struct Pmem {
     /// Line-aligned ranges flushed since the last fence, msynced by the next fence
     /// (only kept when msync is needed: `sync_on_fence` or no cache-line instruction).
     pending_sync: Mutex<Vec<(u64, u64)>>,
+    /// After a failed msync, no fence succeeds (see [`WriteBack`]).
+    write_back: WriteBack,
 }
 
 impl std::fmt::Debug for Pmem {
@@ -188,6 +191,7 @@ impl Pmem {
             opts,
             instr,
             pending_sync: Mutex::new(Vec::new()),
+            write_back: WriteBack::default(),
         })
     }
 
@@ -280,6 +284,31 @@ impl Pmem {
         needs_msync(&self.opts, self.instr)
     }
 
+    /// msync every range flushed since the last fence. On a failure the ranges not synced yet
+    /// are dropped with the rest: [`WriteBack`] fails every later fence anyway.
+    fn msync_pending(&self) -> Result<()> {
+        let mut ranges = std::mem::take(&mut *self.pending_sync.lock());
+        ranges.sort_unstable();
+        // Merge ranges that overlap or touch the same page, then msync each run.
+        let page = 4096u64;
+        let mut cur: Option<(u64, u64)> = None;
+        for (o, l) in ranges {
+            let (s, e) = (o & !(page - 1), o + l);
+            cur = match cur {
+                Some((cs, ce)) if s <= ce.next_multiple_of(page) => Some((cs, ce.max(e))),
+                Some((cs, ce)) => {
+                    self.msync(cs, ce - cs)?;
+                    Some((s, e))
+                }
+                None => Some((s, e)),
+            };
+        }
+        if let Some((cs, ce)) = cur {
+            self.msync(cs, ce - cs)?;
+        }
+        Ok(())
+    }
+
     /// msync `[off, off+len)` (page-aligned by memmap2).
     fn msync(&self, off: u64, len: u64) -> Result<()> {
         self.map.flush_range(off as usize, len as usize)?;
@@ -348,32 +377,14 @@ impl Medium for Pmem {
         #[cfg(not(target_arch = "x86_64"))]
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         if self.needs_msync() {
-            let mut ranges = std::mem::take(&mut *self.pending_sync.lock());
-            ranges.sort_unstable();
-            // Merge ranges that overlap or touch the same page, then msync each run.
-            let page = 4096u64;
-            let mut cur: Option<(u64, u64)> = None;
-            for (o, l) in ranges {
-                let (s, e) = (o & !(page - 1), o + l);
-                cur = match cur {
-                    Some((cs, ce)) if s <= ce.next_multiple_of(page) => Some((cs, ce.max(e))),
-                    Some((cs, ce)) => {
-                        self.msync(cs, ce - cs)?;
-                        Some((s, e))
-                    }
-                    None => Some((s, e)),
-                };
-            }
-            if let Some((cs, ce)) = cur {
-                self.msync(cs, ce - cs)?;
-            }
+            self.write_back.run(|| self.msync_pending())?;
         }
         Ok(())
     }
 
     fn sync_all(&self) -> Result<()> {
         self.fence()?;
-        self.map.flush()?;
+        self.write_back.run(|| Ok(self.map.flush()?))?;
         self.pending_sync.lock().clear();
         Ok(())
     }
