@@ -616,9 +616,10 @@ impl FileSystem {
     /// reference counts and allocator from the block maps and the metadata chains.
     pub fn recover_engine(&self) -> Result<RecoveryReport> {
         let _g = self.gate.write();
-        // Deferred releases are folded into the rebuild (their blocks are not in any map).
-        self.pending.lock().clear();
-        let refs = self.tables.read().data_refs();
+        // References no map holds yet count as the references they are: a release waiting
+        // for a sync and a failed append's hold are given back later, as they would have been.
+        let mut refs = self.tables.read().data_refs();
+        refs.extend(self.unmapped_refs());
         let metas = self.meta_blocks();
         Ok(self
             .engine

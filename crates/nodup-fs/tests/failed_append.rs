@@ -1,11 +1,13 @@
 //! A log append that fails may have landed all the same (a fence can fail after the stores it
-//! orders reached the medium): a crash, or the reopen after a clean unmount, can then replay
-//! it. For each medium operation of a file overwrite failing in turn:
+//! orders reached the medium, a write can fail after its bytes did): a crash, or the reopen
+//! after a clean unmount, can then replay it. For each medium operation of a file overwrite
+//! failing in turn:
 //! - a trim and a crash after it show the file's old or new contents, never a block since
 //!   given back or reused (the blocks its record names are held);
 //! - a clean unmount and reopen show what the live file system showed (the checkpoint erases
 //!   the frame before its cut);
-//! - the next append gives the held blocks back.
+//! - the next append gives the held blocks back (on a block file, the sync after it), and a
+//!   rebuild of the engine's counts meanwhile keeps them.
 
 mod common;
 use common::{block, create};
@@ -21,8 +23,9 @@ const IMAGE: u64 = 16 << 20;
 const OPS: u64 = 24;
 
 /// A file system whose file "f" holds `block(1)`, after an overwrite with `block(2)` failed
-/// at the `nth` medium operation of kind `op`; `None` when the overwrite succeeded (no such
-/// operation, or a failure the engine absorbed).
+/// at the `nth` medium operation of kind `op` (with `landed`, a write that fails after all
+/// its bytes reached the medium); `None` when the overwrite succeeded (no such operation, or
+/// a failure the engine absorbed).
 struct Faulted {
     mem: Arc<MemMedium>,
     fs: FileSystem,
@@ -31,7 +34,7 @@ struct Faulted {
     used_before: u64,
 }
 
-fn faulted(kind: MediumKind, op: FaultOp, nth: u64) -> Option<Faulted> {
+fn faulted(kind: MediumKind, op: FaultOp, nth: u64, landed: bool) -> Option<Faulted> {
     let mem = Arc::new(MemMedium::new(IMAGE));
     let faulty = Arc::new(FaultMedium::new(mem.clone(), nth));
     let fs = FileSystem::format(
@@ -46,7 +49,12 @@ fn faulted(kind: MediumKind, op: FaultOp, nth: u64) -> Option<Faulted> {
     fs.write(ino, 0, &block(1)).unwrap();
     fs.sync().unwrap();
     let used_before = used(&fs);
-    faulty.add_rule(FaultRule::new(op).nth(nth).once());
+    let rule = FaultRule::new(op).nth(nth).once();
+    faulty.add_rule(if landed {
+        rule.short_write(usize::MAX)
+    } else {
+        rule
+    });
     let r = fs.write(ino, 0, &block(2));
     faulty.clear_rules();
     r.is_err().then_some(Faulted {
@@ -90,44 +98,53 @@ fn consistent(fs: &FileSystem, what: &str) {
     assert!(rep.consistent(), "{what}: {:?}", rep.problems);
 }
 
+/// The ways an append can fail and still be on the medium, on pmem.
+const LANDING: [(FaultOp, bool); 2] = [(FaultOp::Fence, false), (FaultOp::Write, true)];
+
 #[test]
 fn a_trim_and_a_crash_after_a_failed_append_show_old_or_new_data() {
-    // Failures after which the record was on the medium though the write failed.
-    let mut landed = 0;
-    for nth in 1..=OPS {
-        let what = format!("fence {nth} failing");
-        let Some(f) = faulted(MediumKind::Pmem, FaultOp::Fence, nth) else {
-            continue;
-        };
-        let live = contents(&f.fs, f.ino);
-        assert_ne!(live, 0, "{what}: live");
-        consistent(&f.fs, &what);
-        f.fs.trim(0, IMAGE, BLOCK_SIZE as u64).unwrap();
-        let got = reopen(f.mem.snapshot(), false, &what);
-        assert_ne!(
-            got, 0,
-            "{what}: after a trim and a crash the file reads neither"
-        );
-        if live == 1 && got == 2 {
-            landed += 1;
+    for (op, landed_whole) in LANDING {
+        // Failures after which the record was on the medium though the write failed.
+        let mut landed = 0;
+        for nth in 1..=OPS {
+            let what = format!("{op:?} {nth} failing");
+            let Some(f) = faulted(MediumKind::Pmem, op, nth, landed_whole) else {
+                continue;
+            };
+            let live = contents(&f.fs, f.ino);
+            assert_ne!(live, 0, "{what}: live");
+            consistent(&f.fs, &what);
+            f.fs.trim(0, IMAGE, BLOCK_SIZE as u64).unwrap();
+            let got = reopen(f.mem.snapshot(), false, &what);
+            assert_ne!(
+                got, 0,
+                "{what}: after a trim and a crash the file reads neither"
+            );
+            if live == 1 && got == 2 {
+                landed += 1;
+            }
         }
+        assert!(
+            landed > 0,
+            "no {op:?} failure left its record on the medium"
+        );
     }
-    assert!(landed > 0, "no fence failure left its record on the medium");
 }
 
 #[test]
 fn a_clean_unmount_after_a_failed_append_reopens_as_it_was_live() {
     let cases = [
-        (MediumKind::Pmem, FaultOp::Fence),
-        (MediumKind::Pmem, FaultOp::Write),
-        (MediumKind::BlockFile, FaultOp::Write),
-        (MediumKind::BlockFile, FaultOp::Fence),
+        (MediumKind::Pmem, FaultOp::Fence, false),
+        (MediumKind::Pmem, FaultOp::Write, false),
+        (MediumKind::Pmem, FaultOp::Write, true),
+        (MediumKind::BlockFile, FaultOp::Write, false),
+        (MediumKind::BlockFile, FaultOp::Write, true),
     ];
-    for (kind, op) in cases {
+    for (kind, op, landed) in cases {
         let mut failed = 0;
         for nth in 1..=OPS {
-            let what = format!("{kind:?}: {op:?} {nth} failing");
-            let Some(f) = faulted(kind, op, nth) else {
+            let what = format!("{kind:?}: {op:?} {nth} failing, landed {landed}");
+            let Some(f) = faulted(kind, op, nth, landed) else {
                 continue;
             };
             failed += 1;
@@ -142,27 +159,84 @@ fn a_clean_unmount_after_a_failed_append_reopens_as_it_was_live() {
 
 #[test]
 fn the_next_append_gives_back_what_a_failed_one_held() {
+    for (op, landed) in LANDING {
+        let mut held = 0;
+        for nth in 1..=OPS {
+            let what = format!("{op:?} {nth} failing");
+            let Some(f) = faulted(MediumKind::Pmem, op, nth, landed) else {
+                continue;
+            };
+            if contents(&f.fs, f.ino) != 1 {
+                continue;
+            }
+            // The new block is held while its record may replay.
+            if used(&f.fs) == f.used_before + 1 {
+                held += 1;
+            }
+            let other = create(&f.fs, "g");
+            f.fs.write(other, 0, &block(3)).unwrap();
+            assert_eq!(
+                used(&f.fs),
+                f.used_before + 1,
+                "{what}: blocks in use after the next write (its own is the one more)"
+            );
+            consistent(&f.fs, &what);
+        }
+        assert!(held > 0, "no {op:?} failure left a block held");
+    }
+}
+
+/// On a block file appends are not fenced one by one: the append that overwrote a failed
+/// one's frame is durable only at the next sync, and the held blocks wait for it.
+#[test]
+fn on_a_block_file_held_blocks_wait_for_the_sync_after_the_next_append() {
     let mut held = 0;
     for nth in 1..=OPS {
-        let what = format!("fence {nth} failing");
-        let Some(f) = faulted(MediumKind::Pmem, FaultOp::Fence, nth) else {
+        let what = format!("write {nth} failing");
+        let Some(f) = faulted(MediumKind::BlockFile, FaultOp::Write, nth, true) else {
             continue;
         };
-        if contents(&f.fs, f.ino) != 1 {
+        if contents(&f.fs, f.ino) != 1 || used(&f.fs) != f.used_before + 1 {
             continue;
         }
-        // The new block is held while its record may replay.
-        if used(&f.fs) == f.used_before + 1 {
-            held += 1;
-        }
+        held += 1;
         let other = create(&f.fs, "g");
         f.fs.write(other, 0, &block(3)).unwrap();
         assert_eq!(
             used(&f.fs),
-            f.used_before + 1,
-            "{what}: blocks in use after the next write (its own is the one more)"
+            f.used_before + 2,
+            "{what}: the held block is given back before the sync"
         );
         consistent(&f.fs, &what);
+        f.fs.sync().unwrap();
+        assert_eq!(used(&f.fs), f.used_before + 1, "{what}: after the sync");
+        consistent(&f.fs, &what);
+    }
+    assert!(held > 0, "no write failure left a block held");
+}
+
+/// `fsck --repair`'s rebuild of the engine's counts on a running file system keeps the
+/// references a failed append holds: freed, the block could be reused under the record and
+/// then given back a second time.
+#[test]
+fn a_rebuild_of_the_counts_keeps_what_a_failed_append_holds() {
+    let mut held = 0;
+    for nth in 1..=OPS {
+        let what = format!("fence {nth} failing");
+        let Some(f) = faulted(MediumKind::Pmem, FaultOp::Fence, nth, false) else {
+            continue;
+        };
+        if contents(&f.fs, f.ino) != 1 || used(&f.fs) != f.used_before + 1 {
+            continue;
+        }
+        held += 1;
+        let report = f.fs.recover_engine().unwrap();
+        assert_eq!(used(&f.fs), f.used_before + 1, "{what}: {report:?}");
+        for i in 0..4 {
+            f.fs.write(f.ino, 0, &block(10 + i)).unwrap();
+        }
+        consistent(&f.fs, &what);
+        assert_eq!(used(&f.fs), f.used_before, "{what}: after the next writes");
     }
     assert!(held > 0, "no fence failure left a block held");
 }

@@ -200,8 +200,8 @@ pub fn trial(seed: u64, spec: &WorkloadSpec, aim: Aim) -> FaultStats {
         ));
     }
     if fired {
-        // Free space given back to the medium (zeroed here): a crash now must not show a
-        // file whose record names any of it.
+        // Free space given back to the medium (filled with a pattern here): a crash now must
+        // not show a file whose record names any of it.
         match s.fs.trim(0, s.mem.len(), BLOCK_SIZE as u64) {
             Ok(_) => {
                 let img = s.mem.snapshot();

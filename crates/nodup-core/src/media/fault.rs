@@ -179,7 +179,7 @@ impl FaultMedium {
         self.state.lock().injected
     }
 
-    /// Operations seen so far (reads, writes, fences, syncs).
+    /// Operations seen so far (reads, writes, fences, syncs, discards).
     pub fn ops(&self) -> u64 {
         self.state.lock().ops
     }
