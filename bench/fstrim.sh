@@ -11,6 +11,8 @@
 #     gives back the free rest of the image, which on pmem also undoes the backing prepared
 #     ahead of the writer); medians of RUNS interleaved rounds (which goes first alternates),
 #     and their ratio.
+# MEDIUM=blockfile IMG_DIR=/var/tmp runs both on a block-file image on the root disk instead
+# (each given-back run is an fallocate hole punch there).
 set -euo pipefail
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
@@ -21,7 +23,8 @@ N=${NODUP:-target/release/nodup}
 [[ $EUID == 0 ]] || { echo "bench/fstrim.sh: fstrim on a mount needs root" >&2; exit 1; }
 command -v fio >/dev/null || apt-get install -y fio >&2
 command -v bc >/dev/null || apt-get install -y bc >&2
-IMG=/dev/shm/nodup-fstrim.img
+MEDIUM=${MEDIUM:-pmem}
+IMG=${IMG_DIR:-/dev/shm}/nodup-fstrim.img
 MNT=/tmp/nodup-fstrim-mnt
 mkdir -p "$MNT"
 cleanup() { mountpoint -q "$MNT" && fusermount3 -u -z "$MNT" || true; rm -f "$IMG"; }
@@ -37,7 +40,7 @@ secs() { # secs CMD...: its wall time; the script stops if it fails
 
 fragmented() { # "<fstrim s> <second fstrim s> <MiB before> <MiB after> <MiB after more writes>"
   rm -f "$IMG"
-  "$N" mkfs "$IMG" --size 2G >/dev/null
+  "$N" mkfs "$IMG" --size 2G --medium "$MEDIUM" >/dev/null
   "$N" mount "$IMG" "$MNT" >/dev/null
   small_files "$MNT"
   every_other_gone "$MNT"
@@ -66,7 +69,7 @@ PY
 
 writer() { # writer 0|1: MiB/s of fio; with fstrim every 0.2 s when 1, then also the fstrim runs
   rm -f "$IMG"
-  "$N" mkfs "$IMG" --size 4G >/dev/null
+  "$N" mkfs "$IMG" --size 4G --medium "$MEDIUM" >/dev/null
   "$N" mount "$IMG" "$MNT" >/dev/null
   local loop="" stop=/tmp/nodup-fstrim.stop count=/tmp/nodup-fstrim.count
   rm -f "$stop" "$count"
