@@ -7,14 +7,14 @@
 //! releases of the same physical blocks race with each other. The same workers run against
 //! the library ([`LibTarget`]) or a real mount ([`DirTarget`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use nodup_core::media::{Medium, MemMedium};
+use nodup_core::media::{FaultMedium, FaultOp, FaultRule, Medium, MemMedium};
 use nodup_core::{FormatOptions, BLOCK_SIZE};
 use nodup_fs::inode::{Kind, ROOT_INO};
 use nodup_fs::{Caller, FileSystem, FsOptions, MediumKind};
@@ -152,6 +152,11 @@ pub struct StressStats {
     /// Known finding 3: a clean shutdown of a full device fails with ENOSPC (the checkpoint
     /// reserve is sized from the previous checkpoint, not from the current tables).
     pub shutdown_enospc: u64,
+    /// Media faults injected ([`library_faults`]).
+    pub faults: u64,
+    /// [`library_faults`]: the engine gave up its live state after a fault (its error); only
+    /// the crash image is checked then.
+    pub gave_up: Option<String>,
     /// First mismatches (and findings).
     pub examples: Vec<String>,
 }
@@ -187,7 +192,13 @@ fn content(rng: &mut StdRng, blocks: usize, unique: &AtomicU64) -> Vec<u8> {
     v
 }
 
-/// One worker: random operations on its own names; returns its final model.
+/// A worker's outcome: its final model, the names whose state an EIO left unknown (they may
+/// exist or not, with either content), and its counts.
+type WorkerEnd = (BTreeMap<String, Vec<u8>>, BTreeSet<String>, StressStats);
+
+/// One worker: random operations on its own names. With `eio`, an operation failing with EIO
+/// (injected media faults) is allowed: the names it touched leave the model as unknown, and
+/// the worker goes on under new ones.
 fn worker(
     t: &dyn StressTarget,
     id: usize,
@@ -195,20 +206,32 @@ fn worker(
     deadline: Instant,
     unique: &AtomicU64,
     max_blocks: u64,
-) -> (BTreeMap<String, Vec<u8>>, StressStats) {
+    eio: bool,
+) -> WorkerEnd {
     let mut rng = StdRng::seed_from_u64(seed ^ (id as u64).wrapping_mul(0x9E37_79B9));
     let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut unknown = BTreeSet::new();
     let mut st = StressStats::default();
-    let name = |k: usize| format!("t{id}-{k}");
+    // Slot k's current name; an EIO retires it for the next generation.
+    let mut gen = [0u32; 6];
+    let name = |k: usize, gen: &[u32; 6]| format!("t{id}-{k}-{}", gen[k]);
+    let mut retire = |k: usize, gen: &mut [u32; 6], model: &mut BTreeMap<String, Vec<u8>>| {
+        let n = name(k, gen);
+        model.remove(&n);
+        unknown.insert(n);
+        gen[k] += 1;
+    };
+    let is_eio = |e: &std::io::Error| eio && e.raw_os_error() == Some(libc::EIO);
     while Instant::now() < deadline {
         let k = rng.gen_range(0..6);
-        let n = name(k);
+        let n = name(k, &gen);
         let exists = model.contains_key(&n);
         match rng.gen_range(0..10) {
             0 | 1 if !exists => match t.create(&n) {
                 Ok(()) => {
                     model.insert(n, Vec::new());
                 }
+                Err(e) if is_eio(&e) => retire(k, &mut gen, &mut model),
                 Err(e) => st.bad(format!("create {n}: {e}")),
             },
             0..=4 if exists => {
@@ -228,6 +251,7 @@ fn worker(
                         }
                         f[off as usize..end].copy_from_slice(&data);
                     }
+                    Err(e) if is_eio(&e) => retire(k, &mut gen, &mut model),
                     Err(e) => st.bad(format!("write {n}: {e}")),
                 }
             }
@@ -238,20 +262,30 @@ fn worker(
                     d.len(),
                     model[&n].len()
                 )),
+                // A failed read changes nothing.
+                Err(e) if is_eio(&e) => {}
                 Err(e) => st.bad(format!("read {n}: {e}")),
             },
             7 if exists => match t.unlink(&n) {
                 Ok(()) => {
                     model.remove(&n);
                 }
+                Err(e) if is_eio(&e) => retire(k, &mut gen, &mut model),
                 Err(e) => st.bad(format!("unlink {n}: {e}")),
             },
             8 | 9 if exists => {
-                let to = name(rng.gen_range(0..6));
+                let k2 = rng.gen_range(0..6);
+                let to = name(k2, &gen);
                 match t.rename(&n, &to) {
                     Ok(()) => {
                         let d = model.remove(&n).unwrap();
                         model.insert(to, d);
+                    }
+                    Err(e) if is_eio(&e) => {
+                        retire(k, &mut gen, &mut model);
+                        if k2 != k {
+                            retire(k2, &mut gen, &mut model);
+                        }
                     }
                     Err(e) => st.bad(format!("rename {n} {to}: {e}")),
                 }
@@ -260,14 +294,19 @@ fn worker(
         }
         st.ops += 1;
     }
-    (model, st)
+    (model, unknown, st)
 }
 
-/// Compare the target with the union of the models.
-pub fn final_check(t: &dyn StressTarget, model: &BTreeMap<String, Vec<u8>>, st: &mut StressStats) {
+/// Compare the target with the union of the models (names in `unknown` may be there or not).
+pub fn final_check(
+    t: &dyn StressTarget,
+    model: &BTreeMap<String, Vec<u8>>,
+    unknown: &BTreeSet<String>,
+    st: &mut StressStats,
+) {
     match t.list() {
         Ok(mut names) => {
-            names.retain(|n| n.starts_with('t'));
+            names.retain(|n| n.starts_with('t') && !unknown.contains(n));
             names.sort();
             let want: Vec<&String> = model.keys().collect();
             if names.iter().collect::<Vec<_>>() != want {
@@ -289,47 +328,75 @@ pub fn final_check(t: &dyn StressTarget, model: &BTreeMap<String, Vec<u8>>, st: 
     }
 }
 
-/// Run `threads` workers on `t` until `deadline`; returns the stats and the final model.
+/// What [`run_workers`] ends with: the stats, the final model and the unknown names.
+pub type Outcome = (StressStats, BTreeMap<String, Vec<u8>>, BTreeSet<String>);
+
+/// Run `threads` workers on `t` until `deadline` (with `eio`, EIO is allowed, see [`worker`]);
+/// returns the stats, the final model and the names an EIO left unknown.
 pub fn run_workers(
     t: Arc<dyn StressTarget>,
     threads: usize,
     seed: u64,
     deadline: Instant,
     max_blocks: u64,
-) -> (StressStats, BTreeMap<String, Vec<u8>>) {
+    eio: bool,
+) -> Outcome {
     let unique = Arc::new(AtomicU64::new(seed.wrapping_mul(7_919) << 20));
     let handles: Vec<_> = (0..threads)
         .map(|i| {
             let t = t.clone();
             let unique = unique.clone();
-            std::thread::spawn(move || worker(&*t, i, seed, deadline, &unique, max_blocks))
+            std::thread::spawn(move || worker(&*t, i, seed, deadline, &unique, max_blocks, eio))
         })
         .collect();
     let mut st = StressStats::default();
     let mut model = BTreeMap::new();
+    let mut unknown = BTreeSet::new();
     for h in handles {
         match h.join() {
-            Ok((m, s)) => {
+            Ok((m, u, s)) => {
                 st.merge(s);
                 model.extend(m);
+                unknown.extend(u);
             }
             Err(_) => st.bad("a worker panicked".into()),
         }
     }
-    final_check(&*t, &model, &mut st);
-    (st, model)
+    if !eio {
+        final_check(&*t, &model, &unknown, &mut st);
+    }
+    (st, model, unknown)
 }
 
 /// Library stress: threads on one file system, then invariants, a clean reopen and a crash
 /// reopen (failure recovery), each compared with the model.
 pub fn library(threads: usize, seed: u64, deadline: Instant) -> StressStats {
+    library_run(threads, seed, deadline, false)
+}
+
+/// [`library`] on a medium that fails about one operation in [`FAULT_ONE_IN`] (an I/O error,
+/// or a write that fails after its bytes landed): failures race with other threads' appends,
+/// checkpoints and trims. An operation may fail only with EIO, and the names it touched leave
+/// the model; once the faults stop, the file system must keep working and hold the rest of
+/// the model, live, after a crash and after a clean unmount.
+pub fn library_faults(threads: usize, seed: u64, deadline: Instant) -> StressStats {
+    library_run(threads, seed, deadline, true)
+}
+
+/// Medium operations per injected fault in [`library_faults`]: about 40 faults a second with
+/// 6 threads. At one in 4 000 the engine soon gives up its live state (a failed release asks
+/// for failure recovery), and the rest of the run only meets that.
+pub const FAULT_ONE_IN: u32 = 40_000;
+
+fn library_run(threads: usize, seed: u64, deadline: Instant, faults: bool) -> StressStats {
     let mem = Arc::new(MemMedium::new(64 << 20));
+    let fm = Arc::new(FaultMedium::new(mem.clone(), seed));
     let opts = FsOptions {
         checkpoint_log_bytes: 1 << 20,
         ..FsOptions::default()
     };
     let fs = match FileSystem::format(
-        mem.clone(),
+        fm.clone(),
         MediumKind::Pmem,
         &FormatOptions::default(),
         &opts,
@@ -342,6 +409,15 @@ pub fn library(threads: usize, seed: u64, deadline: Instant) -> StressStats {
             return st;
         }
     };
+    if faults {
+        let p = 0.5 / FAULT_ONE_IN as f64;
+        fm.add_rule(FaultRule::new(FaultOp::Any).probability(p));
+        fm.add_rule(
+            FaultRule::new(FaultOp::Write)
+                .probability(p)
+                .short_write(usize::MAX),
+        );
+    }
     // The daemon's maintenance timer: checkpoints (small threshold, so they race with the
     // workers) and deferred releases; and `fstrim` as often, so free blocks are given back
     // (overwritten with a poison pattern by the test medium) while the workers allocate.
@@ -349,39 +425,60 @@ pub fn library(threads: usize, seed: u64, deadline: Instant) -> StressStats {
         let fs = fs.clone();
         std::thread::spawn(move || {
             let mut errors = Vec::new();
+            let allowed = |e: &nodup_fs::FsError| faults && e.errno() == libc::EIO;
             while Instant::now() < deadline {
-                if let Err(e) = fs.tick() {
-                    errors.push(format!("tick: {e}"));
+                match fs.tick() {
+                    Err(e) if !allowed(&e) => errors.push(format!("tick: {e}")),
+                    _ => {}
                 }
-                if let Err(e) = fs.trim(0, u64::MAX, 0) {
-                    errors.push(format!("trim: {e}"));
+                match fs.trim(0, u64::MAX, 0) {
+                    Err(e) if !allowed(&e) => errors.push(format!("trim: {e}")),
+                    _ => {}
                 }
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
             errors
         })
     };
-    let (mut st, model) = run_workers(Arc::new(LibTarget(fs.clone())), threads, seed, deadline, 24);
+    let t = Arc::new(LibTarget(fs.clone()));
+    let (mut st, model, unknown) = run_workers(t.clone(), threads, seed, deadline, 24, faults);
     for e in ticker.join().unwrap_or_default() {
         st.bad(e);
     }
-    if let Err(e) = check_invariants(&fs) {
-        st.bad(format!("invariants after stress: {e}"));
+    st.faults = fm.injected();
+    fm.clear_rules();
+    if faults {
+        // The faults stopped: the mount goes on (unless the engine gave up its live state,
+        // which it says, and failure recovery is the way back).
+        match fs.engine().check_ready() {
+            Ok(()) => final_check(&*t, &model, &unknown, &mut st),
+            Err(e) => st.gave_up = Some(e.to_string()),
+        }
+    }
+    let live = st.gave_up.is_none();
+    if live {
+        if let Err(e) = check_invariants(&fs) {
+            st.bad(format!("invariants after stress: {e}"));
+        }
     }
     // Crash image (no shutdown) and clean image.
     let crashed = mem.snapshot();
-    if let Err(e) = fs.shutdown() {
-        st.bad(format!("shutdown: {e}"));
+    let mut images = vec![("crash", crashed)];
+    match fs.shutdown() {
+        Ok(()) => images.push(("clean", mem.snapshot())),
+        Err(e) if live => st.bad(format!("shutdown: {e}")),
+        Err(_) => {}
     }
+    drop(t);
     drop(fs);
-    for (what, img) in [("clean", mem.snapshot()), ("crash", crashed)] {
+    for (what, img) in images {
         let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img));
         match FileSystem::open(m, &FsOptions::default()) {
             Ok(fs) => {
                 if let Err(e) = check_invariants(&fs) {
                     st.bad(format!("{what} reopen: {e}"));
                 }
-                final_check(&LibTarget(Arc::new(fs)), &model, &mut st);
+                final_check(&LibTarget(Arc::new(fs)), &model, &unknown, &mut st);
             }
             Err(e) => st.bad(format!("{what} reopen: {e}")),
         }
@@ -454,7 +551,7 @@ pub fn full_device(seed: u64, ticks: bool) -> StressStats {
     if !fill(&t, &mut model, &mut st, 0) {
         return st;
     }
-    final_check(&t, &model, &mut st);
+    final_check(&t, &model, &BTreeSet::new(), &mut st);
     let names: Vec<String> = model.keys().cloned().collect();
     for n in names.iter().step_by(2) {
         match t.unlink(n) {
@@ -468,7 +565,7 @@ pub fn full_device(seed: u64, ticks: bool) -> StressStats {
     if fill(&t, &mut model, &mut st, 1) && model.len() <= before {
         st.bad("no file could be written after deleting half".into());
     }
-    final_check(&t, &model, &mut st);
+    final_check(&t, &model, &BTreeSet::new(), &mut st);
     if let Err(e) = check_invariants(&fs) {
         st.bad(format!("invariants on a full device: {e}"));
     }
@@ -481,7 +578,7 @@ pub fn full_device(seed: u64, ticks: bool) -> StressStats {
     drop(fs);
     let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(mem.snapshot()));
     match FileSystem::open(m, &FsOptions::default()) {
-        Ok(fs) => final_check(&LibTarget(Arc::new(fs)), &model, &mut st),
+        Ok(fs) => final_check(&LibTarget(Arc::new(fs)), &model, &BTreeSet::new(), &mut st),
         Err(e) => st.bad(format!("reopen of a full device: {e}")),
     }
     st
@@ -534,7 +631,7 @@ pub fn mount_stress(
             Ok(runs)
         })
     };
-    let (s1, model) = run_workers(t.clone(), threads, seed, deadline, 24);
+    let (s1, model, none) = run_workers(t.clone(), threads, seed, deadline, 24, false);
     st.merge(s1);
     match trimmer.join() {
         Ok(Ok(runs)) if runs > 0 => {}
@@ -551,7 +648,7 @@ pub fn mount_stress(
     }
     match mount_image(nodup, &img, &mp, &log) {
         Ok(_) => {
-            final_check(&*t, &model, &mut st);
+            final_check(&*t, &model, &none, &mut st);
             if let Err(e) = run(Command::new(nodup).arg("umount").arg(&mp)) {
                 st.bad(format!("umount: {e}"));
                 detach(&mp);

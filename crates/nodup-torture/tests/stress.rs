@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use nodup_torture::stress::{full_device, library};
+use nodup_torture::stress::{full_device, library, library_faults};
 
 fn seed() -> u64 {
     std::env::var("TORTURE_SEED")
@@ -18,6 +18,20 @@ fn concurrent_threads_agree_with_the_model() {
     let st = library(6, seed, Instant::now() + Duration::from_secs(8));
     eprintln!("{} ops, {} mismatches", st.ops, st.mismatches);
     assert!(st.ops > 1000, "only {} ops", st.ops);
+    assert_eq!(st.mismatches, 0, "{:#?}", st.examples);
+}
+
+#[test]
+fn concurrent_threads_under_media_faults_keep_the_rest_of_the_model() {
+    let seed = seed();
+    eprintln!("seed {seed}");
+    let st = library_faults(6, seed, Instant::now() + Duration::from_secs(8));
+    eprintln!(
+        "{} ops, {} faults, {} mismatches, gave up: {:?}",
+        st.ops, st.faults, st.mismatches, st.gave_up
+    );
+    assert!(st.ops > 1000, "only {} ops", st.ops);
+    assert!(st.faults > 5, "only {} faults", st.faults);
     assert_eq!(st.mismatches, 0, "{:#?}", st.examples);
 }
 

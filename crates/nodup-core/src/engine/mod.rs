@@ -587,7 +587,10 @@ impl Engine {
         self.state.store(s, Ordering::Release);
     }
 
-    fn check_ready(&self) -> Result<()> {
+    /// Whether the engine takes operations; the error says why not (it gave up its live state
+    /// after a store it could not undo and needs failure recovery, or it is read-only or shut
+    /// down).
+    pub fn check_ready(&self) -> Result<()> {
         match self.state.load(Ordering::Acquire) {
             STATE_READY => Ok(()),
             STATE_NEEDS_RECOVERY => Err(Error::NeedsRecovery),

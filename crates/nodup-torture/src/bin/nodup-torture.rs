@@ -321,16 +321,35 @@ fn main() -> Result<()> {
     if on("stress") {
         let b = budget("stress");
         let lib_share = if a.nodup.exists() { b.mul_f64(0.6) } else { b };
-        let st = stress::library(a.threads, a.seed, Instant::now() + lib_share);
+        // A quarter of it with media faults racing the threads.
+        let (plain, faulty) = (lib_share.mul_f64(0.75), lib_share.mul_f64(0.25));
+        let st = stress::library(a.threads, a.seed, Instant::now() + plain);
         note(&format!(
             "stress (library, {} threads, {:.0} s): {} ops, {} mismatches",
             a.threads,
-            lib_share.as_secs_f64(),
+            plain.as_secs_f64(),
             st.ops,
             st.mismatches
         ));
         for e in &st.examples {
             note(&format!("  stress: {e}"));
+        }
+        s.stress_mismatches += st.mismatches;
+        let st = stress::library_faults(a.threads, a.seed, Instant::now() + faulty);
+        note(&format!(
+            "stress (library, {} threads, media faults, {:.0} s): {} ops, {} faults, {} mismatches{}",
+            a.threads,
+            faulty.as_secs_f64(),
+            st.ops,
+            st.faults,
+            st.mismatches,
+            st.gave_up
+                .as_ref()
+                .map(|e| format!(" (the engine gave up its live state: {e})"))
+                .unwrap_or_default()
+        ));
+        for e in &st.examples {
+            note(&format!("  stress (faults): {e}"));
         }
         s.stress_mismatches += st.mismatches;
         let st = stress::full_device(a.seed, true);
