@@ -42,6 +42,10 @@ enum Cmd {
         /// limit less a reserve for open files).
         #[arg(long, hide = true)]
         fd_budget: Option<usize>,
+        /// While this path exists, fsync fails with EIO (a disk whose write-back fails, for
+        /// tests of what runs on top).
+        #[arg(long, hide = true, value_name = "PATH")]
+        fail_fsync_while: Option<PathBuf>,
     },
     /// Create FILES files of SIZE bytes (distinct contents) in DIRS directories under DIR.
     BenchFiles {
@@ -142,6 +146,7 @@ fn run(cli: Cli) -> Result<()> {
             mountpoint,
             mount,
             fd_budget,
+            fail_fsync_while,
         } => {
             check_mountpoint(&mountpoint)?;
             let source = source_dir
@@ -151,7 +156,7 @@ fn run(cli: Cli) -> Result<()> {
             // Room for open files, directory streams and the session's own descriptors.
             let budget = fd_budget.unwrap_or(limit - (limit / 8).max(256).min(limit));
             let opts = mount.options(source.display().to_string());
-            passthrough::run(&source, &mountpoint, &opts, budget)
+            passthrough::run(&source, &mountpoint, &opts, budget, fail_fsync_while)
                 .with_context(|| format!("{}", mountpoint.display()))
         }
         Cmd::BenchFiles {

@@ -204,3 +204,95 @@ fn passthrough_mount_round_trip() {
         assert_eq!(names(&src), ["a", "kept"]);
     }
 }
+
+/// A block-file image on a disk whose write-back fails (the passthrough's fsync answers EIO
+/// while a trigger file exists): from the first failed `fdatasync` on, nothing the file
+/// system does is called durable, even once the disk answers again, and the reopened image
+/// holds what was synced before.
+#[test]
+fn a_failed_write_back_fails_every_later_sync_of_the_image() {
+    use nodup_core::media::{BlockFile, BlockFileOptions, Medium};
+    use nodup_core::{FormatOptions, BLOCK_SIZE};
+    use nodup_fs::inode::{Kind, ROOT_INO};
+    use nodup_fs::{fsck, Caller, FileSystem, FsOptions, MediumKind};
+    use std::sync::Arc;
+    if !fuse_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (src, mnt, trigger) = (
+        t.path().join("src"),
+        t.path().join("mnt"),
+        t.path().join("fail"),
+    );
+    fs::create_dir(&src).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    let args = [
+        "passthrough",
+        src.to_str().unwrap(),
+        mnt.to_str().unwrap(),
+        "--fail-fsync-while",
+        trigger.to_str().unwrap(),
+    ];
+    let m = Mount::start(&args, &mnt);
+    let img = mnt.join("img");
+    let medium: Arc<dyn Medium> =
+        Arc::new(BlockFile::create(&img, 64 << 20, BlockFileOptions::default()).unwrap());
+    let fs = FileSystem::format(
+        medium,
+        MediumKind::BlockFile,
+        &FormatOptions::default(),
+        &FsOptions::default(),
+        Caller::default(),
+    )
+    .unwrap();
+    let file = |name: &str, fill: u8| {
+        let (ino, _) = fs
+            .mknod(
+                ROOT_INO,
+                name.as_bytes(),
+                Kind::File,
+                0o644,
+                0,
+                b"",
+                Caller::default(),
+            )
+            .unwrap();
+        fs.write(ino, 0, &vec![fill; 3 * BLOCK_SIZE])
+    };
+    file("a", 1).unwrap();
+    fs.sync().unwrap();
+    file("b", 2).unwrap();
+    fs::write(&trigger, b"").unwrap();
+    assert!(fs.sync().is_err(), "a sync while the disk fails write-back");
+    fs::remove_file(&trigger).unwrap();
+    // The disk answers again, but the pages it dropped would be gone: no later sync may
+    // succeed, nor a write that needs its data durable before its record.
+    let after = fs.sync().unwrap_err();
+    assert!(
+        after.to_string().contains("an earlier write-back"),
+        "a sync after a failed write-back: {after}"
+    );
+    assert!(file("c", 3).is_err(), "a write after a failed write-back");
+    assert!(
+        fs.shutdown().is_err(),
+        "a clean unmount after a failed write-back"
+    );
+    drop(fs);
+    // Reopened (here the disk kept everything): failure recovery, and what was synced reads
+    // back.
+    let medium: Arc<dyn Medium> =
+        Arc::new(BlockFile::open(&img, BlockFileOptions::default()).unwrap());
+    let fs = FileSystem::open(medium, &FsOptions::default()).unwrap();
+    assert_eq!(fs.recovery().kind, "failure");
+    let (ino, _) = fs.lookup(ROOT_INO, b"a").unwrap();
+    assert_eq!(
+        fs.read(ino, 0, 3 * BLOCK_SIZE).unwrap(),
+        vec![1; 3 * BLOCK_SIZE]
+    );
+    let rep = fsck::check(&fs, false).unwrap();
+    assert!(rep.consistent(), "{:?}", rep.problems);
+    fs.shutdown().unwrap();
+    drop(fs);
+    m.stop();
+}

@@ -24,7 +24,7 @@ use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 /// The passthrough file system over one source directory.
@@ -35,6 +35,9 @@ pub struct PassFs {
     caching: Caching,
     euid: u32,
     egid: u32,
+    /// While this path exists, fsync answers EIO: a disk whose write-back fails, for tests
+    /// of what sits on top.
+    fail_fsync_while: Option<PathBuf>,
 }
 
 thread_local! {
@@ -89,7 +92,12 @@ fn file_handle(fd: OwnedFd) -> FileHandle {
 impl PassFs {
     /// A passthrough file system over `source`, caching as `caching`, holding at most
     /// `fd_budget` descriptors on inodes (file handles beyond).
-    pub fn new(source: &Path, caching: Caching, fd_budget: usize) -> io::Result<PassFs> {
+    pub fn new(
+        source: &Path,
+        caching: Caching,
+        fd_budget: usize,
+        fail_fsync_while: Option<PathBuf>,
+    ) -> io::Result<PassFs> {
         let root = sys::open_path(libc::AT_FDCWD, source.as_os_str())?;
         let st = sys::stat_fd(root.as_raw_fd())?;
         if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
@@ -101,6 +109,7 @@ impl PassFs {
             inodes: Inodes::new(root, &st, fd_budget)?,
             dirs: Dirs::default(),
             caching,
+            fail_fsync_while,
             euid,
             egid,
         })
@@ -157,11 +166,12 @@ pub fn run(
     mountpoint: &Path,
     opts: &session::Options,
     fd_budget: usize,
+    fail_fsync_while: Option<PathBuf>,
 ) -> io::Result<()> {
     // Modes arrive with the caller's umask applied by us (FUSE_DONT_MASK), so ours is 0.
     // SAFETY: umask cannot fail.
     unsafe { libc::umask(0) };
-    let fs = PassFs::new(source, opts.caching(), fd_budget)?;
+    let fs = PassFs::new(source, opts.caching(), fd_budget, fail_fsync_while)?;
     session::serve(fs, mountpoint, opts, "nodup-passthrough")
 }
 
@@ -403,6 +413,9 @@ impl Filesystem for PassFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if self.fail_fsync_while.as_ref().is_some_and(|p| p.exists()) {
+            return reply.error(Errno::EIO);
+        }
         ok_or(reply, sys::sync_fd(fh.0 as i32, datasync));
     }
 
