@@ -29,6 +29,9 @@ pub enum FsError {
     /// A feature that a later issue builds.
     #[error("not implemented yet: {0}")]
     Unimplemented(String),
+    /// The clean shutdown at unmount failed (its error): the image needs failure recovery.
+    #[error("not unmounted cleanly, the next mount runs failure recovery: {0}")]
+    Unclean(String),
     /// An I/O error outside the medium (lock files, the image file itself).
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),

@@ -194,6 +194,10 @@ pub struct FileSystem {
     pub(crate) mapped: AtomicU64,
     pub(crate) recovery: RecoveryInfo,
     pub(crate) shut: std::sync::atomic::AtomicBool,
+    /// Why the clean shutdown failed, for the callers after the first.
+    pub(crate) shutdown_error: std::sync::OnceLock<String>,
+    /// The maintenance thread has said once that the image's write-back failed.
+    pub(crate) said_failed: std::sync::atomic::AtomicBool,
     /// When the file system was opened, and milliseconds after it of the last logged operation.
     pub(crate) clock: Instant,
     last_op_ms: AtomicU64,
@@ -255,6 +259,8 @@ impl FileSystem {
             mapped: AtomicU64::new(mapped),
             recovery,
             shut: std::sync::atomic::AtomicBool::new(false),
+            shutdown_error: std::sync::OnceLock::new(),
+            said_failed: std::sync::atomic::AtomicBool::new(false),
             clock: Instant::now(),
             last_op_ms: AtomicU64::new(0),
             wake_flag: Mutex::new(false),
@@ -407,6 +413,10 @@ impl FileSystem {
             let _ = self.engine.release_batch(named);
             return errno(libc::EROFS);
         }
+        if let Err(e) = self.changes_possible() {
+            let _ = self.engine.release_batch(named);
+            return Err(e);
+        }
         self.touch_clock();
         let mut log = self.log.lock();
         let engine = &self.engine;
@@ -428,6 +438,28 @@ impl FileSystem {
         }
         self.give_back_settled(settled);
         r
+    }
+
+    /// Whether a change can still be made durable: not once the image's write-back failed
+    /// (no fence of this open succeeds again, see `media/write_back.rs`) or the engine gave up
+    /// its live state after a store it could not undo. Then every change fails with EIO
+    /// saying so, as ext4 refuses changes once its journal is aborted, and only failure
+    /// recovery at the next mount goes on.
+    pub(crate) fn changes_possible(&self) -> Result<()> {
+        let why = match self.medium.write_back_failed() {
+            Some(f) => format!("an earlier write-back of the image failed ({f})"),
+            None => match self.engine.check_ready() {
+                Err(nodup_core::Error::NeedsRecovery) => {
+                    "the engine gave up its live state after a failed store".to_string()
+                }
+                _ => return Ok(()),
+            },
+        };
+        Err(FsError::Engine(nodup_core::Error::Io(
+            std::io::Error::other(format!(
+                "{why}: no change can be made durable until the image is mounted again"
+            )),
+        )))
     }
 
     /// Give back references held for failed appends that nothing on the medium can name any

@@ -534,10 +534,21 @@ impl FileSystem {
 
     /// Clean unmount: final checkpoint with the clean flag, give back held metadata blocks,
     /// then the engine's shutdown (normal recovery reloads its state next time).
+    /// A call after the first returns the first one's failure, if it failed.
     pub fn shutdown(&self) -> Result<()> {
         if self.shut.swap(true, Ordering::SeqCst) {
-            return Ok(());
+            return match self.shutdown_error.get() {
+                Some(e) => Err(FsError::Unclean(e.clone())),
+                None => Ok(()),
+            };
         }
+        self.shutdown_once().inspect_err(|e| {
+            let _ = self.shutdown_error.set(e.to_string());
+        })
+    }
+
+    /// [`FileSystem::shutdown`]'s work.
+    fn shutdown_once(&self) -> Result<()> {
         if self.read_only {
             return Ok(());
         }

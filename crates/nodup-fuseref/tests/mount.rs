@@ -247,17 +247,15 @@ fn a_failed_write_back_fails_every_later_sync_of_the_image() {
     )
     .unwrap();
     let file = |name: &str, fill: u8| {
-        let (ino, _) = fs
-            .mknod(
-                ROOT_INO,
-                name.as_bytes(),
-                Kind::File,
-                0o644,
-                0,
-                b"",
-                Caller::default(),
-            )
-            .unwrap();
+        let (ino, _) = fs.mknod(
+            ROOT_INO,
+            name.as_bytes(),
+            Kind::File,
+            0o644,
+            0,
+            b"",
+            Caller::default(),
+        )?;
         fs.write(ino, 0, &vec![fill; 3 * BLOCK_SIZE])
     };
     file("a", 1).unwrap();
@@ -273,11 +271,30 @@ fn a_failed_write_back_fails_every_later_sync_of_the_image() {
         after.to_string().contains("an earlier write-back"),
         "a sync after a failed write-back: {after}"
     );
-    assert!(file("c", 3).is_err(), "a write after a failed write-back");
+    // Nor any other change: it could not be made durable, and would be lost at the remount.
+    let e = file("c", 3).unwrap_err();
+    assert_eq!(
+        e.errno(),
+        libc::EIO,
+        "a new file after a failed write-back: {e}"
+    );
+    assert!(
+        e.to_string().contains("no change can be made durable"),
+        "{e}"
+    );
+    let e = fs.unlink(ROOT_INO, b"a").unwrap_err();
+    assert_eq!(
+        e.errno(),
+        libc::EIO,
+        "an unlink after a failed write-back: {e}"
+    );
     assert!(
         fs.shutdown().is_err(),
         "a clean unmount after a failed write-back"
     );
+    // The daemon shuts down twice (at the kernel's destroy, then to be sure): the second
+    // call must not report a clean unmount.
+    assert!(fs.shutdown().is_err(), "the second shutdown call");
     drop(fs);
     // Reopened (here the disk kept everything): failure recovery, and what was synced reads
     // back.
@@ -286,6 +303,10 @@ fn a_failed_write_back_fails_every_later_sync_of_the_image() {
     let fs = FileSystem::open(medium, &FsOptions::default()).unwrap();
     assert_eq!(fs.recovery().kind, "failure");
     let (ino, _) = fs.lookup(ROOT_INO, b"a").unwrap();
+    assert!(
+        fs.lookup(ROOT_INO, b"c").is_err(),
+        "the refused file is not there"
+    );
     assert_eq!(
         fs.read(ino, 0, 3 * BLOCK_SIZE).unwrap(),
         vec![1; 3 * BLOCK_SIZE]

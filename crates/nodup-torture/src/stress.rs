@@ -447,11 +447,15 @@ fn library_run(threads: usize, seed: u64, deadline: Instant, faults: bool) -> St
     }
     st.faults = fm.injected();
     fm.clear_rules();
+    let mut model = model;
     if faults {
         // The faults stopped: the mount goes on (unless the engine gave up its live state,
         // which it says, and failure recovery is the way back).
         match fs.engine().check_ready() {
-            Ok(()) => final_check(&*t, &model, &unknown, &mut st),
+            Ok(()) => {
+                final_check(&*t, &model, &unknown, &mut st);
+                keeps_working(&*t, &mut model, &mut st);
+            }
             Err(e) => st.gave_up = Some(e.to_string()),
         }
     }
@@ -484,6 +488,42 @@ fn library_run(threads: usize, seed: u64, deadline: Instant, faults: bool) -> St
         }
     }
     st
+}
+
+/// After the faults: new files are made, written, read back, renamed and removed as if
+/// nothing had happened; the survivors join `model`.
+fn keeps_working(
+    t: &dyn StressTarget,
+    model: &mut BTreeMap<String, Vec<u8>>,
+    st: &mut StressStats,
+) {
+    for i in 0..8u64 {
+        let n = format!("tafter-{i}");
+        let data: Vec<u8> = [pattern_block(i % 3), pattern_block(3_000_000 + i)].concat();
+        let r = t
+            .create(&n)
+            .and_then(|()| t.write(&n, 0, &data))
+            .and_then(|()| t.read(&n));
+        match r {
+            Ok(d) if d == data => {
+                model.insert(n, data);
+            }
+            Ok(_) => st.bad(format!("after the faults, {n} reads back wrong")),
+            Err(e) => st.bad(format!("after the faults, {n}: {e}")),
+        }
+    }
+    let moved = t
+        .rename("tafter-0", "tafter-8")
+        .and_then(|()| t.unlink("tafter-1"));
+    match moved {
+        Ok(()) => {
+            if let Some(d) = model.remove("tafter-0") {
+                model.insert("tafter-8".into(), d);
+            }
+            model.remove("tafter-1");
+        }
+        Err(e) => st.bad(format!("after the faults, rename and unlink: {e}")),
+    }
 }
 
 /// Full device: fill a small image with unique data until ENOSPC, check everything written is

@@ -685,7 +685,20 @@ pub fn umount(a: UmountArgs) -> Result<()> {
     let t0 = Instant::now();
     loop {
         match ImageLock::try_lock(&img) {
-            Ok(_) => return Ok(()),
+            Ok(_) => {
+                // The daemon's clean shutdown can fail (a failed write-back of the image): the
+                // unmount happened all the same, but the operator should hear of it here.
+                if let Ok((sb, _, _)) = nodup_fs::superblock::probe_file(&img) {
+                    if !sb.is_clean() {
+                        eprintln!(
+                            "nodup: warning: {} was not unmounted cleanly (the daemon's log says \
+                             why); the next mount runs failure recovery",
+                            img.display()
+                        );
+                    }
+                }
+                return Ok(());
+            }
             Err(FsError::Busy(_)) if t0.elapsed() < Duration::from_secs(a.timeout) => {
                 std::thread::sleep(Duration::from_millis(20))
             }

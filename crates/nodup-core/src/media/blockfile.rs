@@ -233,6 +233,10 @@ impl Medium for BlockFile {
         self.write_back.run(|| Ok(self.file.sync_all()?))
     }
 
+    fn write_back_failed(&self) -> Option<String> {
+        self.write_back.failure().map(str::to_owned)
+    }
+
     fn known_zero(&self, off: u64, len: u64) -> bool {
         use std::os::unix::io::AsRawFd;
         super::file_hole(self.file.as_raw_fd(), off, len)

@@ -323,6 +323,9 @@ impl Medium for DataCrypt {
     fn discard(&self, off: u64, len: u64) -> Result<bool> {
         self.inner.discard(off, len)
     }
+    fn write_back_failed(&self) -> Option<String> {
+        self.inner.write_back_failed()
+    }
     fn prefetch(&self, off: u64, len: usize, stride: usize) {
         self.inner.prefetch(off, len, stride)
     }
@@ -394,6 +397,9 @@ impl Medium for MetaCrypt {
     }
     fn discard(&self, off: u64, len: u64) -> Result<bool> {
         self.inner.discard(off, len)
+    }
+    fn write_back_failed(&self) -> Option<String> {
+        self.inner.write_back_failed()
     }
     fn prefetch(&self, off: u64, len: usize, stride: usize) {
         self.inner.prefetch(off, len, stride)

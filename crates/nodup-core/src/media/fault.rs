@@ -283,6 +283,9 @@ impl Medium for FaultMedium {
             }
         }
     }
+    fn write_back_failed(&self) -> Option<String> {
+        self.inner.write_back_failed()
+    }
     /// No direct view: every read goes through the fault check.
     fn direct(&self, _off: u64, _len: usize) -> Option<&[u8]> {
         None

@@ -71,6 +71,11 @@ pub trait Medium: Send + Sync {
     fn known_zero(&self, _off: u64, _len: u64) -> bool {
         false
     }
+    /// The first failed write-back of an image held in a file (see `media/write_back.rs`):
+    /// from then on no fence of this open succeeds, and callers stop making changes.
+    fn write_back_failed(&self) -> Option<String> {
+        None
+    }
     /// Give `[off, off+len)` back to what holds the medium (a hole in an image file, a discard
     /// on a device): called only for blocks nothing references, whose bytes are garbage from
     /// then on. `Ok(false)` when the medium cannot (the default), so the caller stops asking.
@@ -144,8 +149,8 @@ pub mod fault;
 pub mod mem;
 pub mod meter;
 pub mod pmem;
-#[cfg(target_arch = "x86_64")]
 mod write_back;
+#[cfg(target_arch = "x86_64")]
 mod xts_ni;
 pub use blockfile::{BlockFile, BlockFileOptions};
 pub use crashsim::{CrashMode, CrashPoint, CrashSim, PendingStore};

@@ -389,6 +389,10 @@ impl Medium for Pmem {
         Ok(())
     }
 
+    fn write_back_failed(&self) -> Option<String> {
+        self.write_back.failure().map(str::to_owned)
+    }
+
     fn write_stream(&self, off: u64, data: &[u8]) -> Result<()> {
         #[cfg(target_arch = "x86_64")]
         if self.streams(off, data.len()) {

@@ -28,6 +28,16 @@ impl FileSystem {
         if self.read_only || self.is_shut_down() {
             return Ok(());
         }
+        // No checkpoint or sync can succeed any more: say so once, not at every tick.
+        if let Err(e) = self.changes_possible() {
+            if !self
+                .said_failed
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                crate::logging::error(&format!("{e}; checkpoints stop"));
+            }
+            return Ok(());
+        }
         if !self.durable && !self.pending.lock().is_empty() {
             self.sync()?;
         }

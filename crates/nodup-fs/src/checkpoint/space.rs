@@ -72,6 +72,8 @@ impl FileSystem {
         if self.read_only {
             return Ok(());
         }
+        // Not a full device: no checkpoint can be written any more.
+        self.changes_possible()?;
         // Past a limit, the maintenance thread is woken to checkpoint now. Far past it (no
         // maintenance thread, or one that cannot keep up) the operation does it itself.
         let logged = self.log.lock().bytes();

@@ -6,6 +6,7 @@ use super::space;
 use super::Adapter;
 use crate::atime::AtimeMode;
 use crate::fs::FileSystem;
+use crate::FsError;
 use fuser::MountOption;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -120,10 +121,12 @@ pub fn serve(
     stop.store(true, Ordering::Relaxed);
     fs.wake_maintenance();
     let _ = maint.join();
-    // destroy() normally ran inside run(); make sure the clean shutdown happened.
-    if !fs.is_shut_down() {
-        fs.shutdown()?;
-    }
+    // destroy() normally ran inside run(); make sure the clean shutdown happened (a second
+    // call returns the first one's failure).
+    fs.shutdown().map_err(|e| match e {
+        FsError::Unclean(_) => e,
+        e => FsError::Unclean(e.to_string()),
+    })?;
     r?;
     Ok(())
 }
