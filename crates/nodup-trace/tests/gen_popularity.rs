@@ -17,6 +17,8 @@ struct Refs {
     per_phase: Vec<Vec<u64>>,
     writes: u64,
     dups: u64,
+    /// New contents written after the last duplicate: the trace's final unique run.
+    tail_unique: u64,
 }
 
 impl Refs {
@@ -29,6 +31,7 @@ impl Refs {
             per_phase: vec![],
             writes: 0,
             dups: 0,
+            tail_unique: 0,
         };
         for (i, rec) in recs.iter().enumerate() {
             if rec.op != Op::Write {
@@ -40,8 +43,10 @@ impl Refs {
                 Some(&c) => {
                     r.dups += 1;
                     r.per_phase[c][phase as usize] += 1;
+                    r.tail_unique = 0;
                 }
                 None => {
+                    r.tail_unique += 1;
                     id.insert(rec.digests[0], r.born.len());
                     r.born.push(phase);
                     r.per_phase.push(vec![0; phases as usize]);
@@ -202,8 +207,12 @@ proptest! {
         prop_assert_eq!(stats(&v).duplicate_writes, sum.dup_blocks);
         let ratio = r.dups as f64 / r.writes as f64;
         // Each phase starts with a unique run and ends a duplicate run early, so the target is
-        // met within about one mean run length per phase (what `--phases` documents).
-        let slack = 0.02 + phases as f64 * run_mean(&rl) / r.writes as f64;
+        // met within about one mean run length per phase (what `--phases` documents), apart
+        // from the trace's final unique run: unique runs are geometric and the generator does
+        // not cut one short, so a long last one leaves the ratio short by its length (a CI
+        // run found 0.229 for 0.266 after 155 unique writes at the end of 4 096).
+        let slack =
+            0.02 + (phases as f64 * run_mean(&rl) + r.tail_unique as f64) / r.writes as f64;
         prop_assert!((ratio - dup).abs() < slack, "ratio {} vs {} (slack {})", ratio, dup, slack);
         for c in 0..r.born.len() {
             let later: u64 = r.per_phase[c][r.born[c] as usize + 1..].iter().sum();

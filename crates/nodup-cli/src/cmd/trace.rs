@@ -86,7 +86,9 @@ pub struct GenArgs {
     /// Total request bytes (e.g. 2G, 512M); at least 4K, one 4 KiB request.
     #[arg(long)]
     pub size: String,
-    /// Target fraction of duplicate written blocks (0..1).
+    /// Target fraction of duplicate written blocks (0..1), met to about a run length; a long
+    /// unique run at the end can leave a small trace short of it (the last line says the ratio
+    /// reached).
     #[arg(long)]
     pub dup_ratio: f64,
     /// Duplicate run lengths: fixed:N | geom:MEAN | uniform:A-B.
