@@ -175,7 +175,11 @@ impl RegionLayout {
             // Checked before the chain links it: a second link would make a cycle on media.
             return Err(Error::Corrupt(format!("block {b} is a region already")));
         }
-        Self::init_region(io, t, b)?;
+        if let Err(e) = Self::init_region(io, t, b) {
+            // Nothing on the medium names it yet.
+            let _ = alloc.free(b);
+            return Err(e);
+        }
         let mut st = self.state.lock();
         let tail = st
             .regions
@@ -183,9 +187,22 @@ impl RegionLayout {
             .map(|r| r.block)
             .ok_or_else(|| Error::Corrupt("region chain has no head".into()))?;
         let off = tail * BLOCK_SIZE as u64 + OFF_NEXT;
-        io.write_u64(t, off, b)?;
-        io.flush(off, 8);
-        io.fence()?;
+        let mut link = |to: u64| {
+            io.write_u64(t, off, to).and_then(|()| {
+                io.flush(off, 8);
+                io.fence()
+            })
+        };
+        if let Err(e) = link(b) {
+            // The link may be on the medium all the same: the chain would take the block in
+            // at the next open while the allocator hands it out. End the chain at the tail
+            // again (it was the end) before giving the block back; if even that fails, the
+            // block stays allocated until failure recovery.
+            if link(0).is_ok() {
+                let _ = alloc.free(b);
+            }
+            return Err(e);
+        }
         let ridx = st.regions.len() as u32;
         st.push(RegionInfo {
             block: b,
@@ -633,6 +650,59 @@ mod tests {
         l.load_state(&saved).unwrap();
         assert!(l.check(&valid).is_empty());
         assert!(l.load_state(&saved[1..]).is_err());
+    }
+
+    /// A grow whose region write or link fails gives its block back (after ending the chain at
+    /// the tail again when the link may have landed), so a failed entry allocation leaks
+    /// nothing; the next one grows.
+    #[test]
+    fn a_grow_that_fails_gives_its_block_back() {
+        use crate::media::{FaultMedium, FaultOp, FaultRule, Medium};
+        let mut grow_failed = 0;
+        for op in [FaultOp::Write, FaultOp::Fence] {
+            for nth in 1..=4 {
+                let nblocks = 256;
+                let mem = Arc::new(MemMedium::new(nblocks * BLOCK_SIZE as u64));
+                let fm = Arc::new(FaultMedium::new(mem.clone(), nth));
+                let io = MetaIo::new(fm.clone(), false);
+                let geo = LayoutGeometry {
+                    start_block: 1,
+                    blocks: 1,
+                    slots: 0,
+                    nblocks,
+                    data_start: 2,
+                };
+                let l = RegionLayout::new(geo);
+                let mut t = IoTally::default();
+                l.format(&io, &mut t).unwrap();
+                let a = Allocator::new(2, nblocks - 2);
+                let mut ap = 0;
+                // Fill the header region: the next entry needs a new region.
+                for i in 0..REGION_ENTRIES {
+                    let loc = l.alloc_entry(&io, &mut t, i, 0, &a, &mut ap).unwrap();
+                    commit(&io, loc, 100 + i);
+                }
+                let free = a.free_blocks();
+                fm.add_rule(FaultRule::new(op).nth(nth).once());
+                let r = l.alloc_entry(&io, &mut t, 9, 0, &a, &mut ap);
+                fm.clear_rules();
+                if r.is_err() && l.region_count() == 1 {
+                    grow_failed += 1;
+                    assert_eq!(
+                        a.free_blocks(),
+                        free,
+                        "{op:?} {nth}: the block is given back"
+                    );
+                    let mut next = [0u8; 8];
+                    mem.read(BLOCK_SIZE as u64 + OFF_NEXT, &mut next).unwrap();
+                    assert_eq!(u64::from_le_bytes(next), 0, "{op:?} {nth}: the chain ends");
+                }
+                let loc = l.alloc_entry(&io, &mut t, 10, 0, &a, &mut ap).unwrap();
+                commit(&io, loc, 200);
+                assert_eq!(l.region_count(), 2, "{op:?} {nth}");
+            }
+        }
+        assert!(grow_failed >= 4, "only {grow_failed} failed grows");
     }
 
     /// A queued region whose free slots were overwritten behind the engine's back (the count
