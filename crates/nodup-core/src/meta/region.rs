@@ -585,9 +585,16 @@ mod tests {
     use crate::media::MemMedium;
     use std::sync::Arc;
 
+    /// Blocks of the test media.
+    const NBLOCKS: u64 = 256;
+
     fn setup() -> (RegionLayout, MetaIo, Allocator) {
-        let nblocks = 256;
-        let m = Arc::new(MemMedium::new(nblocks * BLOCK_SIZE as u64));
+        setup_on(Arc::new(MemMedium::new(NBLOCKS * BLOCK_SIZE as u64)))
+    }
+
+    /// A formatted layout (its header region in block 1) over `m`, of [`NBLOCKS`] blocks.
+    fn setup_on(m: Arc<dyn crate::media::Medium>) -> (RegionLayout, MetaIo, Allocator) {
+        let nblocks = NBLOCKS;
         let io = MetaIo::new(m, false);
         let geo = LayoutGeometry {
             start_block: 1,
@@ -661,21 +668,10 @@ mod tests {
         let mut grow_failed = 0;
         for op in [FaultOp::Write, FaultOp::Fence] {
             for nth in 1..=4 {
-                let nblocks = 256;
-                let mem = Arc::new(MemMedium::new(nblocks * BLOCK_SIZE as u64));
+                let mem = Arc::new(MemMedium::new(NBLOCKS * BLOCK_SIZE as u64));
                 let fm = Arc::new(FaultMedium::new(mem.clone(), nth));
-                let io = MetaIo::new(fm.clone(), false);
-                let geo = LayoutGeometry {
-                    start_block: 1,
-                    blocks: 1,
-                    slots: 0,
-                    nblocks,
-                    data_start: 2,
-                };
-                let l = RegionLayout::new(geo);
+                let (l, io, a) = setup_on(fm.clone());
                 let mut t = IoTally::default();
-                l.format(&io, &mut t).unwrap();
-                let a = Allocator::new(2, nblocks - 2);
                 let mut ap = 0;
                 // Fill the header region: the next entry needs a new region.
                 for i in 0..REGION_ENTRIES {
