@@ -463,18 +463,18 @@ impl FileSystem {
     }
 
     /// Give back references held for failed appends that nothing on the medium can name any
-    /// more (see [`LogWriter::settled`]): at once on a pmem image, where the append or scrub
-    /// that settled them was fenced; on a block file after the next fence, as releases are.
+    /// more (see [`LogWriter::settled`]), as a record's releases are ([`FileSystem::finish`]):
+    /// at once on a pmem image, where the append or scrub that settled them was fenced; on a
+    /// block file after the next fence.
     pub(crate) fn give_back_settled(&self, blocks: Vec<BlockNr>) {
-        if blocks.is_empty() {
-            return;
-        }
-        if !self.durable {
-            self.pending.lock().extend(blocks);
-        } else if let Err(e) = self.engine.release_batch(&blocks) {
+        let n = blocks.len();
+        let eff = Effects {
+            released: blocks,
+            mapped_delta: 0,
+        };
+        if let Err(e) = self.finish(eff) {
             crate::logging::warn(&format!(
-                "{} references held for a failed log append not given back: {e}",
-                blocks.len()
+                "{n} references held for a failed log append not given back: {e}"
             ));
         }
     }
