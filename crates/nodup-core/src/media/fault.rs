@@ -57,6 +57,7 @@ pub enum FaultEffect {
 pub struct FaultRule {
     op: FaultOp,
     range: Option<(u64, u64)>,
+    thread: Option<std::thread::ThreadId>,
     nth: Option<u64>,
     probability: f64,
     max_fires: Option<u64>,
@@ -71,6 +72,7 @@ impl FaultRule {
         FaultRule {
             op,
             range: None,
+            thread: None,
             nth: None,
             probability: 1.0,
             max_fires: None,
@@ -83,6 +85,12 @@ impl FaultRule {
     /// match a range).
     pub fn range(mut self, off: u64, len: u64) -> FaultRule {
         self.range = Some((off, off.saturating_add(len)));
+        self
+    }
+    /// Only operations made by the calling thread (a fault aimed at one thread's work while
+    /// others run on the same medium).
+    pub fn this_thread(mut self) -> FaultRule {
+        self.thread = Some(std::thread::current().id());
         self
     }
     /// Only the `n`th matching operation (1-based), counted by this rule.
@@ -114,9 +122,20 @@ impl FaultRule {
     pub fn fired(&self) -> u64 {
         self.fired
     }
+    /// How many operations this rule matched (fired or not): a rule that never fires counts
+    /// the operations a piece of code takes, for a test to fail each in turn.
+    pub fn seen(&self) -> u64 {
+        self.seen
+    }
 
     fn matches(&self, op: FaultOp, off: u64, len: u64) -> bool {
         if self.op != FaultOp::Any && self.op != op {
+            return false;
+        }
+        if self
+            .thread
+            .is_some_and(|t| t != std::thread::current().id())
+        {
             return false;
         }
         match self.range {

@@ -31,7 +31,7 @@ pub(crate) use self::build::CutScratch;
 use self::build::{blocks_for, Builder, Change};
 use self::clean::{copy_bytes, still_current};
 use crate::chain::PAYLOAD;
-use crate::error::Result;
+use crate::error::{FsError, Result};
 use crate::fs::FileSystem;
 use crate::persist::manifest::{Manifest, SegRef};
 use crate::persist::unit::UnitKind;
@@ -111,36 +111,52 @@ impl FileSystem {
         let r = self.checkpoint_locked(clean, t0);
         let mut st = self.ckpt_stats.lock();
         let secs = t0.elapsed().as_secs_f64();
-        match &r {
-            Ok(()) => {
-                st.count += 1;
-                st.last_seconds = secs;
-                let since = st.logged.map_or(st.count, |(_, n)| st.count - n);
-                let due = st
-                    .logged
-                    .is_none_or(|(t, _)| t.elapsed().as_secs() >= LOG_EVERY_SECS);
-                if due || secs > 1.0 || clean || std::env::var_os("NODUP_CKPT_DEBUG").is_some() {
-                    crate::logging::info(&format!(
-                        "checkpoint {} ({} since the last line){}: {:.1} ms, {}",
-                        st.count,
-                        since,
-                        if clean { ", final" } else { "" },
-                        secs * 1e3,
-                        st.last_detail
-                    ));
-                    st.logged = Some((Instant::now(), st.count));
-                }
-            }
+        let gave_back = match r {
+            Ok(g) => g,
             Err(e) => {
                 st.failed += 1;
                 crate::logging::error(&format!("checkpoint failed (the previous one stays): {e}"));
+                return Err(e);
             }
+        };
+        st.count += 1;
+        st.last_seconds = secs;
+        let since = st.logged.map_or(st.count, |(_, n)| st.count - n);
+        let due = st
+            .logged
+            .is_none_or(|(t, _)| t.elapsed().as_secs() >= LOG_EVERY_SECS);
+        if due || secs > 1.0 || clean || std::env::var_os("NODUP_CKPT_DEBUG").is_some() {
+            crate::logging::info(&format!(
+                "checkpoint {} ({} since the last line){}: {:.1} ms, {}",
+                st.count,
+                since,
+                if clean { ", final" } else { "" },
+                secs * 1e3,
+                st.last_detail
+            ));
+            st.logged = Some((Instant::now(), st.count));
         }
-        r
+        let Some(e) = gave_back else { return Ok(()) };
+        // A release whose second try worked leaves the engine ready, and the checkpoint is
+        // fine. One that gave up leaves the engine needing recovery: every later change
+        // fails, and so does this checkpoint's caller.
+        let ready = self.engine.check_ready();
+        crate::logging::error(&format!(
+            "checkpoint {} is written, but giving back the blocks it freed failed{}: {e}",
+            st.count,
+            if ready.is_ok() {
+                " (the engine carries on)"
+            } else {
+                " (they stay allocated until failure recovery at the next mount)"
+            }
+        ));
+        ready.map_err(Into::into)
     }
 
-    /// Steps 1 to 3 (see the module comment); the caller holds `ckpt_lock`.
-    fn checkpoint_locked(&self, clean: bool, t0: Instant) -> Result<()> {
+    /// Steps 1 to 3 (see the module comment); the caller holds `ckpt_lock`. An error leaves
+    /// the previous checkpoint in force; `Ok(Some(e))` is a checkpoint written whose step 3
+    /// failed to give some blocks back.
+    fn checkpoint_locked(&self, clean: bool, t0: Instant) -> Result<Option<FsError>> {
         // Room for cleaning: what the reserve and free space hold beyond this checkpoint's own
         // units; no cleaning when space is short (it frees blocks only after the switch).
         let spare_blocks = (self.meta.lock().reserve.len() as u64
@@ -375,17 +391,20 @@ impl FileSystem {
             st.last_inodes = inodes;
             st.segments_cleaned += victims.len() as u64;
         }
-        if !free.is_empty() {
-            self.engine.free_meta(&free)?;
-        }
         self.keep_scratch(b, changes, dead);
+        // The new checkpoint is in force: whatever fails from here on is not undone, and
+        // every step is tried so no block is kept by one failing before it.
+        let mut gave_back = Ok(());
+        if !free.is_empty() {
+            gave_back = self.engine.free_meta(&free);
+        }
         // Releases waiting for durability are covered by the fence before the switch.
-        self.engine.release_batch(&pending)?;
+        gave_back = gave_back.and(self.engine.release_batch(&pending));
         if !released.is_empty() {
-            self.engine.release_batch(&released)?;
+            gave_back = gave_back.and(self.engine.release_batch(&released));
         }
         let _ = t0;
-        Ok(())
+        Ok(gave_back.err().map(Into::into))
     }
 }
 
