@@ -27,11 +27,16 @@ fn concurrent_threads_under_media_faults_keep_the_rest_of_the_model() {
     eprintln!("seed {seed}");
     let st = library_faults(6, seed, Instant::now() + Duration::from_secs(8));
     eprintln!(
-        "{} ops, {} faults, {} mismatches, gave up: {:?}",
-        st.ops, st.faults, st.mismatches, st.gave_up
+        "{} ops, {} faults, {} failed checkpoints, {} mismatches, gave up: {:?}",
+        st.ops, st.faults, st.checkpoints_failed, st.mismatches, st.gave_up
     );
     assert!(st.ops > 1000, "only {} ops", st.ops);
     assert!(st.faults > 5, "only {} faults", st.faults);
+    assert!(
+        st.checkpoints_failed > 3,
+        "only {} failed checkpoints",
+        st.checkpoints_failed
+    );
     assert_eq!(st.mismatches, 0, "{:#?}", st.examples);
     // At this rate the engine keeps its live state (a regression that makes it give up at
     // the first fault would leave only the crash image checked).

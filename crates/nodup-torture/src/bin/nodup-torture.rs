@@ -337,11 +337,12 @@ fn main() -> Result<()> {
         s.stress_mismatches += st.mismatches;
         let st = stress::library_faults(a.threads, a.seed, Instant::now() + faulty);
         note(&format!(
-            "stress (library, {} threads, media faults, {:.0} s): {} ops, {} faults, {} mismatches{}",
+            "stress (library, {} threads, media faults, {:.0} s): {} ops, {} faults ({} failed checkpoints), {} mismatches{}",
             a.threads,
             faulty.as_secs_f64(),
             st.ops,
             st.faults,
+            st.checkpoints_failed,
             st.mismatches,
             st.gave_up
                 .as_ref()

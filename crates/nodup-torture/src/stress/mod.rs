@@ -6,6 +6,17 @@
 //! shared across threads (the same pattern blocks), so dedup lookups, reference counts and
 //! releases of the same physical blocks race with each other. The same workers run against
 //! the library ([`LibTarget`]) or a real mount ([`DirTarget`]).
+//!
+//! By run: `library` (threads on the library, with and without media faults), `full_device`,
+//! `mount` (threads through the kernel on a real mount).
+
+mod full_device;
+mod library;
+mod mount;
+
+pub use self::full_device::full_device;
+pub use self::library::{library, library_faults, FAULT_ONE_IN};
+pub use self::mount::mount_stress;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -14,14 +25,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use nodup_core::media::{FaultMedium, FaultOp, FaultRule, Medium, MemMedium};
-use nodup_core::{FormatOptions, BLOCK_SIZE};
+use nodup_core::BLOCK_SIZE;
 use nodup_fs::inode::{Kind, ROOT_INO};
-use nodup_fs::{Caller, FileSystem, FsOptions, MediumKind};
+use nodup_fs::{Caller, FileSystem};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::verify::check_invariants;
 use crate::workload::pattern_block;
 
 /// The operations the stress workers need, on a flat directory.
@@ -154,6 +163,8 @@ pub struct StressStats {
     pub shutdown_enospc: u64,
     /// Media faults injected ([`library_faults`]).
     pub faults: u64,
+    /// [`library_faults`]: checkpoints that failed (and left the previous one in force).
+    pub checkpoints_failed: u64,
     /// [`library_faults`]: the engine gave up its live state after a fault (its error); only
     /// the crash image is checked then.
     pub gave_up: Option<String>,
@@ -366,337 +377,4 @@ pub fn run_workers(
         final_check(&*t, &model, &unknown, &mut st);
     }
     (st, model, unknown)
-}
-
-/// Library stress: threads on one file system, then invariants, a clean reopen and a crash
-/// reopen (failure recovery), each compared with the model.
-pub fn library(threads: usize, seed: u64, deadline: Instant) -> StressStats {
-    library_run(threads, seed, deadline, false)
-}
-
-/// [`library`] on a medium that fails about one operation in [`FAULT_ONE_IN`] (an I/O error,
-/// or a write that fails after its bytes landed): failures race with other threads' appends,
-/// checkpoints and trims. An operation may fail only with EIO, and the names it touched leave
-/// the model; once the faults stop, the file system must keep working and hold the rest of
-/// the model, live, after a crash and after a clean unmount.
-pub fn library_faults(threads: usize, seed: u64, deadline: Instant) -> StressStats {
-    library_run(threads, seed, deadline, true)
-}
-
-/// Medium operations per injected fault in [`library_faults`]: about 40 faults a second with
-/// 6 threads. At one in 4 000 the engine soon gives up its live state (a failed release asks
-/// for failure recovery), and the rest of the run only meets that.
-pub const FAULT_ONE_IN: u32 = 40_000;
-
-fn library_run(threads: usize, seed: u64, deadline: Instant, faults: bool) -> StressStats {
-    let mem = Arc::new(MemMedium::new(64 << 20));
-    let fm = Arc::new(FaultMedium::new(mem.clone(), seed));
-    let opts = FsOptions {
-        checkpoint_log_bytes: 1 << 20,
-        ..FsOptions::default()
-    };
-    let fs = match FileSystem::format(
-        fm.clone(),
-        MediumKind::Pmem,
-        &FormatOptions::default(),
-        &opts,
-        Caller::default(),
-    ) {
-        Ok(f) => Arc::new(f),
-        Err(e) => {
-            let mut st = StressStats::default();
-            st.bad(format!("format: {e}"));
-            return st;
-        }
-    };
-    if faults {
-        let p = 0.5 / FAULT_ONE_IN as f64;
-        fm.add_rule(FaultRule::new(FaultOp::Any).probability(p));
-        fm.add_rule(
-            FaultRule::new(FaultOp::Write)
-                .probability(p)
-                .short_write(usize::MAX),
-        );
-    }
-    // The daemon's maintenance timer: checkpoints (small threshold, so they race with the
-    // workers) and deferred releases; and `fstrim` as often, so free blocks are given back
-    // (overwritten with a poison pattern by the test medium) while the workers allocate.
-    let ticker = {
-        let fs = fs.clone();
-        std::thread::spawn(move || {
-            let mut errors = Vec::new();
-            let allowed = |e: &nodup_fs::FsError| faults && e.errno() == libc::EIO;
-            while Instant::now() < deadline {
-                match fs.tick() {
-                    Err(e) if !allowed(&e) => errors.push(format!("tick: {e}")),
-                    _ => {}
-                }
-                match fs.trim(0, u64::MAX, 0) {
-                    Err(e) if !allowed(&e) => errors.push(format!("trim: {e}")),
-                    _ => {}
-                }
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            errors
-        })
-    };
-    let t = Arc::new(LibTarget(fs.clone()));
-    let (mut st, model, unknown) = run_workers(t.clone(), threads, seed, deadline, 24, faults);
-    for e in ticker.join().unwrap_or_default() {
-        st.bad(e);
-    }
-    st.faults = fm.injected();
-    fm.clear_rules();
-    let mut model = model;
-    if faults {
-        // The faults stopped: the mount goes on (unless the engine gave up its live state,
-        // which it says, and failure recovery is the way back).
-        match fs.engine().check_ready() {
-            Ok(()) => {
-                final_check(&*t, &model, &unknown, &mut st);
-                keeps_working(&*t, &mut model, &mut st);
-            }
-            Err(e) => st.gave_up = Some(e.to_string()),
-        }
-    }
-    let live = st.gave_up.is_none();
-    if live {
-        if let Err(e) = check_invariants(&fs) {
-            st.bad(format!("invariants after stress: {e}"));
-        }
-    }
-    // Crash image (no shutdown) and clean image.
-    let crashed = mem.snapshot();
-    let mut images = vec![("crash", crashed)];
-    match fs.shutdown() {
-        Ok(()) => images.push(("clean", mem.snapshot())),
-        Err(e) if live => st.bad(format!("shutdown: {e}")),
-        Err(_) => {}
-    }
-    drop(t);
-    drop(fs);
-    for (what, img) in images {
-        let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img));
-        match FileSystem::open(m, &FsOptions::default()) {
-            Ok(fs) => {
-                if let Err(e) = check_invariants(&fs) {
-                    st.bad(format!("{what} reopen: {e}"));
-                }
-                final_check(&LibTarget(Arc::new(fs)), &model, &unknown, &mut st);
-            }
-            Err(e) => st.bad(format!("{what} reopen: {e}")),
-        }
-    }
-    st
-}
-
-/// After the faults: new files are made, written, read back, renamed and removed as if
-/// nothing had happened; the survivors join `model`.
-fn keeps_working(
-    t: &dyn StressTarget,
-    model: &mut BTreeMap<String, Vec<u8>>,
-    st: &mut StressStats,
-) {
-    for i in 0..8u64 {
-        let n = format!("tafter-{i}");
-        let data: Vec<u8> = [pattern_block(i % 3), pattern_block(3_000_000 + i)].concat();
-        let r = t
-            .create(&n)
-            .and_then(|()| t.write(&n, 0, &data))
-            .and_then(|()| t.read(&n));
-        match r {
-            Ok(d) if d == data => {
-                model.insert(n, data);
-            }
-            Ok(_) => st.bad(format!("after the faults, {n} reads back wrong")),
-            Err(e) => st.bad(format!("after the faults, {n}: {e}")),
-        }
-    }
-    let moved = t
-        .rename("tafter-0", "tafter-8")
-        .and_then(|()| t.unlink("tafter-1"));
-    match moved {
-        Ok(()) => {
-            if let Some(d) = model.remove("tafter-0") {
-                model.insert("tafter-8".into(), d);
-            }
-            model.remove("tafter-1");
-        }
-        Err(e) => st.bad(format!("after the faults, rename and unlink: {e}")),
-    }
-}
-
-/// Full device: fill a small image with unique data until ENOSPC, check everything written is
-/// readable, delete half, continue writing, check again, reopen and check.
-/// With `ticks`, the maintenance tick runs every 32 files (as the FUSE daemon's timer would).
-pub fn full_device(seed: u64, ticks: bool) -> StressStats {
-    let mut st = StressStats::default();
-    let mem = Arc::new(MemMedium::new(8 << 20));
-    let fs = match FileSystem::format(
-        mem.clone(),
-        MediumKind::Pmem,
-        &FormatOptions::default(),
-        &FsOptions::default(),
-        Caller::default(),
-    ) {
-        Ok(f) => Arc::new(f),
-        Err(e) => {
-            st.bad(format!("format: {e}"));
-            return st;
-        }
-    };
-    let t = LibTarget(fs.clone());
-    let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-    let mut rng = StdRng::seed_from_u64(seed);
-    let unique = AtomicU64::new(seed << 24);
-    let mut fill = |t: &LibTarget,
-                    model: &mut BTreeMap<String, Vec<u8>>,
-                    st: &mut StressStats,
-                    round: usize|
-     -> bool {
-        for i in 0..100_000 {
-            if ticks && i % 32 == 0 {
-                // What the FUSE daemon's maintenance timer does between requests.
-                if let Err(e) = t.0.tick() {
-                    if e.errno() != libc::ENOSPC {
-                        st.bad(format!("tick: {e}"));
-                    }
-                }
-            }
-            let n = format!("t{round}-{i}");
-            if let Err(e) = t.create(&n) {
-                if e.raw_os_error() == Some(libc::ENOSPC) {
-                    return true;
-                }
-                st.bad(format!("create {n}: {e}"));
-                return false;
-            }
-            model.insert(n.clone(), Vec::new());
-            let data = content(&mut rng, 8, &unique);
-            match t.write(&n, 0, &data) {
-                Ok(()) => {
-                    model.insert(n, data);
-                }
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => return true,
-                Err(e) => {
-                    st.bad(format!("write {n}: {e} (expected ENOSPC at most)"));
-                    return false;
-                }
-            }
-            st.ops += 1;
-        }
-        st.bad("the device never filled up".into());
-        false
-    };
-    if !fill(&t, &mut model, &mut st, 0) {
-        return st;
-    }
-    final_check(&t, &model, &BTreeSet::new(), &mut st);
-    let names: Vec<String> = model.keys().cloned().collect();
-    for n in names.iter().step_by(2) {
-        match t.unlink(n) {
-            Ok(()) => {
-                model.remove(n);
-            }
-            Err(e) => st.bad(format!("unlink {n} on a full device: {e}")),
-        }
-    }
-    let before = model.len();
-    if fill(&t, &mut model, &mut st, 1) && model.len() <= before {
-        st.bad("no file could be written after deleting half".into());
-    }
-    final_check(&t, &model, &BTreeSet::new(), &mut st);
-    if let Err(e) = check_invariants(&fs) {
-        st.bad(format!("invariants on a full device: {e}"));
-    }
-    if let Err(e) = fs.shutdown() {
-        st.shutdown_enospc += 1;
-        st.examples
-            .push(format!("[finding 3] shutdown of a full device: {e}"));
-    }
-    drop(t);
-    drop(fs);
-    let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(mem.snapshot()));
-    match FileSystem::open(m, &FsOptions::default()) {
-        Ok(fs) => final_check(&LibTarget(Arc::new(fs)), &model, &BTreeSet::new(), &mut st),
-        Err(e) => st.bad(format!("reopen of a full device: {e}")),
-    }
-    st
-}
-
-/// Stress on a real mount: mkfs + mount with the `nodup` binary, threads through the kernel,
-/// model check, clean unmount, `nodup fsck`, remount and model check again.
-pub fn mount_stress(
-    nodup: &std::path::Path,
-    workdir: &std::path::Path,
-    threads: usize,
-    seed: u64,
-    dur: std::time::Duration,
-) -> StressStats {
-    use crate::kill9::{detach, mount_image, run};
-    use std::process::Command;
-    let mut st = StressStats::default();
-    let img = workdir.join("stress.img");
-    let mp = workdir.join("mnt");
-    let log = workdir.join("daemon.log");
-    detach(&mp);
-    if let Err(e) = std::fs::create_dir_all(&mp) {
-        st.bad(format!("workdir: {e}"));
-        return st;
-    }
-    if let Err(e) = run(Command::new(nodup)
-        .arg("mkfs")
-        .arg(&img)
-        .args(["--size", "256M"]))
-    {
-        st.bad(format!("mkfs: {e}"));
-        return st;
-    }
-    if let Err(e) = mount_image(nodup, &img, &mp, &log) {
-        st.bad(format!("mount: {e}"));
-        return st;
-    }
-    let t: Arc<dyn StressTarget> = Arc::new(DirTarget(mp.clone()));
-    let deadline = Instant::now() + dur;
-    // `fstrim` through the kernel while the workers write, delete and read.
-    let trimmer = {
-        let (nodup_mp, deadline) = (mp.clone(), deadline);
-        std::thread::spawn(move || -> Result<u64, String> {
-            let mut runs = 0;
-            while Instant::now() < deadline {
-                run(Command::new("fstrim").arg(&nodup_mp)).map_err(|e| format!("fstrim: {e}"))?;
-                runs += 1;
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-            Ok(runs)
-        })
-    };
-    let (s1, model, none) = run_workers(t.clone(), threads, seed, deadline, 24, false);
-    st.merge(s1);
-    match trimmer.join() {
-        Ok(Ok(runs)) if runs > 0 => {}
-        Ok(Ok(_)) => st.bad("fstrim never ran".into()),
-        Ok(Err(e)) => st.bad(e),
-        Err(_) => st.bad("the fstrim thread panicked".into()),
-    }
-    if let Err(e) = run(Command::new(nodup).arg("umount").arg(&mp)) {
-        st.bad(format!("umount: {e}"));
-        detach(&mp);
-    }
-    if let Err(e) = run(Command::new(nodup).arg("fsck").arg(&img)) {
-        st.bad(format!("fsck after stress: {e}"));
-    }
-    match mount_image(nodup, &img, &mp, &log) {
-        Ok(_) => {
-            final_check(&*t, &model, &none, &mut st);
-            if let Err(e) = run(Command::new(nodup).arg("umount").arg(&mp)) {
-                st.bad(format!("umount: {e}"));
-                detach(&mp);
-            }
-        }
-        Err(e) => st.bad(format!("remount: {e}")),
-    }
-    let _ = std::fs::remove_file(&img);
-    let _ = std::fs::remove_dir_all(workdir);
-    st
 }
