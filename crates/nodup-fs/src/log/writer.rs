@@ -43,6 +43,9 @@ pub struct LogWriter {
     /// A failed append may have left a valid frame past the end: its stores can land though
     /// its fence fails, and a crash, or a reopen after a clean unmount, would replay it.
     unsure: bool,
+    /// Blocks at the front of `spare` a failed append may have written into (its frame went
+    /// on past the end's block).
+    unsure_spare: usize,
     /// References named by records whose append failed, kept while such a frame may be there
     /// (see [`LogWriter::settled`]): given back at once, they could be reused or trimmed
     /// under a record that replays.
@@ -60,6 +63,7 @@ impl LogWriter {
             records: 0,
             cut_bytes: 0,
             unsure: false,
+            unsure_spare: 0,
             held: Vec::new(),
         })
     }
@@ -82,6 +86,7 @@ impl LogWriter {
             records,
             cut_bytes: bytes,
             unsure: false,
+            unsure_spare: 0,
             held: Vec::new(),
         }
     }
@@ -150,9 +155,8 @@ impl LogWriter {
     }
 
     /// The held references nothing on the medium can name any more, for the caller to give
-    /// back: all of them once an append has overwritten the end where a failed one may have
-    /// left a frame (durably when it was fenced, else at the next fence), or a scrub has
-    /// erased it; none while such a frame may still be there.
+    /// back: all of them once a scrub (the next append's, or a checkpoint's) has erased what
+    /// a failed append may have left; none while such a frame may still be there.
     pub fn settled(&mut self) -> Vec<BlockNr> {
         if self.unsure {
             return Vec::new();
@@ -161,13 +165,23 @@ impl LogWriter {
     }
 
     /// Erase what a failed append may have left past the end (zeros over the rest of the last
-    /// block and its link, fenced), so that no replay can read it: a checkpoint does this
-    /// before its cut, which starts replay at the end.
+    /// block and its link, and over the spare blocks its frame went on into; fenced), so that
+    /// no replay can read it. The next append does this first: a shorter record would
+    /// otherwise leave the failed frame's tail after it, where replay looks for the next one
+    /// (and a record's bytes can be a user's, an xattr value). A checkpoint does it before its
+    /// cut, which starts replay at the end.
     pub fn scrub(&mut self, m: &dyn Medium) -> Result<()> {
         if self.unsure {
+            let zeros = [0u8; nodup_core::BLOCK_SIZE];
+            for &b in &self.spare[..self.unsure_spare.min(self.spare.len())] {
+                let at = b * nodup_core::BLOCK_SIZE as u64;
+                m.write(at, &zeros)?;
+                m.flush(at, zeros.len() as u64);
+            }
             let (block, _, off) = self.chain.end();
             cut_tail(m, block, off)?;
             self.unsure = false;
+            self.unsure_spare = 0;
         }
         Ok(())
     }
@@ -188,6 +202,7 @@ impl LogWriter {
         fence: bool,
         alloc: &mut dyn FnMut(usize) -> Result<Vec<BlockNr>>,
     ) -> Result<()> {
+        self.scrub(m)?;
         let frame = rec.frame(self.next_seq);
         let need = self.chain.blocks_needed(frame.len());
         if self.spare.len() < need {
@@ -204,6 +219,7 @@ impl LogWriter {
             // A partial frame fails its checksum: roll the position back so the next record
             // (same sequence number) overwrites it, and keep the blocks for later.
             self.chain.rewind(saved);
+            self.unsure_spare = self.unsure_spare.max(fresh.len());
             self.spare.splice(0..0, fresh);
             // A write reported failed may still have landed whole.
             self.unsure = true;
@@ -216,6 +232,7 @@ impl LogWriter {
                 // at most show the failed operation as done, and so the caller holds the
                 // blocks it names until then.
                 self.chain.rewind(saved);
+                self.unsure_spare = self.unsure_spare.max(fresh.len());
                 self.spare.splice(0..0, fresh);
                 self.unsure = true;
                 return Err(e.into());
@@ -224,8 +241,6 @@ impl LogWriter {
         self.next_seq += 1;
         self.records += 1;
         self.cut_bytes += frame.len() as u64;
-        // This frame starts where a failed one would have.
-        self.unsure = false;
         Ok(())
     }
 }
@@ -319,5 +334,71 @@ mod tests {
         })
         .unwrap();
         assert_eq!(seen, (0..60).collect::<Vec<_>>());
+    }
+
+    /// A failed append's frame can land though its fence fails. The next record goes where it
+    /// was; when that one is shorter, replay looks for a third record in what is left of the
+    /// failed one, whose bytes can be a user's (an xattr value). A forged frame there, with
+    /// the next sequence number, must not replay: in the end's block, and in the spare
+    /// block the failed frame went on into.
+    #[test]
+    fn a_shorter_record_after_a_failed_one_leaves_nothing_to_replay() {
+        for spanning in [false, true] {
+            let m = Arc::new(MemMedium::new(256 * BLOCK_SIZE as u64));
+            let fm = FaultMedium::new(m.clone(), 1);
+            let mut w = LogWriter::start(&fm, 3, 10, 100).unwrap();
+            let mut next = 11u64;
+            let mut alloc = |n: usize| -> Result<Vec<BlockNr>> {
+                let v: Vec<BlockNr> = (next..next + n as u64).collect();
+                next += n as u64;
+                Ok(v)
+            };
+            let xattr = |ino: u64, value: Vec<u8>| Record::SetXattr {
+                ino,
+                name: b"user.x".to_vec(),
+                value,
+                now: Ts { sec: 1, nsec: 0 },
+            };
+            if spanning {
+                // Fill the first block to 100 bytes short of its end, so both records below
+                // cross into the next block and the short one ends inside it.
+                let fixed = xattr(1, Vec::new()).frame(0).len();
+                let fill = crate::chain::PAYLOAD - 100 - fixed;
+                w.append(&fm, &xattr(1, vec![7; fill]), true, &mut alloc)
+                    .unwrap();
+                assert_eq!(w.position().off, crate::chain::PAYLOAD - 100);
+            }
+            let seq = w.next_seq;
+            let short = xattr(2, vec![1; 200]);
+            let at = short.frame(seq).len();
+            let forged = xattr(666, b"forged".to_vec()).frame(seq + 1);
+            // The failed record's value is placed so the forged frame starts where the short
+            // record ends.
+            let marker = vec![0xA5u8; 1000];
+            let probe = xattr(2, marker.clone()).frame(seq);
+            let vo = probe.windows(8).position(|x| x == [0xA5; 8]).unwrap();
+            let mut value = marker;
+            value[at - vo..at - vo + forged.len()].copy_from_slice(&forged);
+            fm.add_rule(FaultRule::new(FaultOp::Fence).once());
+            assert!(w.append(&fm, &xattr(2, value), true, &mut alloc).is_err());
+            fm.clear_rules();
+            w.append(&fm, &short, true, &mut alloc).unwrap();
+            let start = LogPos {
+                block: 10,
+                index: 0,
+                off: 0,
+                seq: 100,
+            };
+            let mut seen = Vec::new();
+            replay(&*m, start, 3, &mut |_, r| {
+                if let Record::SetXattr { ino, .. } = r {
+                    seen.push(ino);
+                }
+                Ok(true)
+            })
+            .unwrap();
+            let want = if spanning { vec![1, 2] } else { vec![2] };
+            assert_eq!(seen, want, "spanning {spanning}");
+        }
     }
 }
