@@ -592,6 +592,10 @@ impl Engine {
     /// down).
     pub fn check_ready(&self) -> Result<()> {
         match self.state.load(Ordering::Acquire) {
+            STATE_READY if self.layout.unsettled() => {
+                self.set_state(STATE_NEEDS_RECOVERY);
+                Err(Error::NeedsRecovery)
+            }
             STATE_READY => Ok(()),
             STATE_NEEDS_RECOVERY => Err(Error::NeedsRecovery),
             STATE_READ_ONLY => Err(Error::Invalid("the engine was opened read-only".into())),

@@ -104,6 +104,12 @@ pub trait MetaLayout: Send + Sync {
     fn load_state(&self, words: &[u64]) -> Result<()>;
     /// Upper bound on [`MetaLayout::save_state`]'s length, for sizing the save area.
     fn max_state_words(&self) -> u64;
+    /// True when a failed claim left the medium's structure possibly unlike the live state
+    /// (a region link that may have landed and could not be undone): the engine then gives up
+    /// its live state, and failure recovery reads the structure from the medium again.
+    fn unsettled(&self) -> bool {
+        false
+    }
     /// Compare the DRAM state (counters, free lists) with the sorted valid entry locations;
     /// one message per disagreement.
     fn check(&self, _valid_sorted: &[u64]) -> Vec<String> {

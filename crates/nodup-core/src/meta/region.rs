@@ -118,6 +118,9 @@ pub struct RegionLayout {
     curs: Vec<Mutex<Option<Cur>>>,
     /// One bit per block of the medium: is it a region (validates hint targets lock-free).
     is_region: LazyWords,
+    /// A grow's link may be on the medium and could not be undone: the chain there may name
+    /// a block the live state does not count as a region (see [`MetaLayout::unsettled`]).
+    unsettled: std::sync::atomic::AtomicBool,
 }
 
 impl RegionLayout {
@@ -128,6 +131,7 @@ impl RegionLayout {
             state: Mutex::new(State::default()),
             curs: (0..CUR_SLOTS).map(|_| Mutex::new(None)).collect(),
             is_region: LazyWords::new(geo.nblocks.div_ceil(64) as usize),
+            unsettled: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -196,10 +200,13 @@ impl RegionLayout {
         if let Err(e) = link(b) {
             // The link may be on the medium all the same: the chain would take the block in
             // at the next open while the allocator hands it out. End the chain at the tail
-            // again (it was the end) before giving the block back; if even that fails, the
-            // block stays allocated until failure recovery.
+            // again (it was the end) before giving the block back. If even that fails, the
+            // block stays allocated and the engine gives up its live state (see
+            // `MetaLayout::unsettled`): failure recovery reads the chain from the medium.
             if link(0).is_ok() {
                 let _ = alloc.free(b);
+            } else {
+                self.unsettled.store(true, Ordering::Release);
             }
             return Err(e);
         }
@@ -343,6 +350,7 @@ impl MetaLayout for RegionLayout {
     }
 
     fn attach(&self, io: &MetaIo, t: &mut IoTally) -> Result<()> {
+        self.unsettled.store(false, Ordering::Release);
         let mut st = State::default();
         // Only words with a bit set are written, so pages of the bitmap stay untouched.
         for w in self.is_region.iter() {
@@ -430,6 +438,10 @@ impl MetaLayout for RegionLayout {
             }
         }
         Ok(n)
+    }
+
+    fn unsettled(&self) -> bool {
+        self.unsettled.load(Ordering::Acquire)
     }
 
     fn free_entry(&self, loc: u64) {

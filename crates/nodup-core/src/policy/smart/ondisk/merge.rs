@@ -67,9 +67,10 @@ pub(crate) enum MergeError {
     /// damaged chain may name blocks that are not the group's) until failure recovery or
     /// `fsck --repair` rebuilds the allocator; blocks this merge took went back.
     Damaged(Error),
-    /// A block could not be taken or written. Every block known to be the group's (the old
-    /// blocks read so far and those this merge took) went back; old blocks not yet reached
-    /// stay allocated, as for [`MergeError::Damaged`].
+    /// A block could not be taken or written. The group is lost and its blocks went back: the
+    /// old blocks read so far, those this merge took, and the old blocks not reached yet as
+    /// far as they validate as the group's (one that does not, and any after it, stay
+    /// allocated, as for [`MergeError::Damaged`]).
     Failed(Error),
 }
 
@@ -144,7 +145,13 @@ impl GroupIo {
                 MergeError::Damaged(_) => m.buf.chain.len().min(m.old.nblocks as usize),
                 MergeError::Failed(_) => 0,
             };
-            let chain = std::mem::take(&mut m.buf.chain);
+            let mut chain = std::mem::take(&mut m.buf.chain);
+            if matches!(e, MergeError::Failed(_)) {
+                // The group is lost: the old blocks not reached yet go back with it, as far
+                // as the chain validates (nothing else would ever free them).
+                let rest = m.unread_old();
+                chain.extend(rest);
+            }
             m.io.give_back(&chain[known..]);
             m.buf.chain = chain;
             m.buf.chain.clear();
@@ -234,6 +241,32 @@ impl Merge<'_> {
             return Err(MergeError::Damaged(e));
         }
         Ok(())
+    }
+
+    /// After a failed write: the old blocks not read yet, following the chain from
+    /// `next_old` while each block validates as the group's block at its position (a block
+    /// that does not ends the walk; it and any after it stay allocated, as for damage).
+    fn unread_old(&mut self) -> Vec<BlockNr> {
+        let mut out = Vec::new();
+        while self.next_old != 0 && self.read < self.old.nblocks as usize {
+            let b = self.next_old;
+            if self.buf.chain.contains(&b) || out.contains(&b) {
+                break;
+            }
+            match self
+                .io
+                .read_block(b, self.bits, self.prefix, self.read, self.last_in)
+            {
+                Ok(n) => {
+                    self.last_in = Some(self.io.record(n - 1));
+                    self.read += 1;
+                    self.next_old = le_u64(&self.io.buf, off::NEXT);
+                    out.push(b);
+                }
+                Err(_) => break,
+            }
+        }
+        out
     }
 
     /// The block at position `k` of the new chain: an old block (already read, or the next
@@ -433,6 +466,44 @@ mod tests {
         assert!(matches!(r, Err(MergeError::Failed(_))));
         assert!(buf.chain.is_empty());
         assert_eq!(g.alloc.free_blocks(), BLOCKS - 8);
+    }
+
+    /// A merge whose write of an output block fails (whole, or after its bytes landed) loses
+    /// the group, and gives every block of it back: the old blocks it had not read yet too
+    /// (the caller forgets the group, so nothing else ever frees them).
+    #[test]
+    fn a_merge_whose_write_fails_gives_every_block_of_the_group_back() {
+        use crate::media::{FaultMedium, FaultOp, FaultRule};
+        for landed in [false, true] {
+            for nth in 1..=4u64 {
+                let mem: Arc<dyn Medium> = Arc::new(MemMedium::new(BLOCKS * BLOCK_SIZE as u64));
+                let fm = Arc::new(FaultMedium::new(mem, 1));
+                let mut g = GroupIo::new(fm.clone(), Arc::new(Allocator::new(8, BLOCKS - 8)));
+                // Three full blocks; one record added makes the merged group four.
+                let old: Vec<Rec> = (0..3 * PER_BLOCK as u64).map(|k| rec(k * 2)).collect();
+                let dir = fresh(&mut g, &old).unwrap();
+                assert_eq!(g.alloc.free_blocks(), BLOCKS - 8 - 3);
+                let rule = FaultRule::new(FaultOp::Write).nth(nth).once();
+                fm.add_rule(if landed {
+                    rule.short_write(usize::MAX)
+                } else {
+                    rule
+                });
+                let mut buf = MergeBuf::new();
+                let r = g.merge(8, P, Some(dir), &[rec(1)], &mut HashSet::new(), &mut buf);
+                fm.clear_rules();
+                assert!(
+                    matches!(r, Err(MergeError::Failed(_))),
+                    "write {nth} failing (landed {landed}): {r:?}"
+                );
+                assert!(buf.chain.is_empty());
+                assert_eq!(
+                    g.alloc.free_blocks(),
+                    BLOCKS - 8,
+                    "write {nth} failing (landed {landed}): blocks of the lost group stay allocated"
+                );
+            }
+        }
     }
 
     #[test]
