@@ -198,6 +198,9 @@ pub struct FileSystem {
     pub(crate) shutdown_error: std::sync::OnceLock<String>,
     /// The maintenance thread has said once that the image's write-back failed.
     pub(crate) said_failed: std::sync::atomic::AtomicBool,
+    /// A superblock switch failed and so did putting the slot back: the medium may name a
+    /// checkpoint whose blocks went back to the reserve (see [`FileSystem::switch_sb`]).
+    pub(crate) switch_unsettled: std::sync::atomic::AtomicBool,
     /// When the file system was opened, and milliseconds after it of the last logged operation.
     pub(crate) clock: Instant,
     last_op_ms: AtomicU64,
@@ -261,6 +264,7 @@ impl FileSystem {
             shut: std::sync::atomic::AtomicBool::new(false),
             shutdown_error: std::sync::OnceLock::new(),
             said_failed: std::sync::atomic::AtomicBool::new(false),
+            switch_unsettled: std::sync::atomic::AtomicBool::new(false),
             clock: Instant::now(),
             last_op_ms: AtomicU64::new(0),
             wake_flag: Mutex::new(false),
@@ -336,7 +340,14 @@ impl FileSystem {
     ) -> Result<()> {
         let m = &*self.medium;
         if let Err(e) = superblock::write_slot(m, self.area, slot, sb) {
-            let _ = superblock::write_slot(m, self.area, slot, cur);
+            // The new copy may have landed though its write or fence failed: put the current
+            // one there again. If that fails too, the medium may name the new checkpoint,
+            // whose blocks the caller gives back to the reserve; nothing may be written any
+            // more (a later checkpoint would reuse them) until failure recovery at the next
+            // mount reads whichever copy is there.
+            if superblock::write_slot(m, self.area, slot, cur).is_err() {
+                self.switch_unsettled.store(true, Ordering::Release);
+            }
             return Err(e);
         }
         Ok(())
@@ -441,13 +452,17 @@ impl FileSystem {
     }
 
     /// Whether a change can still be made durable: not once the image's write-back failed
-    /// (no fence of this open succeeds again, see `media/write_back.rs`) or the engine gave up
-    /// its live state after a store it could not undo. Then every change fails with EIO
+    /// (no fence of this open succeeds again, see `media/write_back.rs`), a superblock switch
+    /// could not be undone, or the engine gave up its live state after a store it could not
+    /// undo. Then every change fails with EIO
     /// saying so, as ext4 refuses changes once its journal is aborted, and only failure
     /// recovery at the next mount goes on.
     pub(crate) fn changes_possible(&self) -> Result<()> {
         let why = match self.medium.write_back_failed() {
             Some(f) => format!("an earlier write-back of the image failed ({f})"),
+            None if self.switch_unsettled.load(Ordering::Acquire) => {
+                "a checkpoint's superblock switch failed and could not be undone".to_string()
+            }
             None => match self.engine.check_ready() {
                 Err(nodup_core::Error::NeedsRecovery) => {
                     "the engine gave up its live state after a failed store".to_string()

@@ -157,6 +157,9 @@ impl FileSystem {
     /// the previous checkpoint in force; `Ok(Some(e))` is a checkpoint written whose step 3
     /// failed to give some blocks back.
     fn checkpoint_locked(&self, clean: bool, t0: Instant) -> Result<Option<FsError>> {
+        // Not after a write-back failure or an undone switch: no fence would succeed, and the
+        // cut's writes would go to reserve blocks the medium may still name.
+        self.changes_possible()?;
         // Room for cleaning: what the reserve and free space hold beyond this checkpoint's own
         // units; no cleaning when space is short (it frees blocks only after the switch).
         let spare_blocks = (self.meta.lock().reserve.len() as u64
