@@ -5,7 +5,9 @@
 # Usage: bench/ab-binaries.sh OLD_BINARY NEW_BINARY   (RUNS=5 SIZE=512m POINTS="1m:0 1m:75 4k:0")
 #   A_MOUNT / B_MOUNT: extra `nodup mount` options of each side, e.g. one binary against itself
 #   with B_MOUNT=--async-writes; A_MKFS / B_MKFS: extra `nodup mkfs` options, e.g. one binary
-#   against itself with A_MKFS="--policy none" (B/A is then light / none).
+#   against itself with A_MKFS="--policy none" (B/A is then light / none). FIO_ARGS: extra fio
+#   options for every run, e.g. FIO_ARGS=--fsync=16 (an fsync every 16 writes) with
+#   A_MKFS=B_MKFS="--medium blockfile" to weigh what each fence of a block-file image costs.
 set -euo pipefail
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
@@ -24,6 +26,7 @@ read -ra A_OPTS <<<"${A_MOUNT:-}"
 read -ra B_OPTS <<<"${B_MOUNT:-}"
 read -ra A_MK <<<"${A_MKFS:-}"
 read -ra B_MK <<<"${B_MKFS:-}"
+read -ra FIO_EXTRA <<<"${FIO_ARGS:-}"
 one() { # one SIDE BS DUP: MiB/s of one fio run of side A or B
   local bin bs=$2 dup=$3 out mk mount
   if [[ $1 == A ]]; then bin=$A mk=("${A_MK[@]}") mount=("${A_OPTS[@]}"); else bin=$B mk=("${B_MK[@]}") mount=("${B_OPTS[@]}"); fi
@@ -31,7 +34,7 @@ one() { # one SIDE BS DUP: MiB/s of one fio run of side A or B
   "$bin" mkfs "$IMG" --size 2G "${mk[@]}" >/dev/null
   "$bin" mount "$IMG" "$MNT" "${mount[@]}" >/dev/null
   out=$(fio --name=w --directory="$MNT" --rw=write --bs="$bs" --size="$SIZE" --ioengine=psync \
-    --end_fsync=1 --dedupe_percentage="$dup" --output-format=json)
+    --end_fsync=1 --dedupe_percentage="$dup" "${FIO_EXTRA[@]}" --output-format=json)
   "$bin" umount "$MNT"
   python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["jobs"][0]["write"]["bw"]/1024)' <<<"$out"
 }
