@@ -263,6 +263,26 @@ mod tests {
         }
     }
 
+    /// The inodes of the SetXattr records a log of generation 3 starting in block 10 at
+    /// sequence 100 replays, in order.
+    fn replayed(m: &dyn Medium) -> Vec<u64> {
+        let start = LogPos {
+            block: 10,
+            index: 0,
+            off: 0,
+            seq: 100,
+        };
+        let mut seen = Vec::new();
+        replay(m, start, 3, &mut |_, r| {
+            if let Record::SetXattr { ino, .. } = r {
+                seen.push(ino);
+            }
+            Ok(true)
+        })
+        .unwrap();
+        seen
+    }
+
     /// An append that fails after linking a new block, or whose fence fails, leaves the writer
     /// where it was: the retried record lands in sequence, and the log replays without a gap
     /// or a repeat.
@@ -319,21 +339,7 @@ mod tests {
             w.append(&fm, &r, true, &mut alloc).unwrap();
         }
         assert_eq!((failed, fence_failed), (3, 6));
-        let start = LogPos {
-            block: 10,
-            index: 0,
-            off: 0,
-            seq: 100,
-        };
-        let mut seen = Vec::new();
-        replay(&*m, start, 3, &mut |_, r| {
-            if let Record::SetXattr { ino, .. } = r {
-                seen.push(ino);
-            }
-            Ok(true)
-        })
-        .unwrap();
-        assert_eq!(seen, (0..60).collect::<Vec<_>>());
+        assert_eq!(replayed(&*m), (0..60).collect::<Vec<_>>());
     }
 
     /// A failed append's frame can land though its fence fails. The next record goes where it
@@ -383,22 +389,8 @@ mod tests {
             assert!(w.append(&fm, &xattr(2, value), true, &mut alloc).is_err());
             fm.clear_rules();
             w.append(&fm, &short, true, &mut alloc).unwrap();
-            let start = LogPos {
-                block: 10,
-                index: 0,
-                off: 0,
-                seq: 100,
-            };
-            let mut seen = Vec::new();
-            replay(&*m, start, 3, &mut |_, r| {
-                if let Record::SetXattr { ino, .. } = r {
-                    seen.push(ino);
-                }
-                Ok(true)
-            })
-            .unwrap();
             let want = if spanning { vec![1, 2] } else { vec![2] };
-            assert_eq!(seen, want, "spanning {spanning}");
+            assert_eq!(replayed(&*m), want, "spanning {spanning}");
         }
     }
 }
