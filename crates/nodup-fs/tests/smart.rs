@@ -795,3 +795,82 @@ fn adopting_under_a_fingerprint_checks_the_bytes_when_asked() {
     let rep = fs.engine().audit().unwrap();
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }
+
+/// An adoption whose write or fence fails (whole, or after its bytes landed) is undone: the
+/// engine goes on (a background worker's failure must not stop the mount), the block is again
+/// one without an entry, the audit and fsck are clean, a retry adopts it, and a crash image
+/// recovers. Only when the undo fails too does the engine give up its live state.
+#[test]
+fn a_failed_adoption_is_undone_and_the_engine_goes_on() {
+    use nodup_core::media::{FaultMedium, FaultOp, FaultRule};
+    let mut failed = 0;
+    for (op, landed) in [
+        (FaultOp::Write, false),
+        (FaultOp::Write, true),
+        (FaultOp::Fence, false),
+    ] {
+        for nth in 1..=6 {
+            let what = format!("{op:?} {nth} failing, landed {landed}");
+            let mem = Arc::new(MemMedium::new(32 << 20));
+            let fm = Arc::new(FaultMedium::new(mem.clone(), 1));
+            let fo = FormatOptions {
+                policy: PolicyKind::Smart,
+                mem_budget: 64 << 10,
+                meta_layout: MetaLayoutKind::default_for(PolicyKind::Smart),
+                ..Default::default()
+            };
+            let smart = SmartOptions {
+                fixed_selectivity: Some(0.0),
+                ..Default::default()
+            };
+            let fs = FileSystem::format(
+                fm.clone(),
+                MediumKind::Pmem,
+                &fo,
+                &opts(smart, 64 << 10),
+                Caller::default(),
+            )
+            .unwrap();
+            let a = create(&fs, "a");
+            fs.write(a, 0, &block(8)).unwrap();
+            let b = fs.mapped_block(a, 0).unwrap();
+            let fp = fs.engine().fingerprint(&block(8));
+            let rule = FaultRule::new(op).nth(nth).once();
+            fm.add_rule(if landed {
+                rule.short_write(usize::MAX)
+            } else {
+                rule
+            });
+            let r = fs.adopt_block(a, 0, b, fp, false);
+            fm.clear_rules();
+            if r.is_ok() {
+                continue;
+            }
+            failed += 1;
+            fs.engine()
+                .check_ready()
+                .unwrap_or_else(|e| panic!("{what}: the engine gave up: {e}"));
+            assert!(!has_entry(&fs, a, 0), "{what}");
+            let rep = fs.engine().audit().unwrap();
+            assert!(rep.problems.is_empty(), "{what}: {:?}", rep.problems);
+            let rep = fsck::check(&fs, false).unwrap();
+            assert!(rep.consistent(), "{what}: {:?}", rep.problems);
+            let crashed = FileSystem::open(
+                Arc::new(MemMedium::from_bytes(mem.snapshot())),
+                &FsOptions::default(),
+            )
+            .unwrap();
+            let rep = fsck::check(&crashed, false).unwrap();
+            assert!(rep.consistent(), "{what}: crash image: {:?}", rep.problems);
+            drop(crashed);
+            assert_eq!(
+                fs.adopt_block(a, 0, b, fp, false).unwrap(),
+                AdoptOutcome::Adopted,
+                "{what}: the retry"
+            );
+            let rep = fs.engine().audit().unwrap();
+            assert!(rep.problems.is_empty(), "{what}: {:?}", rep.problems);
+        }
+    }
+    assert!(failed >= 6, "only {failed} adoptions failed");
+}

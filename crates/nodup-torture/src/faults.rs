@@ -10,6 +10,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use nodup_core::media::{FaultMedium, FaultOp, FaultRule, Medium, MemMedium};
+use nodup_core::meta::MetaLayoutKind;
+use nodup_core::policy::PolicyKind;
 use nodup_core::{FormatOptions, BLOCK_SIZE};
 use nodup_fs::{Caller, FileSystem, FsOptions, MediumKind};
 use rand::rngs::StdRng;
@@ -99,6 +101,38 @@ pub struct Aim {
     pub block_file: bool,
 }
 
+/// The policy of workload `seed`: of every four, one on `smart` (a 16 KiB budget, so its
+/// fingerprint groups are merged and evicted all the time, and half the blocks left to its
+/// out-of-line worker, which the workload's `SmartStep`s run) and one on `selective` (caches
+/// small enough to evict and refresh all the time); the others (the block-file one among
+/// them) on `light`.
+fn policy_of(seed: u64) -> (FormatOptions, FsOptions) {
+    let policy = match seed % BLOCKFILE_EVERY {
+        2 => PolicyKind::Smart,
+        3 => PolicyKind::Selective,
+        _ => PolicyKind::Light,
+    };
+    let mut opts = FsOptions::default();
+    opts.open.policy.smart.fixed_selectivity = Some(0.5);
+    opts.open.policy.selective = nodup_core::policy::selective::SelectiveOptions {
+        fp_cache_bytes: 4 << 10,
+        prefetch_bytes: 16 << 10,
+        refresh_ms: None,
+        refresh_ops: Some(5),
+    };
+    let fopts = FormatOptions {
+        policy,
+        mem_budget: if policy == PolicyKind::Smart {
+            16 << 10
+        } else {
+            0
+        },
+        meta_layout: MetaLayoutKind::default_for(policy),
+        ..FormatOptions::default()
+    };
+    (fopts, opts)
+}
+
 fn fresh(bytes: u64, seed: u64, block_file: bool) -> Result<Setup, String> {
     let kind = if block_file {
         MediumKind::BlockFile
@@ -107,14 +141,9 @@ fn fresh(bytes: u64, seed: u64, block_file: bool) -> Result<Setup, String> {
     };
     let mem = Arc::new(MemMedium::new(bytes));
     let fm = Arc::new(FaultMedium::new(mem.clone(), seed));
-    let fs = FileSystem::format(
-        fm.clone(),
-        kind,
-        &FormatOptions::default(),
-        &FsOptions::default(),
-        Caller::default(),
-    )
-    .map_err(|e| format!("format: {e}"))?;
+    let (fopts, opts) = policy_of(seed);
+    let fs = FileSystem::format(fm.clone(), kind, &fopts, &opts, Caller::default())
+        .map_err(|e| format!("format: {e}"))?;
     setup(&fs).map_err(|e| format!("setup: {e}"))?;
     Ok(Setup { mem, fm, fs })
 }

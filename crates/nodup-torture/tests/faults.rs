@@ -98,3 +98,31 @@ fn spec25() -> WorkloadSpec {
         ..WorkloadSpec::default()
     }
 }
+
+/// Found when the campaign took `smart` and `selective` images in (session 39): a fault in
+/// `smart`'s out-of-line adoption of a block (`Engine::adopt`) made the engine give up its live
+/// state, so one failed background step stopped every change until a remount. These trials
+/// hit it (workloads 662, 694 and 538 are `smart` ones).
+#[test]
+fn a_fault_in_smart_adoption_leaves_the_mount_working() {
+    let spec = WorkloadSpec {
+        ops: 25,
+        ..WorkloadSpec::default()
+    };
+    for (seed, k, nth, short, unmount) in [
+        (662, 16, 16, false, false),
+        (694, 11, 13, false, false),
+        (538, 23, 18, true, true),
+    ] {
+        let aim = Aim {
+            k,
+            nth,
+            short,
+            unmount,
+            block_file: false,
+        };
+        let t = trial(seed, &spec, aim);
+        assert_eq!(t.fired, 1, "seed {seed}");
+        assert_eq!(t.violations, 0, "seed {seed}: {:#?}", t.examples);
+    }
+}
