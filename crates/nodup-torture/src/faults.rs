@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::model::{run_op, setup, snapshot_fs, Model, Snapshot};
-use crate::verify::{check_crash_image, check_invariants, Mutant};
+use crate::verify::{check_crash_image, check_invariants, open_opts, Mutant};
 use crate::workload::{generate, pattern_block, WorkloadSpec};
 
 /// Counts of a fault campaign.
@@ -105,7 +105,7 @@ pub struct Aim {
 /// fingerprint groups are merged and evicted all the time, and half the blocks left to its
 /// out-of-line worker, which the workload's `SmartStep`s run) and one on `selective` (caches
 /// small enough to evict and refresh all the time); the others (the block-file one among
-/// them) on `light`.
+/// them) on `light`. One in five is encrypted.
 fn policy_of(seed: u64) -> (FormatOptions, FsOptions) {
     let policy = match seed % BLOCKFILE_EVERY {
         2 => PolicyKind::Smart,
@@ -128,6 +128,9 @@ fn policy_of(seed: u64) -> (FormatOptions, FsOptions) {
             0
         },
         meta_layout: MetaLayoutKind::default_for(policy),
+        // One workload in five (all policies in turn) on an encrypted image: its media's
+        // read-modify-write of partial blocks meets the faults too.
+        encrypt: (seed % 5 == 2).then(|| nodup_core::KeyFile(crate::verify::TEST_KEY.to_vec())),
         ..FormatOptions::default()
     };
     (fopts, opts)
@@ -308,7 +311,7 @@ pub fn trial(seed: u64, spec: &WorkloadSpec, aim: Aim) -> FaultStats {
 /// Open `img`, unmounted cleanly: a clean open, every invariant, and exactly `live`.
 fn check_clean_image(img: Vec<u8>, live: &Snapshot) -> Result<(), String> {
     let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img));
-    let fs = FileSystem::open(m, &FsOptions::default()).map_err(|e| format!("open: {e}"))?;
+    let fs = FileSystem::open(m.clone(), &open_opts(&*m)).map_err(|e| format!("open: {e}"))?;
     if fs.recovery().kind != "clean" {
         return Err(format!("the open ran {} recovery", fs.recovery().kind));
     }
@@ -322,7 +325,7 @@ fn check_clean_image(img: Vec<u8>, live: &Snapshot) -> Result<(), String> {
 /// True when the recovered image lacks the probe file written after the fault.
 fn probe_lost(img: Vec<u8>) -> bool {
     let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(img));
-    match FileSystem::open(m, &FsOptions::default()) {
+    match FileSystem::open(m.clone(), &open_opts(&*m)) {
         Ok(fs) => snapshot_fs(&fs).is_ok_and(|s| !s.contains_key("probe")),
         Err(_) => false,
     }
