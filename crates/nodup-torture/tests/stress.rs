@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use nodup_torture::stress::{full_device, library, library_faults};
+use nodup_torture::stress::{full_device, library, library_faults, library_smart};
 
 fn seed() -> u64 {
     std::env::var("TORTURE_SEED")
@@ -18,6 +18,24 @@ fn concurrent_threads_agree_with_the_model() {
     let st = library(6, seed, Instant::now() + Duration::from_secs(8));
     eprintln!("{} ops, {} mismatches", st.ops, st.mismatches);
     assert!(st.ops > 1000, "only {} ops", st.ops);
+    assert_eq!(st.mismatches, 0, "{:#?}", st.examples);
+}
+
+#[test]
+fn concurrent_threads_on_smart_agree_with_the_model() {
+    let seed = seed();
+    eprintln!("seed {seed}");
+    let st = library_smart(6, seed, Instant::now() + Duration::from_secs(8));
+    eprintln!(
+        "{} ops, {} blocks adopted or remapped by the worker, {} mismatches",
+        st.ops, st.smart_worked, st.mismatches
+    );
+    assert!(st.ops > 1000, "only {} ops", st.ops);
+    assert!(
+        st.smart_worked > 500,
+        "the worker did little: {}",
+        st.smart_worked
+    );
     assert_eq!(st.mismatches, 0, "{:#?}", st.examples);
 }
 

@@ -321,8 +321,13 @@ fn main() -> Result<()> {
     if on("stress") {
         let b = budget("stress");
         let lib_share = if a.nodup.exists() { b.mul_f64(0.6) } else { b };
-        // A quarter of it with media faults racing the threads.
-        let (plain, faulty) = (lib_share.mul_f64(0.75), lib_share.mul_f64(0.25));
+        // A quarter of it on `smart` (its worker racing the threads), a quarter with media
+        // faults racing the threads.
+        let (plain, smart, faulty) = (
+            lib_share.mul_f64(0.5),
+            lib_share.mul_f64(0.25),
+            lib_share.mul_f64(0.25),
+        );
         let st = stress::library(a.threads, a.seed, Instant::now() + plain);
         note(&format!(
             "stress (library, {} threads, {:.0} s): {} ops, {} mismatches",
@@ -333,6 +338,19 @@ fn main() -> Result<()> {
         ));
         for e in &st.examples {
             note(&format!("  stress: {e}"));
+        }
+        s.stress_mismatches += st.mismatches;
+        let st = stress::library_smart(a.threads, a.seed, Instant::now() + smart);
+        note(&format!(
+            "stress (library, {} threads, smart, {:.0} s): {} ops, {} blocks adopted or remapped by its worker, {} mismatches",
+            a.threads,
+            smart.as_secs_f64(),
+            st.ops,
+            st.smart_worked,
+            st.mismatches
+        ));
+        for e in &st.examples {
+            note(&format!("  stress (smart): {e}"));
         }
         s.stress_mismatches += st.mismatches;
         let st = stress::library_faults(a.threads, a.seed, Instant::now() + faulty);

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use nodup_core::media::{FaultMedium, FaultOp, FaultRule, Medium, MemMedium};
+use nodup_core::meta::MetaLayoutKind;
+use nodup_core::policy::PolicyKind;
 use nodup_core::FormatOptions;
 use nodup_fs::{Caller, FileSystem, FsOptions, MediumKind};
 use rand::rngs::StdRng;
@@ -17,7 +19,14 @@ use crate::workload::pattern_block;
 /// Library stress: threads on one file system, then invariants, a clean reopen and a crash
 /// reopen (failure recovery), each compared with the model.
 pub fn library(threads: usize, seed: u64, deadline: Instant) -> StressStats {
-    library_run(threads, seed, deadline, false)
+    library_run(threads, seed, deadline, false, false)
+}
+
+/// [`library`] on `smart` with a 64 KiB budget (its fingerprint groups evicted and merged
+/// all the time) and half the blocks fingerprinted inline: its background worker adopts and
+/// remaps blocks while the threads write, delete and rename them.
+pub fn library_smart(threads: usize, seed: u64, deadline: Instant) -> StressStats {
+    library_run(threads, seed, deadline, false, true)
 }
 
 /// [`library`] on a medium that fails about one operation in [`FAULT_ONE_IN`] (an I/O error,
@@ -26,7 +35,7 @@ pub fn library(threads: usize, seed: u64, deadline: Instant) -> StressStats {
 /// the model; once the faults stop, the file system must keep working and hold the rest of
 /// the model, live, after a crash and after a clean unmount.
 pub fn library_faults(threads: usize, seed: u64, deadline: Instant) -> StressStats {
-    library_run(threads, seed, deadline, true)
+    library_run(threads, seed, deadline, true, false)
 }
 
 /// Medium operations per injected fault in [`library_faults`]: about 40 faults a second with
@@ -34,17 +43,30 @@ pub fn library_faults(threads: usize, seed: u64, deadline: Instant) -> StressSta
 /// for failure recovery), and the rest of the run only meets that.
 pub const FAULT_ONE_IN: u32 = 40_000;
 
-fn library_run(threads: usize, seed: u64, deadline: Instant, faults: bool) -> StressStats {
+fn library_run(
+    threads: usize,
+    seed: u64,
+    deadline: Instant,
+    faults: bool,
+    smart: bool,
+) -> StressStats {
     let mem = Arc::new(MemMedium::new(64 << 20));
     let fm = Arc::new(FaultMedium::new(mem.clone(), seed));
-    let opts = FsOptions {
+    let mut opts = FsOptions {
         checkpoint_log_bytes: 1 << 20,
         ..FsOptions::default()
     };
+    let mut fopts = FormatOptions::default();
+    if smart {
+        opts.open.policy.smart.fixed_selectivity = Some(0.5);
+        fopts.policy = PolicyKind::Smart;
+        fopts.mem_budget = 64 << 10;
+        fopts.meta_layout = MetaLayoutKind::default_for(PolicyKind::Smart);
+    }
     let fs = match FileSystem::format(
         fm.clone(),
         MediumKind::Pmem,
-        &FormatOptions::default(),
+        &fopts,
         &opts,
         Caller::default(),
     ) {
@@ -55,6 +77,11 @@ fn library_run(threads: usize, seed: u64, deadline: Instant, faults: bool) -> St
             return st;
         }
     };
+    if let Err(e) = fs.start_smart_worker() {
+        let mut st = StressStats::default();
+        st.bad(format!("smart worker: {e}"));
+        return st;
+    }
     let background = |fm: &FaultMedium| {
         let p = 0.5 / FAULT_ONE_IN as f64;
         fm.add_rule(FaultRule::new(FaultOp::Any).probability(p));
@@ -115,6 +142,13 @@ fn library_run(threads: usize, seed: u64, deadline: Instant, faults: bool) -> St
                     Err(e) if !allowed(&e) => errors.push(format!("trim: {e}")),
                     _ => {}
                 }
+                // smart: worker steps here too, beside the worker's own thread (which paces
+                // itself), so out-of-line dedup races the threads all the time.
+                if smart {
+                    if let Err(e) = fs.smart_step(256) {
+                        errors.push(format!("smart step: {e}"));
+                    }
+                }
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
             errors
@@ -141,6 +175,16 @@ fn library_run(threads: usize, seed: u64, deadline: Instant, faults: bool) -> St
             }
             Err(e) => st.gave_up = Some(e.to_string()),
         }
+    }
+    // The worker (smart) stops before the checks below: a crash image copied while it
+    // stores could hold half of one store, which no medium shows.
+    fs.stop_smart_worker();
+    if smart {
+        let w = &fs.stats_json()["smart"]["fs"]["worker"];
+        st.smart_worked = ["adopted", "remapped"]
+            .iter()
+            .filter_map(|k| w[*k].as_u64())
+            .sum();
     }
     let live = st.gave_up.is_none();
     if live {

@@ -15,7 +15,7 @@ mod library;
 mod mount;
 
 pub use self::full_device::full_device;
-pub use self::library::{library, library_faults, FAULT_ONE_IN};
+pub use self::library::{library, library_faults, library_smart, FAULT_ONE_IN};
 pub use self::mount::mount_stress;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -163,6 +163,8 @@ pub struct StressStats {
     pub shutdown_enospc: u64,
     /// Media faults injected ([`library_faults`]).
     pub faults: u64,
+    /// [`library_smart`]: blocks the out-of-line worker adopted or remapped during the run.
+    pub smart_worked: u64,
     /// [`library_faults`]: checkpoints that failed (and left the previous one in force).
     pub checkpoints_failed: u64,
     /// [`library_faults`]: the engine gave up its live state after a fault (its error); only
