@@ -424,12 +424,17 @@ impl FileSystem {
             let _ = self.engine.release_batch(named);
             return errno(libc::EROFS);
         }
+        self.touch_clock();
+        let mut log = self.log.lock();
+        // Under the log lock: after a superblock switch that could not be undone, the blocks
+        // its checkpoint wrote go back to the reserve, which can lend them to the log's spare
+        // pool (under this lock) only once the stop is set; checked before the lock, an append
+        // could pass it and then write into them.
         if let Err(e) = self.changes_possible() {
+            drop(log);
             let _ = self.engine.release_batch(named);
             return Err(e);
         }
-        self.touch_clock();
-        let mut log = self.log.lock();
         let engine = &self.engine;
         let r = log.append(&*self.medium, rec, self.durable, &mut |n| {
             Ok(engine.alloc_meta(n)?)
@@ -454,10 +459,9 @@ impl FileSystem {
     /// Whether a change can still be made durable: not once the image's write-back failed
     /// (no fence of this open succeeds again, see `media/write_back.rs`), a superblock switch
     /// could not be undone, or the engine gave up its live state after a store it could not
-    /// undo. Then every change fails with EIO
-    /// saying so, as ext4 refuses changes once its journal is aborted, and only failure
-    /// recovery at the next mount goes on.
-    pub(crate) fn changes_possible(&self) -> Result<()> {
+    /// undo. Then every change fails with EIO saying so, as ext4 refuses changes once its
+    /// journal is aborted, and only failure recovery at the next mount goes on.
+    pub fn changes_possible(&self) -> Result<()> {
         let why = match self.medium.write_back_failed() {
             Some(f) => format!("an earlier write-back of the image failed ({f})"),
             None if self.switch_unsettled.load(Ordering::Acquire) => {
@@ -479,8 +483,8 @@ impl FileSystem {
 
     /// Give back references held for failed appends that nothing on the medium can name any
     /// more (see [`LogWriter::settled`]), as a record's releases are ([`FileSystem::finish`]):
-    /// at once on a pmem image, where the append or scrub that settled them was fenced; on a
-    /// block file after the next fence.
+    /// at once on a pmem image, on a block file after the next fence. The scrub that settled
+    /// them was fenced, so the block-file wait is not needed, only harmless (and rare).
     pub(crate) fn give_back_settled(&self, blocks: Vec<BlockNr>) {
         let n = blocks.len();
         let eff = Effects {

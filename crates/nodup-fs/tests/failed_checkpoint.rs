@@ -284,3 +284,59 @@ fn a_switch_that_cannot_be_undone_stops_every_change() {
         "after the unmount that failed",
     );
 }
+
+/// A clean unmount of a block-file image whose final checkpoint's step 3 has both kinds of
+/// releases: those that waited for the switch (a file deleted since the last sync) and an
+/// unlinked file still open (its blocks go with the final checkpoint). Each write of the
+/// unmount failing once in turn: when the unmount reports success, the clean image holds
+/// every file and no block that nothing holds (every part of step 3 ran, though one failed).
+#[test]
+fn a_clean_unmount_whose_release_fails_once_gives_everything_back() {
+    let build = || {
+        let mem = Arc::new(MemMedium::new(IMAGE));
+        let faulty = Arc::new(FaultMedium::new(mem.clone(), 1));
+        let fs = FileSystem::format(
+            faulty.clone(),
+            MediumKind::BlockFile,
+            &FormatOptions::default(),
+            &opts(),
+            Default::default(),
+        )
+        .unwrap();
+        let mut model = Model::new();
+        for i in 0..8 {
+            put(&fs, &mut model, &format!("f{i}"), 3, 1000 + i * 10);
+        }
+        fs.sync().unwrap();
+        // Unlinked while open: released by the final checkpoint.
+        let open = fs.lookup(ROOT_INO, b"f0").unwrap().0;
+        fs.open_handle(open).unwrap();
+        fs.unlink(ROOT_INO, b"f0").unwrap();
+        model.remove("f0");
+        // Deleted since the last sync: released after the final checkpoint's switch.
+        fs.unlink(ROOT_INO, b"f1").unwrap();
+        model.remove("f1");
+        (mem, faulty, fs, model)
+    };
+    let writes = {
+        let (_, faulty, fs, _) = build();
+        let rule = faulty.add_rule(FaultRule::new(FaultOp::Write).probability(0.0));
+        fs.shutdown().unwrap();
+        faulty.rule(rule).unwrap().seen()
+    };
+    let mut clean = 0;
+    for nth in 1..=writes {
+        let what = format!("write {nth} of {writes} of the unmount failing");
+        let (mem, faulty, fs, model) = build();
+        faulty.add_rule(FaultRule::new(FaultOp::Write).nth(nth).once());
+        let r = fs.shutdown();
+        faulty.clear_rules();
+        drop(fs);
+        let img = mem.snapshot();
+        if r.is_ok() {
+            clean += 1;
+        }
+        reopen(img, r.is_ok(), &model, &what);
+    }
+    assert!(clean > 0, "no unmount got past its failed write");
+}

@@ -589,11 +589,22 @@ impl Engine {
 
     /// Whether the engine takes operations; the error says why not (it gave up its live state
     /// after a store it could not undo and needs failure recovery, or it is read-only or shut
-    /// down).
+    /// down). Not only a query: a metadata layout whose structure on the medium may no longer
+    /// match its live state ([`MetaLayout::unsettled`]) moves a ready engine to needing
+    /// recovery here.
+    ///
+    /// [`MetaLayout::unsettled`]: crate::meta::MetaLayout::unsettled
     pub fn check_ready(&self) -> Result<()> {
         match self.state.load(Ordering::Acquire) {
             STATE_READY if self.layout.unsettled() => {
-                self.set_state(STATE_NEEDS_RECOVERY);
+                // Only from ready: a state another thread set meanwhile (shut down, read-only)
+                // stays. At worst a recovery ending just now is asked for again: the safe way.
+                let _ = self.state.compare_exchange(
+                    STATE_READY,
+                    STATE_NEEDS_RECOVERY,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
                 Err(Error::NeedsRecovery)
             }
             STATE_READY => Ok(()),

@@ -65,7 +65,7 @@ pub const IDLE_MS: u64 = 1000;
 pub struct CkptStats {
     /// Checkpoints written.
     pub count: u64,
-    /// Checkpoints that failed (and left the previous one in force).
+    /// Checkpoints that failed or were refused (and left the previous one in force).
     pub failed: u64,
     /// Seconds the last checkpoint took in all.
     pub last_seconds: f64,
@@ -137,28 +137,36 @@ impl FileSystem {
             st.logged = Some((Instant::now(), st.count));
         }
         let Some(e) = gave_back else { return Ok(()) };
-        // A release whose second try worked leaves the engine ready, and the checkpoint is
-        // fine. One that gave up leaves the engine needing recovery: every later change
-        // fails, and so does this checkpoint's caller.
+        // An I/O error with the engine still ready is a release whose second try worked: the
+        // checkpoint is fine. One that gave up leaves the engine needing recovery: every later
+        // change fails, and so does this checkpoint's caller. Any other error (a block not
+        // allocated, a count past zero) means counts the file system no longer agrees with:
+        // the caller fails too, so a clean unmount does not save them as clean.
         let ready = self.engine.check_ready();
+        let retried = ready.is_ok() && matches!(e, FsError::Engine(nodup_core::Error::Io(_)));
         crate::logging::error(&format!(
             "checkpoint {} is written, but giving back the blocks it freed failed{}: {e}",
             st.count,
-            if ready.is_ok() {
-                " (the engine carries on)"
+            if retried {
+                " once (the engine carries on)"
             } else {
-                " (they stay allocated until failure recovery at the next mount)"
+                " (what it held stays allocated until failure recovery at the next mount)"
             }
         ));
-        ready.map_err(Into::into)
+        match ready {
+            Err(r) => Err(r.into()),
+            Ok(()) if retried => Ok(()),
+            Ok(()) => Err(e),
+        }
     }
 
     /// Steps 1 to 3 (see the module comment); the caller holds `ckpt_lock`. An error leaves
     /// the previous checkpoint in force; `Ok(Some(e))` is a checkpoint written whose step 3
     /// failed to give some blocks back.
     fn checkpoint_locked(&self, clean: bool, t0: Instant) -> Result<Option<FsError>> {
-        // Not after a write-back failure or an undone switch: no fence would succeed, and the
-        // cut's writes would go to reserve blocks the medium may still name.
+        // Not once no change can be made durable (`changes_possible`): after a failed
+        // write-back no fence succeeds, after an undone switch the cut would write over reserve
+        // blocks the medium may name, and once the engine gave up nothing can be given back.
         self.changes_possible()?;
         // Room for cleaning: what the reserve and free space hold beyond this checkpoint's own
         // units; no cleaning when space is short (it frees blocks only after the switch).

@@ -138,8 +138,8 @@ impl LogWriter {
         self.chain.drop_before(cut.index)
     }
 
-    /// Keep `blocks`, named by a record whose append failed, until the log has moved past
-    /// what that append may have left (see [`LogWriter::settled`]).
+    /// Keep `blocks`, named by a record whose append failed, until a scrub has erased what
+    /// that append may have left (see [`LogWriter::settled`]).
     pub fn hold(&mut self, blocks: &[BlockNr]) {
         self.held.extend_from_slice(blocks);
     }

@@ -166,9 +166,10 @@ fn library_run(
     fm.clear_rules();
     let mut model = model;
     if faults {
-        // The faults stopped: the mount goes on (unless the engine gave up its live state,
-        // which it says, and failure recovery is the way back).
-        match fs.engine().check_ready() {
+        // The faults stopped: the mount goes on (unless no change can be made durable any
+        // more: the engine gave up its live state, or a switch could not be undone; it says
+        // so, and failure recovery at the next mount is the way back).
+        match fs.changes_possible() {
             Ok(()) => {
                 final_check(&*t, &model, &unknown, &mut st);
                 keeps_working(&*t, &mut model, &mut st);

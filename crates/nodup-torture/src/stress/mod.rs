@@ -165,10 +165,11 @@ pub struct StressStats {
     pub faults: u64,
     /// [`library_smart`]: blocks the out-of-line worker adopted or remapped during the run.
     pub smart_worked: u64,
-    /// [`library_faults`]: checkpoints that failed (and left the previous one in force).
+    /// [`library_faults`]: checkpoints that failed or were refused (the previous one stayed).
     pub checkpoints_failed: u64,
-    /// [`library_faults`]: the engine gave up its live state after a fault (its error); only
-    /// the crash image is checked then.
+    /// [`library_faults`]: no change could be made durable any more after a fault (the
+    /// engine gave up its live state, or a switch could not be undone; the error); only the
+    /// crash image is checked then.
     pub gave_up: Option<String>,
     /// First mismatches (and findings).
     pub examples: Vec<String>,
