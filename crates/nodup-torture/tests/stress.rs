@@ -61,6 +61,26 @@ fn concurrent_threads_under_media_faults_keep_the_rest_of_the_model() {
     assert_eq!(st.gave_up, None);
 }
 
+/// The same on `smart` (an even seed), its worker adopting and remapping while faults hit.
+#[test]
+fn concurrent_threads_on_smart_under_media_faults_keep_the_rest_of_the_model() {
+    let seed = seed() / 2 * 2;
+    eprintln!("seed {seed}");
+    let st = library_faults(6, seed, Instant::now() + Duration::from_secs(6));
+    eprintln!(
+        "{} ops, {} blocks adopted or remapped, {} faults, {} failed checkpoints, {} mismatches, gave up: {:?}",
+        st.ops, st.smart_worked, st.faults, st.checkpoints_failed, st.mismatches, st.gave_up
+    );
+    assert!(
+        st.smart_worked > 100,
+        "the worker did little: {}",
+        st.smart_worked
+    );
+    assert!(st.faults > 5, "only {} faults", st.faults);
+    assert_eq!(st.mismatches, 0, "{:#?}", st.examples);
+    assert_eq!(st.gave_up, None);
+}
+
 #[test]
 fn full_device_gives_enospc_then_recovers_space() {
     let seed = seed();

@@ -33,9 +33,10 @@ pub fn library_smart(threads: usize, seed: u64, deadline: Instant) -> StressStat
 /// or a write that fails after its bytes landed): failures race with other threads' appends,
 /// checkpoints and trims. An operation may fail only with EIO, and the names it touched leave
 /// the model; once the faults stop, the file system must keep working and hold the rest of
-/// the model, live, after a crash and after a clean unmount.
+/// the model, live, after a crash and after a clean unmount. An even `seed` runs it on
+/// `smart` as [`library_smart`] does (its worker meets the faults too).
 pub fn library_faults(threads: usize, seed: u64, deadline: Instant) -> StressStats {
-    library_run(threads, seed, deadline, true, false)
+    library_run(threads, seed, deadline, true, seed.is_multiple_of(2))
 }
 
 /// Medium operations per injected fault in [`library_faults`]: about 40 faults a second with
