@@ -178,12 +178,7 @@ fn record(seed: u64, cfg: &CrashConfig, ops: Option<&[Op]>) -> Result<Recorded, 
     // `selective` on another residue, with caches small enough to evict and refresh all the
     // time: its prefetch cache must never confirm a block whose entry went in the crash.
     let selective = !smart && cfg.smart_every > 2 && seed % cfg.smart_every == 3 % cfg.smart_every;
-    opts.open.policy.selective = nodup_core::policy::selective::SelectiveOptions {
-        fp_cache_bytes: 4 << 10,
-        prefetch_bytes: 16 << 10,
-        refresh_ms: None,
-        refresh_ops: Some(5),
-    };
+    opts.open.policy.selective = churning_selective();
     let fopts = FormatOptions {
         fingerprint: if cfg.collide_every > 0 && seed % cfg.collide_every == cfg.collide_every - 1 {
             FpKind::TestCollide
@@ -416,4 +411,15 @@ pub fn campaign(seed: u64, cfg: &CrashConfig, deadline: Instant, max_states: u64
         s += 1;
     }
     total
+}
+
+/// `selective`'s options in the campaigns: caches small enough to evict and refresh all the
+/// time.
+pub fn churning_selective() -> nodup_core::policy::selective::SelectiveOptions {
+    nodup_core::policy::selective::SelectiveOptions {
+        fp_cache_bytes: 4 << 10,
+        prefetch_bytes: 16 << 10,
+        refresh_ms: None,
+        refresh_ops: Some(5),
+    }
 }

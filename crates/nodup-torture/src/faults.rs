@@ -114,12 +114,7 @@ fn policy_of(seed: u64) -> (FormatOptions, FsOptions) {
     };
     let mut opts = FsOptions::default();
     opts.open.policy.smart.fixed_selectivity = Some(0.5);
-    opts.open.policy.selective = nodup_core::policy::selective::SelectiveOptions {
-        fp_cache_bytes: 4 << 10,
-        prefetch_bytes: 16 << 10,
-        refresh_ms: None,
-        refresh_ops: Some(5),
-    };
+    opts.open.policy.selective = crate::crash::churning_selective();
     let fopts = FormatOptions {
         policy,
         mem_budget: if policy == PolicyKind::Smart {
