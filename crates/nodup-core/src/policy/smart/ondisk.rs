@@ -179,7 +179,16 @@ impl GroupIo {
     ) -> Result<usize> {
         let corrupt = |m: String| Error::Corrupt(format!("fingerprint group {prefix}: {m}"));
         self.check_block_as(b, need_allocated)?;
-        self.medium.read(b * BLOCK_SIZE as u64, &mut self.buf)?;
+        let at = b * BLOCK_SIZE as u64;
+        if let Err(e) = self.medium.read(at, &mut self.buf) {
+            // Once more before the group counts as unreadable: a merge or rebucketing that
+            // cannot read its group loses it, and the blocks not read stay allocated until
+            // failure recovery (nothing else can find them).
+            match e {
+                Error::Io(_) => self.medium.read(at, &mut self.buf)?,
+                e => return Err(e),
+            }
+        }
         self.read_bytes += BLOCK_SIZE as u64;
         let x = &self.buf;
         if x[off::MAGIC..off::MAGIC + 8] != GROUP_MAGIC

@@ -506,6 +506,26 @@ mod tests {
         }
     }
 
+    /// A read of the old group that fails once (a transient error) is tried again: the merge
+    /// goes through instead of losing the group with its unread blocks still allocated.
+    #[test]
+    fn a_read_that_fails_once_does_not_lose_the_group() {
+        use crate::media::{FaultMedium, FaultOp, FaultRule};
+        for nth in 1..=3u64 {
+            let mem: Arc<dyn Medium> = Arc::new(MemMedium::new(BLOCKS * BLOCK_SIZE as u64));
+            let fm = Arc::new(FaultMedium::new(mem, 1));
+            let mut g = GroupIo::new(fm.clone(), Arc::new(Allocator::new(8, BLOCKS - 8)));
+            let old: Vec<Rec> = (0..3 * PER_BLOCK as u64).map(|k| rec(k * 2)).collect();
+            let dir = fresh(&mut g, &old).unwrap();
+            fm.add_rule(FaultRule::new(FaultOp::Read).nth(nth).once());
+            let mut buf = MergeBuf::new();
+            let r = g.merge(8, P, Some(dir), &[rec(1)], &mut HashSet::new(), &mut buf);
+            assert_eq!(fm.injected(), 1, "read {nth}");
+            assert_eq!(r.ok(), Some(3 * PER_BLOCK as u32 + 1), "read {nth} failing");
+            assert_eq!(g.alloc.free_blocks(), BLOCKS - 8 - 4, "read {nth} failing");
+        }
+    }
+
     #[test]
     fn the_queue_does_not_grow_with_the_group() {
         // A 50-block group (any budget, enough data) merged with a hundred records at a time:
