@@ -5,7 +5,6 @@
 
 use super::Engine;
 use crate::meta::io::IoTally;
-use crate::meta::record::OFF_BLOCKNR;
 use crate::{BlockNr, Error, Result};
 
 /// What [`Engine::adopt`] did.
@@ -136,7 +135,7 @@ impl Engine {
                 // back, so the block is again one without an entry and the engine goes on (a
                 // background worker's failure must not stop the mount). Only if that fails
                 // too is the live state no longer known: failure recovery settles it.
-                if self.undo_adoption(&mut t, loc, b).is_err() {
+                if self.clear_entry(&mut t, loc, b).is_err() {
                     self.set_state(super::STATE_NEEDS_RECOVERY);
                 }
                 return Err(e);
@@ -146,17 +145,5 @@ impl Engine {
         })();
         self.merge_tally(&t);
         r
-    }
-
-    /// Undo a claim of slot `loc` for block `b` that has no other entry: the slot's commit
-    /// field and count and the block's reverse-map slot cleared, fenced, then the slot handed
-    /// back to the layout.
-    fn undo_adoption(&self, t: &mut IoTally, loc: u64, b: BlockNr) -> Result<()> {
-        self.meta.write(t, loc + OFF_BLOCKNR, &[0u8; 16])?;
-        self.meta.flush(loc + OFF_BLOCKNR, 16);
-        self.revmap.set(&self.meta, t, b, 0)?;
-        self.meta.fence()?;
-        self.layout.free_entry(loc);
-        Ok(())
     }
 }

@@ -472,11 +472,18 @@ impl Engine {
             let _sh = self.locks.lock(e.fp);
             self.store.remove(e.fp, loc);
         }
+        self.clear_entry(t, loc, b)?;
+        Ok(e.fp)
+    }
+
+    /// Clear the entry slot at `loc` of block `b` (its commit field and count) and the block's
+    /// reverse-map slot, durably, then hand the slot back to the layout. No index may name it.
+    pub(super) fn clear_entry(&self, t: &mut IoTally, loc: u64, b: BlockNr) -> Result<()> {
         self.meta.write(t, loc + OFF_BLOCKNR, &[0u8; 16])?;
         self.meta.flush(loc + OFF_BLOCKNR, 16);
         self.revmap.set(&self.meta, t, b, 0)?;
         self.meta.fence()?;
         self.layout.free_entry(loc);
-        Ok(e.fp)
+        Ok(())
     }
 }

@@ -213,26 +213,19 @@ impl Merge<'_> {
 
     /// Read the next old block, queueing its records that are not tombstoned.
     fn read_old(&mut self) -> std::result::Result<(), MergeError> {
-        let b = self.next_old;
         if self.read >= self.old.nblocks as usize {
             let e = self.corrupt(format!("chain longer than {} blocks", self.old.nblocks));
             return Err(MergeError::Damaged(e));
         }
-        let n = self
-            .io
-            .read_block(b, self.bits, self.prefix, self.read, self.last_in)
-            .map_err(MergeError::Damaged)?;
+        let (b, n) = self.step_old().map_err(MergeError::Damaged)?;
         for i in 0..n {
             let r = self.io.record(i);
             if !self.tombs.remove(&r) {
                 self.buf.pending.push_back(r);
             }
         }
-        self.last_in = Some(self.io.record(n - 1));
         self.read_recs += n as u64;
         self.buf.chain.push(b);
-        self.read += 1;
-        self.next_old = le_u64(&self.io.buf, off::NEXT);
         if self.next_old == 0 && self.read != self.old.nblocks as usize {
             let e = self.corrupt(format!(
                 "{} blocks, expected {}",
@@ -241,6 +234,20 @@ impl Merge<'_> {
             return Err(MergeError::Damaged(e));
         }
         Ok(())
+    }
+
+    /// Read and validate the next old block (`next_old`, at position `read`) into the group
+    /// I/O's buffer, where its records stay for the caller, and move past it. Returns the block
+    /// and its record count.
+    fn step_old(&mut self) -> crate::Result<(BlockNr, usize)> {
+        let b = self.next_old;
+        let n = self
+            .io
+            .read_block(b, self.bits, self.prefix, self.read, self.last_in)?;
+        self.last_in = Some(self.io.record(n - 1));
+        self.read += 1;
+        self.next_old = le_u64(&self.io.buf, off::NEXT);
+        Ok((b, n))
     }
 
     /// After a failed write: the old blocks not read yet, following the chain from
@@ -253,16 +260,8 @@ impl Merge<'_> {
             if self.buf.chain.contains(&b) || out.contains(&b) {
                 break;
             }
-            match self
-                .io
-                .read_block(b, self.bits, self.prefix, self.read, self.last_in)
-            {
-                Ok(n) => {
-                    self.last_in = Some(self.io.record(n - 1));
-                    self.read += 1;
-                    self.next_old = le_u64(&self.io.buf, off::NEXT);
-                    out.push(b);
-                }
+            match self.step_old() {
+                Ok(_) => out.push(b),
                 Err(_) => break,
             }
         }
