@@ -201,6 +201,8 @@ pub struct FileSystem {
     /// A superblock switch failed and so did putting the slot back: the medium may name a
     /// checkpoint whose blocks went back to the reserve (see [`FileSystem::switch_sb`]).
     pub(crate) switch_unsettled: std::sync::atomic::AtomicBool,
+    /// Failure recovery while mounted: when it may run next, and what it did.
+    pub(crate) live_recovery: Mutex<crate::live_recovery::LiveRecovery>,
     /// When the file system was opened, and milliseconds after it of the last logged operation.
     pub(crate) clock: Instant,
     last_op_ms: AtomicU64,
@@ -265,6 +267,7 @@ impl FileSystem {
             shutdown_error: std::sync::OnceLock::new(),
             said_failed: std::sync::atomic::AtomicBool::new(false),
             switch_unsettled: std::sync::atomic::AtomicBool::new(false),
+            live_recovery: Mutex::new(Default::default()),
             clock: Instant::now(),
             last_op_ms: AtomicU64::new(0),
             wake_flag: Mutex::new(false),
@@ -457,27 +460,33 @@ impl FileSystem {
     }
 
     /// Whether a change can still be made durable: not once the image's write-back failed
-    /// (no fence of this open succeeds again, see `media/write_back.rs`), a superblock switch
-    /// could not be undone, or the engine gave up its live state after a store it could not
-    /// undo. Then every change fails with EIO saying so, as ext4 refuses changes once its
-    /// journal is aborted, and only failure recovery at the next mount goes on.
+    /// (no fence of this open succeeds again, see `media/write_back.rs`) or a superblock switch
+    /// could not be undone, until the next mount; and not while the engine has given up its
+    /// live state after a store it could not undo, until failure recovery rebuilds it (the
+    /// maintenance tick runs it while mounted, see `live_recovery.rs`). Then every change
+    /// fails with EIO saying so, as ext4 refuses changes once its journal is aborted.
     pub fn changes_possible(&self) -> Result<()> {
-        let why = match self.medium.write_back_failed() {
-            Some(f) => format!("an earlier write-back of the image failed ({f})"),
-            None if self.switch_unsettled.load(Ordering::Acquire) => {
-                "a checkpoint's superblock switch failed and could not be undone".to_string()
-            }
+        const REMOUNT: &str = "until the image is mounted again";
+        let (why, until) = match self.medium.write_back_failed() {
+            Some(f) => (
+                format!("an earlier write-back of the image failed ({f})"),
+                REMOUNT,
+            ),
+            None if self.switch_unsettled.load(Ordering::Acquire) => (
+                "a checkpoint's superblock switch failed and could not be undone".to_string(),
+                REMOUNT,
+            ),
             None => match self.engine.check_ready() {
-                Err(nodup_core::Error::NeedsRecovery) => {
-                    "the engine gave up its live state after a failed store".to_string()
-                }
+                Err(nodup_core::Error::NeedsRecovery) => (
+                    "the engine gave up its live state after a failed store".to_string(),
+                    "until failure recovery rebuilds it (tried while mounted, else at the next \
+                     mount)",
+                ),
                 _ => return Ok(()),
             },
         };
         Err(FsError::Engine(nodup_core::Error::Io(
-            std::io::Error::other(format!(
-                "{why}: no change can be made durable until the image is mounted again"
-            )),
+            std::io::Error::other(format!("{why}: no change can be made durable {until}")),
         )))
     }
 
@@ -501,7 +510,12 @@ impl FileSystem {
     /// References the engine counts that no block map holds: releases waiting for a sync
     /// (block files) and references held for failed appends (checks count them in).
     pub fn unmapped_refs(&self) -> Vec<BlockNr> {
-        let mut v = self.log.lock().held().to_vec();
+        self.unmapped_refs_of(&self.log.lock())
+    }
+
+    /// [`FileSystem::unmapped_refs`] with `log` held.
+    pub(crate) fn unmapped_refs_of(&self, log: &LogWriter) -> Vec<BlockNr> {
+        let mut v = log.held().to_vec();
         v.extend(self.pending.lock().iter().copied());
         v
     }
@@ -642,6 +656,11 @@ impl FileSystem {
     pub fn meta_blocks(&self) -> Vec<BlockNr> {
         let meta = self.meta.lock();
         let log = self.log.lock();
+        self.meta_blocks_of(&meta, &log)
+    }
+
+    /// [`FileSystem::meta_blocks`] with `meta` and `log` held.
+    pub(crate) fn meta_blocks_of(&self, meta: &MetaState, log: &LogWriter) -> Vec<BlockNr> {
         let mut v = meta.manifest.clone();
         v.extend_from_slice(&meta.legacy);
         for s in self.persist.segs.lock().values() {
@@ -661,20 +680,6 @@ impl FileSystem {
     /// Total mapped file blocks (logical size / 4096).
     pub fn mapped_blocks(&self) -> u64 {
         self.mapped.load(Ordering::Relaxed)
-    }
-
-    /// Failure recovery on a running file system (fsck --repair): rebuild the engine's
-    /// reference counts and allocator from the block maps and the metadata chains.
-    pub fn recover_engine(&self) -> Result<RecoveryReport> {
-        let _g = self.gate.write();
-        // References no map holds yet count as the references they are: a release waiting
-        // for a sync and a failed append's hold are given back later, as they would have been.
-        let mut refs = self.tables.read().data_refs();
-        refs.extend(self.unmapped_refs());
-        let metas = self.meta_blocks();
-        Ok(self
-            .engine
-            .recover(&mut refs.into_iter(), &mut metas.into_iter())?)
     }
 
     /// Replace the inode table wholesale and checkpoint it (fsck --repair).

@@ -52,6 +52,7 @@ pub mod fsck;
 pub mod fuse;
 pub mod image;
 pub mod inode;
+mod live_recovery;
 pub mod log;
 pub mod logging;
 pub mod mountinfo;

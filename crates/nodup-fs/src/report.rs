@@ -93,6 +93,19 @@ impl FileSystem {
                 "recovery".into(),
                 serde_json::to_value(&self.recovery).unwrap_or_default(),
             );
+            let (done, failed) = self.live_recoveries();
+            o.insert(
+                "live_recoveries".into(),
+                serde_json::json!({"done": done, "failed": failed}),
+            );
+            // Why every change fails with EIO now (null while changes go on).
+            o.insert(
+                "changes_refused".into(),
+                match self.changes_possible() {
+                    Ok(()) => serde_json::Value::Null,
+                    Err(e) => e.to_string().into(),
+                },
+            );
             let pp = self.engine.policy_params();
             o.insert(
                 "encrypted".into(),

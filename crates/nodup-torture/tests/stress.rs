@@ -45,10 +45,16 @@ fn concurrent_threads_under_media_faults_keep_the_rest_of_the_model() {
     eprintln!("seed {seed}");
     let st = library_faults(6, seed, Instant::now() + Duration::from_secs(8));
     eprintln!(
-        "{} ops, {} faults, {} failed checkpoints, {} mismatches, gave up: {:?}",
-        st.ops, st.faults, st.checkpoints_failed, st.mismatches, st.gave_up
+        "{} ops, {} faults, {} failed checkpoints, {} live recoveries, {} mismatches, gave up: {:?}",
+        st.ops, st.faults, st.checkpoints_failed, st.live_recoveries, st.mismatches, st.gave_up
     );
     assert!(st.ops > 1000, "only {} ops", st.ops);
+    // The engine gave up every half second and was rebuilt while the threads ran.
+    assert!(
+        st.live_recoveries >= 4,
+        "{} live recoveries",
+        st.live_recoveries
+    );
     assert!(st.faults > 5, "only {} faults", st.faults);
     assert!(
         st.checkpoints_failed > 3,
@@ -68,8 +74,13 @@ fn concurrent_threads_on_smart_under_media_faults_keep_the_rest_of_the_model() {
     eprintln!("seed {seed}");
     let st = library_faults(6, seed, Instant::now() + Duration::from_secs(6));
     eprintln!(
-        "{} ops, {} blocks adopted or remapped, {} faults, {} failed checkpoints, {} mismatches, gave up: {:?}",
-        st.ops, st.smart_worked, st.faults, st.checkpoints_failed, st.mismatches, st.gave_up
+        "{} ops, {} blocks adopted or remapped, {} faults, {} failed checkpoints, {} live recoveries, {} mismatches, gave up: {:?}",
+        st.ops, st.smart_worked, st.faults, st.checkpoints_failed, st.live_recoveries, st.mismatches, st.gave_up
+    );
+    assert!(
+        st.live_recoveries >= 3,
+        "{} live recoveries",
+        st.live_recoveries
     );
     assert!(
         st.smart_worked > 100,

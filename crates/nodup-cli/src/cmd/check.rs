@@ -312,10 +312,24 @@ fn since_mount(v: &Value, line: &mut impl FnMut(String)) {
         duration(ck["max_pause_seconds"].as_f64().unwrap_or(0.0)),
         bytes(u(v, "log_bytes"))
     ));
+    let lr = &v["live_recoveries"];
+    let (done, failed) = (u(lr, "done"), u(lr, "failed"));
     line(format!(
-        "  media errors     {} absorbed",
-        count(u(v, "media_errors_absorbed"))
+        "  media errors     {} absorbed{}",
+        count(u(v, "media_errors_absorbed")),
+        if done + failed > 0 {
+            format!(
+                "; engine rebuilt while mounted {} times ({} failed)",
+                count(done),
+                count(failed)
+            )
+        } else {
+            String::new()
+        }
     ));
+    if let Some(why) = v["changes_refused"].as_str() {
+        line(format!("  changes refused  {why}"));
+    }
 }
 
 /// A byte figure, or "unknown" where it is null (one recovery rebuilds, not yet recovered).
@@ -551,4 +565,35 @@ fn fsck_report(a: &FsckArgs, rep: &nodup_fs::fsck::FsckReport) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A mount's stats say how often the engine was rebuilt while mounted and, while changes
+    /// are refused, why; a quiet mount says neither.
+    #[test]
+    fn mount_stats_show_live_recoveries_and_refused_changes() {
+        let quiet = serde_json::json!({"live_recoveries": {"done": 0, "failed": 0}, "changes_refused": null});
+        let out = human(&quiet, "mount", true);
+        assert!(
+            !out.contains("rebuilt") && !out.contains("refused"),
+            "{out}"
+        );
+        let v = serde_json::json!({
+            "media_errors_absorbed": 2,
+            "live_recoveries": {"done": 3, "failed": 1},
+            "changes_refused": "the engine gave up its live state after a failed store: no change can be made durable until failure recovery rebuilds it",
+        });
+        let out = human(&v, "mount", true);
+        assert!(
+            out.contains("2 absorbed; engine rebuilt while mounted 3 times (1 failed)"),
+            "{out}"
+        );
+        assert!(
+            out.contains("  changes refused  the engine gave up its live state"),
+            "{out}"
+        );
+    }
 }

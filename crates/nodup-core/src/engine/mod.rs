@@ -614,6 +614,18 @@ impl Engine {
         }
     }
 
+    /// Give up the live state as a store that could not be undone does, when ready (tests and
+    /// the torture campaigns: failure recovery at any moment, beside running operations).
+    #[doc(hidden)]
+    pub fn give_up_live_state(&self) {
+        let _ = self.state.compare_exchange(
+            STATE_READY,
+            STATE_NEEDS_RECOVERY,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
     /// True when `b` is a block of the data area.
     #[inline]
     pub(crate) fn in_data(&self, b: BlockNr) -> bool {

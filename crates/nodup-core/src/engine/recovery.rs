@@ -232,6 +232,8 @@ impl Engine {
         self.layout.attach(&self.meta, &mut t)?;
         self.store.dyn_store().clear();
         self.locks.clear();
+        // Helpers' stream state may name entries dropped below (recovery while mounted).
+        self.split_ctxs.lock().clear();
         if let Some(rc) = &self.read_cache {
             rc.clear();
         }

@@ -28,7 +28,11 @@ impl FileSystem {
         if self.read_only || self.is_shut_down() {
             return Ok(());
         }
-        // No checkpoint or sync can succeed any more: say so once, not at every tick.
+        // Once the engine gave up, failure recovery while mounted, when its wait is over.
+        if self.changes_possible().is_err() {
+            self.recover_if_gave_up(false);
+        }
+        // No checkpoint or sync can succeed (yet): say so once, not at every tick.
         if let Err(e) = self.changes_possible() {
             if !self
                 .said_failed

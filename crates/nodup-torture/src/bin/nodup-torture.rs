@@ -355,13 +355,14 @@ fn main() -> Result<()> {
         s.stress_mismatches += st.mismatches;
         let st = stress::library_faults(a.threads, a.seed, Instant::now() + faulty);
         note(&format!(
-            "stress (library, {} threads, media faults, {}, {:.0} s): {} ops, {} faults ({} failed checkpoints), {} mismatches{}",
+            "stress (library, {} threads, media faults, {}, {:.0} s): {} ops, {} faults ({} failed checkpoints, {} live recoveries), {} mismatches{}",
             a.threads,
             if a.seed.is_multiple_of(2) { "smart" } else { "light" },
             faulty.as_secs_f64(),
             st.ops,
             st.faults,
             st.checkpoints_failed,
+            st.live_recoveries,
             st.mismatches,
             st.gave_up
                 .as_ref()

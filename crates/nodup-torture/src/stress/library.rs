@@ -33,8 +33,10 @@ pub fn library_smart(threads: usize, seed: u64, deadline: Instant) -> StressStat
 /// or a write that fails after its bytes landed): failures race with other threads' appends,
 /// checkpoints and trims. An operation may fail only with EIO, and the names it touched leave
 /// the model; once the faults stop, the file system must keep working and hold the rest of
-/// the model, live, after a crash and after a clean unmount. An even `seed` runs it on
-/// `smart` as [`library_smart`] does (its worker meets the faults too).
+/// the model, live, after a crash and after a clean unmount. Every [`GIVE_UP_EVERY`] the
+/// engine gives up its live state, and the maintenance tick rebuilds it while the threads
+/// run. An even `seed` runs it on `smart` as [`library_smart`] does (its worker meets the
+/// faults too).
 pub fn library_faults(threads: usize, seed: u64, deadline: Instant) -> StressStats {
     library_run(threads, seed, deadline, true, seed.is_multiple_of(2))
 }
@@ -43,6 +45,10 @@ pub fn library_faults(threads: usize, seed: u64, deadline: Instant) -> StressSta
 /// 6 threads. At one in 4 000 the engine soon gives up its live state (a failed release asks
 /// for failure recovery), and the rest of the run only meets that.
 pub const FAULT_ONE_IN: u32 = 40_000;
+
+/// How often [`library_faults`] makes the engine give up its live state beside the running
+/// threads, so failure recovery while mounted runs among them.
+pub const GIVE_UP_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn library_run(
     threads: usize,
@@ -109,8 +115,23 @@ fn library_run(
             let allowed = |e: &nodup_fs::FsError| faults && e.errno() == libc::EIO;
             let mut rng = StdRng::seed_from_u64(seed ^ 0xC4EC);
             let mut round = 0u64;
+            let mut gave_up_at = Instant::now();
+            let mut gave_ups = 0u64;
             while Instant::now() < deadline {
                 round += 1;
+                if faults && gave_up_at.elapsed() >= GIVE_UP_EVERY {
+                    // The engine gives up its live state now, whatever runs, and is rebuilt
+                    // while the workers go on: at once every other time (operations that
+                    // began before are still running), else after the workers met the
+                    // refusal for a moment. (The tick waits a second between tries.)
+                    fs.engine().give_up_live_state();
+                    gave_up_at = Instant::now();
+                    gave_ups += 1;
+                    if gave_ups.is_multiple_of(2) {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    fs.recover_if_gave_up(true);
+                }
                 if faults && round.is_multiple_of(4) {
                     // (operation, landed, how many of it a small checkpoint takes)
                     let (op, landed, n) = [
@@ -167,6 +188,9 @@ fn library_run(
     fm.clear_rules();
     let mut model = model;
     if faults {
+        // An engine given up last (a tick waits between tries) is rebuilt now.
+        fs.recover_if_gave_up(true);
+        st.live_recoveries = fs.live_recoveries().0;
         // The faults stopped: the mount goes on (unless no change can be made durable any
         // more: the engine gave up its live state, or a switch could not be undone; it says
         // so, and failure recovery at the next mount is the way back).

@@ -167,6 +167,9 @@ pub struct StressStats {
     pub smart_worked: u64,
     /// [`library_faults`]: checkpoints that failed or were refused (the previous one stayed).
     pub checkpoints_failed: u64,
+    /// [`library_faults`]: failure recoveries run while mounted that made changes possible
+    /// again.
+    pub live_recoveries: u64,
     /// [`library_faults`]: no change could be made durable any more after a fault (the
     /// engine gave up its live state, or a switch could not be undone; the error); only the
     /// crash image is checked then.

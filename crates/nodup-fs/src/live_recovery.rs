@@ -1,0 +1,173 @@
+//! Failure recovery while mounted. When the engine gives up its live state (a store and its
+//! undo both failed, a release's retry failed, a region chain may differ from what it counts),
+//! every change fails with EIO until its counts, index and allocator are rebuilt from the block
+//! maps. The next mount's failure recovery does that; so does the maintenance tick, at once and
+//! then with a growing wait after a failed try, with every operation paused meanwhile, so one
+//! transient medium error does not cost a remount. Not after a failed write-back of the image
+//! (the kernel may have dropped pages, so what the medium holds is unknown until a new boot or
+//! mount) nor after a superblock switch that could not be undone (the medium may name either
+//! checkpoint): those still wait for the next mount.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use nodup_core::engine::RecoveryReport;
+
+use crate::error::Result;
+use crate::fs::FileSystem;
+
+/// Least time between two tries: a medium that keeps failing pauses the file system for a
+/// scan at most this often.
+const RETRY_MIN: Duration = Duration::from_secs(1);
+/// Longest wait after failed tries (it doubles after each failed one).
+const RETRY_MAX: Duration = Duration::from_secs(600);
+
+/// Tries of failure recovery while mounted: when the next one may run, and what they did.
+#[derive(Debug, Default)]
+pub(crate) struct LiveRecovery {
+    /// No try before this.
+    next: Option<Instant>,
+    /// Wait after the next try if it fails.
+    delay: Duration,
+    /// Recoveries that made changes possible again.
+    pub(crate) done: u64,
+    /// Recoveries that failed (the engine still gave up).
+    pub(crate) failed: u64,
+}
+
+impl LiveRecovery {
+    fn due(&self, now: Instant) -> bool {
+        self.next.is_none_or(|n| now >= n)
+    }
+
+    /// Record a try at `now`; returns the wait before the next one.
+    fn tried(&mut self, now: Instant, ok: bool) -> Duration {
+        if ok {
+            self.done += 1;
+            self.delay = RETRY_MIN;
+        } else {
+            self.failed += 1;
+            self.delay = (self.delay * 2).clamp(RETRY_MIN, RETRY_MAX);
+        }
+        let wait = if ok { RETRY_MIN } else { self.delay };
+        self.next = Some(now + wait);
+        wait
+    }
+}
+
+impl FileSystem {
+    /// Failure recovery on a running file system: rebuild the engine's reference counts, index
+    /// and allocator from the block maps and the metadata chains (`fsck --repair`, and the
+    /// maintenance tick once the engine gave up). A `smart` worker step, a checkpoint, every
+    /// operation, a release of deferred references and a top-up of the reserve or of the log's
+    /// spare blocks each finish first or wait: everything that takes, holds or gives back
+    /// references or blocks outside the block maps.
+    pub fn recover_engine(&self) -> Result<RecoveryReport> {
+        // The order every holder of two of these takes them in: a `smart` step before any
+        // other lock, then the checkpoint, the gate, the releases, `meta`, `log`. The block
+        // maps cannot change under the gate.
+        let _step = self.smart.as_ref().map(|s| s.scratch.lock());
+        let _one = self.ckpt_lock.lock();
+        let _g = self.gate.write();
+        let _r = self.releasing.write();
+        let mut refs = self.tables.read().data_refs();
+        let meta = self.meta.lock();
+        let log = self.log.lock();
+        // References no map holds yet count as the references they are: a release waiting
+        // for a sync and a failed append's hold are given back later, as they would have been.
+        refs.extend(self.unmapped_refs_of(&log));
+        let metas = self.meta_blocks_of(&meta, &log);
+        let report = self
+            .engine
+            .recover(&mut refs.into_iter(), &mut metas.into_iter())?;
+        // A write context's stream state names entries recovery may have dropped.
+        self.clear_ctxs();
+        Ok(report)
+    }
+
+    /// True when nothing but the engine's having given up its live state stops changes (see
+    /// the module comment for what failure recovery while mounted does not take on).
+    fn only_the_engine_gave_up(&self) -> bool {
+        self.medium.write_back_failed().is_none()
+            && !self.switch_unsettled.load(Ordering::Acquire)
+            && matches!(
+                self.engine.check_ready(),
+                Err(nodup_core::Error::NeedsRecovery)
+            )
+    }
+
+    /// When only the engine stops changes and the wait after the last try is over (or `now`
+    /// says not to wait: the unmount), run failure recovery now and log what it did. True
+    /// when changes are possible again.
+    pub fn recover_if_gave_up(&self, now: bool) -> bool {
+        if self.read_only || !self.only_the_engine_gave_up() {
+            return false;
+        }
+        let t = Instant::now();
+        if !now && !self.live_recovery.lock().due(t) {
+            return false;
+        }
+        let r = self.recover_engine();
+        let ok = r.is_ok() && self.changes_possible().is_ok();
+        let wait = self.live_recovery.lock().tried(Instant::now(), ok);
+        match r {
+            Ok(rep) if ok => {
+                self.said_failed.store(false, Ordering::Relaxed);
+                crate::logging::info(&format!(
+                    "the engine had given up its live state after a failed store: failure \
+                     recovery while mounted rebuilt it in {:.0} ms ({} counts fixed, {} \
+                     entries recreated, {} dropped, {} leaked blocks freed); changes go on",
+                    t.elapsed().as_secs_f64() * 1e3,
+                    rep.refcounts_fixed,
+                    rep.entries_recreated,
+                    rep.entries_invalidated,
+                    rep.leaked_blocks_freed
+                ));
+            }
+            r => {
+                let why = match r {
+                    Err(e) => e.to_string(),
+                    Ok(_) => match self.changes_possible() {
+                        Err(e) => e.to_string(),
+                        Ok(()) => "changes still refused".into(),
+                    },
+                };
+                crate::logging::error(&format!(
+                    "failure recovery while mounted failed: {why}; {}",
+                    if now {
+                        "the next mount runs it".to_string()
+                    } else {
+                        format!("tried again in {} s", wait.as_secs())
+                    }
+                ));
+            }
+        }
+        ok
+    }
+
+    /// Failure recoveries run while mounted: (made changes possible again, failed).
+    pub fn live_recoveries(&self) -> (u64, u64) {
+        let l = self.live_recovery.lock();
+        (l.done, l.failed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_tries_wait_longer_and_a_success_starts_over() {
+        let mut l = LiveRecovery::default();
+        let t = Instant::now();
+        assert!(l.due(t), "the first try runs at once");
+        let waits: Vec<u64> = (0..12).map(|_| l.tried(t, false).as_secs()).collect();
+        assert_eq!(&waits[..4], &[1, 2, 4, 8]);
+        assert_eq!(*waits.last().unwrap(), RETRY_MAX.as_secs());
+        assert!(!l.due(t + Duration::from_secs(599)));
+        assert!(l.due(t + RETRY_MAX));
+        assert_eq!(l.tried(t, true), RETRY_MIN);
+        assert_eq!(l.tried(t, false), Duration::from_secs(2));
+        assert_eq!((l.done, l.failed), (1, 13));
+    }
+}

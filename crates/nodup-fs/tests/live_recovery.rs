@@ -1,0 +1,257 @@
+//! Failure recovery while mounted: after the engine gave up its live state (here a region grow
+//! whose link write and its undo both failed, so the chain on the medium may name a block the
+//! engine does not count as a region), every change fails with EIO until the maintenance tick,
+//! or the unmount, rebuilds the engine from the block maps; then changes go on, nothing is
+//! lost or held twice, and the image opens clean, or after a crash with failure recovery,
+//! showing every file.
+
+mod common;
+use common::{block, create};
+
+use nodup_core::media::{FaultMedium, FaultOp, FaultRule, Medium, MemMedium};
+use nodup_core::meta::region::{OFF_MAGIC, OFF_NEXT, REGION_ENTRIES, REGION_MAGIC};
+use nodup_core::meta::MetaLayoutKind;
+use nodup_core::policy::PolicyKind;
+use nodup_core::{FormatOptions, KeyFile, OpenOptions, BLOCK_SIZE};
+use nodup_fs::inode::ROOT_INO;
+use nodup_fs::{fsck, Caller, FileSystem, FsOptions, MediumKind};
+use std::sync::Arc;
+
+const BS: u64 = BLOCK_SIZE as u64;
+
+/// File name -> its blocks' seeds (block `i` holds `block(seeds[i])`).
+type Model = Vec<(String, Vec<u64>)>;
+
+fn put(fs: &FileSystem, model: &mut Model, name: &str, seeds: Vec<u64>) {
+    let ino = create(fs, name);
+    for (i, &s) in seeds.iter().enumerate() {
+        fs.write(ino, i as u64 * BS, &block(s)).unwrap();
+    }
+    model.push((name.to_string(), seeds));
+}
+
+fn check(fs: &FileSystem, model: &Model, what: &str) {
+    for (name, seeds) in model {
+        let ino = fs.lookup(ROOT_INO, name.as_bytes()).unwrap().0;
+        for (i, &s) in seeds.iter().enumerate() {
+            let got = fs.read(ino, i as u64 * BS, BLOCK_SIZE).unwrap();
+            assert!(got == block(s), "{what}: {name} block {i}");
+        }
+    }
+    let rep = fsck::check(fs, false).unwrap();
+    assert!(rep.consistent(), "{what}: {:?}", rep.problems);
+}
+
+/// A light image with region entries whose header region is full, and the file system in
+/// the state the failed grow leaves: the engine gave up, changes fail. The model holds what
+/// was written before.
+fn gave_up(landed: bool) -> (Arc<MemMedium>, Arc<FaultMedium>, FileSystem, Model) {
+    let mem = Arc::new(MemMedium::new(16 << 20));
+    let fm = Arc::new(FaultMedium::new(mem.clone(), 1));
+    let fopts = FormatOptions {
+        policy: PolicyKind::Light,
+        meta_layout: MetaLayoutKind::Region,
+        ..Default::default()
+    };
+    let fs = FileSystem::format(
+        fm.clone(),
+        MediumKind::Pmem,
+        &fopts,
+        &FsOptions::default(),
+        Caller::default(),
+    )
+    .unwrap();
+    let (data_start, _) = fs.engine().data_area();
+    let head = (0..data_start)
+        .find(|&b| {
+            let mut m = [0u8; 8];
+            mem.read(b * BS + OFF_MAGIC, &mut m).unwrap();
+            u64::from_le_bytes(m) == REGION_MAGIC
+        })
+        .expect("a header region");
+    // Distinct blocks fill the header region's entries; a duplicate takes none.
+    let mut model = Model::new();
+    put(&fs, &mut model, "full", (0..REGION_ENTRIES).collect());
+    put(&fs, &mut model, "dup", vec![3, 3, 7]);
+    assert_eq!(fs.engine().layout_owned_blocks(), 0, "no region grown yet");
+    // The link to the new region fails, then so does ending the chain at the tail again.
+    let at = head * BS + OFF_NEXT;
+    fm.add_rule(FaultRule::new(FaultOp::Write).range(at, 8).nth(2).once());
+    let link = FaultRule::new(FaultOp::Write).range(at, 8).nth(1).once();
+    fm.add_rule(if landed {
+        link.short_write(usize::MAX)
+    } else {
+        link
+    });
+    let ino = create(&fs, "new");
+    let e = fs.write(ino, 0, &block(9_999)).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert_eq!(fm.injected(), 2, "both faults fired");
+    fm.clear_rules();
+    model.push(("new".into(), Vec::new()));
+    let refused = fs.changes_possible().unwrap_err().to_string();
+    assert!(refused.contains("gave up its live state"), "{refused}");
+    let e = fs.write(ino, 0, &block(10_000)).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    check_reads(&fs, &model, "after giving up");
+    (mem, fm, fs, model)
+}
+
+/// Reads go on while changes are refused.
+fn check_reads(fs: &FileSystem, model: &Model, what: &str) {
+    for (name, seeds) in model {
+        let ino = fs.lookup(ROOT_INO, name.as_bytes()).unwrap().0;
+        for (i, &s) in seeds.iter().enumerate() {
+            let got = fs.read(ino, i as u64 * BS, BLOCK_SIZE).unwrap();
+            assert!(got == block(s), "{what}: {name} block {i}");
+        }
+    }
+}
+
+/// Changes go on: more regions, duplicates of old and new data, the first file unlinked; then the image
+/// after a crash and after a clean unmount shows the same files.
+fn goes_on(mem: &MemMedium, fs: FileSystem, model: Model, what: &str) {
+    goes_on_with(mem, fs, model, &FsOptions::default(), what)
+}
+
+/// [`goes_on`], reopening with `opts`.
+fn goes_on_with(mem: &MemMedium, fs: FileSystem, mut model: Model, opts: &FsOptions, what: &str) {
+    assert!(fs.changes_possible().is_ok(), "{what}");
+    put(&fs, &mut model, "more", (500..800).chain(0..40).collect());
+    let gone = model[0].0.clone();
+    fs.unlink(ROOT_INO, gone.as_bytes()).unwrap();
+    model.remove(0);
+    check(&fs, &model, what);
+    let crashed = Arc::new(MemMedium::from_bytes(mem.snapshot()));
+    fs.shutdown().unwrap();
+    drop(fs);
+    for (img, kind) in [
+        (crashed, "failure"),
+        (Arc::new(MemMedium::from_bytes(mem.snapshot())), "clean"),
+    ] {
+        let m: Arc<dyn Medium> = img;
+        let fs = FileSystem::open(m, opts).unwrap();
+        assert_eq!(fs.recovery().kind, kind, "{what}");
+        check(&fs, &model, &format!("{what}: reopened ({kind})"));
+        let ino = create(&fs, "after");
+        fs.write(ino, 0, &block(20_000)).unwrap();
+        fs.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn the_tick_rebuilds_an_engine_that_gave_up_and_changes_go_on() {
+    for landed in [false, true] {
+        let what = format!("link write failing (landed {landed})");
+        let (mem, _fm, fs, model) = gave_up(landed);
+        fs.tick().unwrap();
+        assert_eq!(fs.live_recoveries(), (1, 0), "{what}");
+        let js = fs.stats_json();
+        assert!(js["changes_refused"].is_null(), "{what}: {js}");
+        assert_eq!(js["live_recoveries"]["done"], 1, "{what}");
+        goes_on(&mem, fs, model, &what);
+    }
+}
+
+#[test]
+fn a_failed_try_waits_and_the_next_one_heals() {
+    let (mem, fm, fs, model) = gave_up(false);
+    // The recovery's first medium operation (a read of the region chain) fails: it stays
+    // refused, and the next tick does not try.
+    fm.add_rule(FaultRule::new(FaultOp::Any).nth(1).once());
+    fs.tick().unwrap();
+    assert_eq!(fm.injected(), 3, "the recovery met the fault");
+    assert_eq!(fs.live_recoveries(), (0, 1));
+    assert!(fs.changes_possible().is_err());
+    let refused = fs.stats_json()["changes_refused"].clone();
+    assert!(
+        refused.as_str().is_some_and(|s| s.contains("gave up")),
+        "{refused}"
+    );
+    fs.tick().unwrap();
+    assert_eq!(fs.live_recoveries(), (0, 1), "tried again before its wait");
+    check_reads(&fs, &model, "after a failed try");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    fs.tick().unwrap();
+    assert_eq!(fs.live_recoveries(), (1, 1));
+    goes_on(&mem, fs, model, "after a failed try and a good one");
+}
+
+#[test]
+fn an_unmount_rebuilds_an_engine_that_gave_up_and_is_clean() {
+    let (mem, _fm, fs, model) = gave_up(true);
+    // No tick ran: the unmount tries it and saves a clean image.
+    fs.shutdown().unwrap();
+    assert_eq!(fs.live_recoveries(), (1, 0));
+    drop(fs);
+    let m: Arc<dyn Medium> = mem.clone();
+    let fs = FileSystem::open(m, &FsOptions::default()).unwrap();
+    assert_eq!(fs.recovery().kind, "clean");
+    check(&fs, &model, "reopened");
+    goes_on(&mem, fs, model, "reopened");
+}
+
+/// Every policy's index is rebuilt while mounted (`smart`'s fingerprint groups on the medium
+/// and its worker's queue, `selective`'s caches, an encrypted image), after giving up at a
+/// moment when nothing failed: the same files, and dedup against data written before.
+#[test]
+fn every_policy_is_rebuilt_while_mounted() {
+    let key = b"live recovery key".to_vec();
+    for (policy, encrypted) in [
+        (PolicyKind::Light, true),
+        (PolicyKind::Smart, false),
+        (PolicyKind::Selective, false),
+        (PolicyKind::Strong, false),
+    ] {
+        let what = format!("{policy:?} (encrypted {encrypted})");
+        let opts = FsOptions {
+            open: OpenOptions {
+                key: encrypted.then(|| KeyFile(key.clone())),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let fopts = FormatOptions {
+            policy,
+            meta_layout: MetaLayoutKind::default_for(policy),
+            encrypt: encrypted.then(|| KeyFile(key.clone())),
+            mem_budget: if policy == PolicyKind::Smart {
+                16 << 10
+            } else {
+                0
+            },
+            ..Default::default()
+        };
+        let mem = Arc::new(MemMedium::new(16 << 20));
+        let fs = FileSystem::format(
+            mem.clone(),
+            MediumKind::Pmem,
+            &fopts,
+            &opts,
+            Caller::default(),
+        )
+        .unwrap();
+        let mut model = Model::new();
+        put(&fs, &mut model, "a", (0..300).collect());
+        put(&fs, &mut model, "b", (150..450).collect());
+        let c = create(&fs, "c");
+        model.push(("c".into(), Vec::new()));
+        fs.engine().give_up_live_state();
+        let e = fs.write(c, 0, &block(1)).map(|_| ());
+        assert_eq!(e.map_err(|e| e.errno()), Err(libc::EIO), "{what}");
+        check_reads(&fs, &model, &what);
+        fs.tick().unwrap();
+        assert_eq!(fs.live_recoveries(), (1, 0), "{what}");
+        // Data written before the rebuild is found again.
+        let used = fs.engine().stats().physical_bytes;
+        put(&fs, &mut model, "d", (0..450).collect());
+        if policy != PolicyKind::Smart {
+            assert_eq!(
+                fs.engine().stats().physical_bytes,
+                used,
+                "{what}: no dedup after"
+            );
+        }
+        goes_on_with(&mem, fs, model, &opts, &what);
+    }
+}
