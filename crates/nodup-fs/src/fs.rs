@@ -6,7 +6,11 @@
 //! Locking (outermost first): `gate` (read by every operation, written by a checkpoint so it
 //! sees a quiescent state) -> `tables` (read to find an inode, written by namespace operations)
 //! -> one inode's lock -> `log` (the append itself, always last). A data write holds only its
-//! inode's lock across the engine call, so writes to different files run in parallel.
+//! inode's lock across the engine call, so writes to different files run in parallel. Around
+//! them: a `smart` worker step (`SmartFs::scratch`) before any other lock, then `ckpt_lock`,
+//! then the gate; `releasing` after the gate; `meta` before `log`; `pending` and the
+//! checkpoint's segment list innermost. Failure recovery while mounted takes them all in that
+//! order (`live_recovery.rs`).
 
 use crate::checkpoint::CkptStats;
 use crate::error::{errno, FsError, Result};

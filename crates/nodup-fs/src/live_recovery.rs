@@ -63,6 +63,14 @@ impl FileSystem {
     /// spare blocks each finish first or wait: everything that takes, holds or gives back
     /// references or blocks outside the block maps.
     pub fn recover_engine(&self) -> Result<RecoveryReport> {
+        let rebuilt = self.rebuild_engine(&|| true)?;
+        Ok(rebuilt.unwrap_or_default())
+    }
+
+    /// [`FileSystem::recover_engine`] when `still()`, asked once every lock is held (what
+    /// was true before waiting for them may not be: another recovery ran, or the unmount
+    /// shut the engine down); `None` when it was not.
+    fn rebuild_engine(&self, still: &dyn Fn() -> bool) -> Result<Option<RecoveryReport>> {
         // The order every holder of two of these takes them in: a `smart` step before any
         // other lock, then the checkpoint, the gate, the releases, `meta`, `log`. The block
         // maps cannot change under the gate.
@@ -70,6 +78,9 @@ impl FileSystem {
         let _one = self.ckpt_lock.lock();
         let _g = self.gate.write();
         let _r = self.releasing.write();
+        if !still() {
+            return Ok(None);
+        }
         let mut refs = self.tables.read().data_refs();
         let meta = self.meta.lock();
         let log = self.log.lock();
@@ -82,7 +93,7 @@ impl FileSystem {
             .recover(&mut refs.into_iter(), &mut metas.into_iter())?;
         // A write context's stream state names entries recovery may have dropped.
         self.clear_ctxs();
-        Ok(report)
+        Ok(Some(report))
     }
 
     /// True when nothing but the engine's having given up its live state stops changes (see
@@ -107,7 +118,12 @@ impl FileSystem {
         if !now && !self.live_recovery.lock().due(t) {
             return false;
         }
-        let r = self.recover_engine();
+        let r = match self.rebuild_engine(&|| self.only_the_engine_gave_up()) {
+            // Rebuilt meanwhile, or shut down: not a try.
+            Ok(None) => return self.changes_possible().is_ok(),
+            Ok(Some(rep)) => Ok(rep),
+            Err(e) => Err(e),
+        };
         let ok = r.is_ok() && self.changes_possible().is_ok();
         let wait = self.live_recovery.lock().tried(Instant::now(), ok);
         match r {
@@ -155,6 +171,46 @@ impl FileSystem {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{create, fresh};
+
+    /// Two tries that passed the check before either got the locks: the second finds the
+    /// engine rebuilt and neither runs nor counts.
+    #[test]
+    fn a_try_that_waited_for_another_finds_the_engine_rebuilt() {
+        let fs = fresh();
+        let ino = create(&fs, b"f");
+        fs.engine().give_up_live_state();
+        std::thread::scope(|s| {
+            let held = fs.gate.read();
+            let tries: Vec<_> = (0..2)
+                .map(|_| s.spawn(|| fs.recover_if_gave_up(true)))
+                .collect();
+            std::thread::sleep(Duration::from_millis(200));
+            assert!(
+                tries.iter().all(|t| !t.is_finished()),
+                "both wait for the gate"
+            );
+            drop(held);
+            for t in tries {
+                assert!(t.join().unwrap(), "changes possible after either");
+            }
+        });
+        assert_eq!(fs.live_recoveries(), (1, 0));
+        fs.write(ino, 0, b"after").unwrap();
+    }
+
+    /// A try that waited through the unmount finds the engine shut down: the saved image is
+    /// not written again.
+    #[test]
+    fn a_try_after_the_unmount_does_nothing() {
+        let fs = fresh();
+        fs.shutdown().unwrap();
+        fs.engine().give_up_live_state();
+        let e = fs.recover_engine().unwrap_err();
+        assert!(e.to_string().contains("shut down"), "{e}");
+        assert!(!fs.recover_if_gave_up(true));
+        assert_eq!(fs.live_recoveries(), (0, 0));
+    }
 
     #[test]
     fn failed_tries_wait_longer_and_a_success_starts_over() {

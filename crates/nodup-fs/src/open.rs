@@ -569,8 +569,8 @@ impl FileSystem {
         // maintenance thread's) sees `shut` under `meta` and allocates nothing.
         let _g = self.gate.write();
         let spare: Vec<BlockNr> = {
-            let mut log = self.log.lock();
             let mut meta = self.meta.lock();
+            let mut log = self.log.lock();
             let mut v = std::mem::take(&mut log.spare);
             v.append(&mut meta.reserve);
             v

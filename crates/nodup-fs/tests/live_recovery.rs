@@ -197,13 +197,14 @@ fn an_unmount_rebuilds_an_engine_that_gave_up_and_is_clean() {
 #[test]
 fn every_policy_is_rebuilt_while_mounted() {
     let key = b"live recovery key".to_vec();
-    for (policy, encrypted) in [
-        (PolicyKind::Light, true),
-        (PolicyKind::Smart, false),
-        (PolicyKind::Selective, false),
-        (PolicyKind::Strong, false),
+    for (policy, encrypted, kind) in [
+        (PolicyKind::Light, true, MediumKind::Pmem),
+        (PolicyKind::Smart, false, MediumKind::Pmem),
+        (PolicyKind::Selective, false, MediumKind::Pmem),
+        (PolicyKind::Strong, false, MediumKind::Pmem),
+        (PolicyKind::Light, false, MediumKind::BlockFile),
     ] {
-        let what = format!("{policy:?} (encrypted {encrypted})");
+        let what = format!("{policy:?} (encrypted {encrypted}, {kind:?})");
         let opts = FsOptions {
             open: OpenOptions {
                 key: encrypted.then(|| KeyFile(key.clone())),
@@ -223,19 +224,30 @@ fn every_policy_is_rebuilt_while_mounted() {
             ..Default::default()
         };
         let mem = Arc::new(MemMedium::new(16 << 20));
-        let fs = FileSystem::format(
-            mem.clone(),
-            MediumKind::Pmem,
-            &fopts,
-            &opts,
-            Caller::default(),
-        )
-        .unwrap();
+        // A block file (not durable at each write) through a medium without rules: releases
+        // wait for the next sync, and recovery must count them as still held.
+        let medium: Arc<dyn Medium> = match kind {
+            MediumKind::BlockFile => Arc::new(FaultMedium::new(mem.clone(), 1)),
+            _ => mem.clone(),
+        };
+        let fs = FileSystem::format(medium, kind, &fopts, &opts, Caller::default()).unwrap();
         let mut model = Model::new();
         put(&fs, &mut model, "a", (0..300).collect());
         put(&fs, &mut model, "b", (150..450).collect());
         let c = create(&fs, "c");
         model.push(("c".into(), Vec::new()));
+        // Overwritten: the old blocks of `a` wait for a sync on a block file.
+        fs.sync().unwrap();
+        let a = fs.lookup(ROOT_INO, b"a").unwrap().0;
+        fs.write(a, 0, &(1000..1100).flat_map(block).collect::<Vec<u8>>())
+            .unwrap();
+        model[0].1.splice(0..100, 1000..1100);
+        let waiting = fs.unmapped_refs().len();
+        assert_eq!(
+            waiting > 0,
+            kind == MediumKind::BlockFile,
+            "{what}: {waiting}"
+        );
         fs.engine().give_up_live_state();
         let e = fs.write(c, 0, &block(1)).map(|_| ());
         assert_eq!(e.map_err(|e| e.errno()), Err(libc::EIO), "{what}");
@@ -244,7 +256,7 @@ fn every_policy_is_rebuilt_while_mounted() {
         assert_eq!(fs.live_recoveries(), (1, 0), "{what}");
         // Data written before the rebuild is found again.
         let used = fs.engine().stats().physical_bytes;
-        put(&fs, &mut model, "d", (0..450).collect());
+        put(&fs, &mut model, "d", (100..450).chain(1000..1100).collect());
         if policy != PolicyKind::Smart {
             assert_eq!(
                 fs.engine().stats().physical_bytes,

@@ -22,7 +22,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::{Engine, RecoveryReport, STATE_NEEDS_RECOVERY, STATE_READY, STATE_SHUT};
+use super::{
+    Engine, RecoveryReport, STATE_NEEDS_RECOVERY, STATE_READY, STATE_READ_ONLY, STATE_SHUT,
+};
 use crate::alloc::bitmap::Bitmap;
 use crate::alloc::Allocator;
 use crate::codec::{le_u32, le_u64};
@@ -225,6 +227,15 @@ impl Engine {
         meta_blocks: &mut dyn Iterator<Item = BlockNr>,
     ) -> Result<RecoveryReport> {
         let _g = self.admin.lock();
+        // Not an engine shut down or opened read-only: its image is saved, or not to be
+        // written (a caller that waited for its locks through a shutdown finds it so).
+        match self.state.load(Ordering::Acquire) {
+            STATE_SHUT => return Err(Error::Invalid("the engine was shut down".into())),
+            STATE_READ_ONLY => {
+                return Err(Error::Invalid("the engine was opened read-only".into()))
+            }
+            _ => {}
+        }
         let t0 = Instant::now();
         self.set_state(STATE_NEEDS_RECOVERY);
         let mut t = IoTally::default();

@@ -127,7 +127,10 @@ impl FileSystem {
     /// Make sure the log can take `bytes` more without asking the allocator for blocks it
     /// does not have (pre-fills the spare pool).
     fn log_room(&self, bytes: usize) -> bool {
-        let short = self.log.lock().blocks_short(bytes);
+        // Allocated under `log`, as an append's own blocks are: between the allocation and
+        // the spare list, failure recovery while mounted would count the blocks free.
+        let mut log = self.log.lock();
+        let short = log.blocks_short(bytes);
         if short == 0 {
             return true;
         }
@@ -138,7 +141,7 @@ impl FileSystem {
             .or_else(|_| self.engine.alloc_meta(short));
         match got {
             Ok(b) => {
-                self.log.lock().spare.extend(b);
+                log.spare.extend(b);
                 true
             }
             Err(_) => false,
@@ -148,14 +151,15 @@ impl FileSystem {
     /// On a full device, lend the log blocks from the checkpoint reserve so that removing
     /// files (which frees space) still works; the reserve is topped up again later.
     fn lend_reserve(&self, bytes: usize) -> bool {
-        let short = self.log.lock().blocks_short(bytes);
+        // Both held across the move (`meta` first, as failure recovery while mounted takes
+        // them): in neither list, the blocks would count as free to it.
         let mut meta = self.meta.lock();
+        let mut log = self.log.lock();
+        let short = log.blocks_short(bytes);
         if meta.reserve.len() < short {
             return false;
         }
-        let lent: Vec<BlockNr> = meta.reserve.drain(..short).collect();
-        drop(meta);
-        self.log.lock().spare.extend(lent);
+        log.spare.extend(meta.reserve.drain(..short));
         true
     }
 }

@@ -108,6 +108,26 @@ fn library_run(
     // operations failing (the background rate fails hardly any: a checkpoint is a few dozen
     // of the millions of operations), while the workers go on. The tick's own checkpoints
     // run on this thread too.
+    // With faults, every GIVE_UP_EVERY the engine gives up its live state, whatever runs, and
+    // is rebuilt while the workers and the ticker go on: at once every other time (operations
+    // that began before are still running), else after the workers met the refusal for a
+    // moment. On a thread of its own, so a rebuild can meet a checkpoint, a trim or a `smart`
+    // step in flight. (The tick itself waits a second between tries.)
+    let healer = faults.then(|| {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let mut gave_ups = 0u64;
+            while Instant::now() + GIVE_UP_EVERY < deadline {
+                std::thread::sleep(GIVE_UP_EVERY);
+                fs.engine().give_up_live_state();
+                gave_ups += 1;
+                if gave_ups.is_multiple_of(2) {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                fs.recover_if_gave_up(true);
+            }
+        })
+    });
     let ticker = {
         let (fs, fm) = (fs.clone(), fm.clone());
         std::thread::spawn(move || {
@@ -115,23 +135,8 @@ fn library_run(
             let allowed = |e: &nodup_fs::FsError| faults && e.errno() == libc::EIO;
             let mut rng = StdRng::seed_from_u64(seed ^ 0xC4EC);
             let mut round = 0u64;
-            let mut gave_up_at = Instant::now();
-            let mut gave_ups = 0u64;
             while Instant::now() < deadline {
                 round += 1;
-                if faults && gave_up_at.elapsed() >= GIVE_UP_EVERY {
-                    // The engine gives up its live state now, whatever runs, and is rebuilt
-                    // while the workers go on: at once every other time (operations that
-                    // began before are still running), else after the workers met the
-                    // refusal for a moment. (The tick waits a second between tries.)
-                    fs.engine().give_up_live_state();
-                    gave_up_at = Instant::now();
-                    gave_ups += 1;
-                    if gave_ups.is_multiple_of(2) {
-                        std::thread::sleep(std::time::Duration::from_millis(20));
-                    }
-                    fs.recover_if_gave_up(true);
-                }
                 if faults && round.is_multiple_of(4) {
                     // (operation, landed, how many of it a small checkpoint takes)
                     let (op, landed, n) = [
@@ -180,6 +185,11 @@ fn library_run(
     let (mut st, model, unknown) = run_workers(t.clone(), threads, seed, deadline, 24, faults);
     for e in ticker.join().unwrap_or_default() {
         st.bad(e);
+    }
+    if let Some(h) = healer {
+        if h.join().is_err() {
+            st.bad("the thread giving the engine up panicked".into());
+        }
     }
     st.faults = fm.injected();
     st.checkpoints_failed = fs.stats_json()["checkpoints"]["failed"]
