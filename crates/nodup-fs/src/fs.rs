@@ -481,11 +481,15 @@ impl FileSystem {
                 REMOUNT,
             ),
             None => match self.engine.check_ready() {
-                Err(nodup_core::Error::NeedsRecovery) => (
-                    "the engine gave up its live state after a failed store".to_string(),
-                    "until failure recovery rebuilds it (tried while mounted, else at the next \
-                     mount)",
-                ),
+                Err(nodup_core::Error::NeedsRecovery) => {
+                    // The maintenance thread rebuilds it: now, not at its next round.
+                    self.wake_maintenance();
+                    (
+                        "the engine gave up its live state after a failed store".to_string(),
+                        "until failure recovery rebuilds it (tried while mounted, else at the \
+                         next mount)",
+                    )
+                }
                 _ => return Ok(()),
             },
         };

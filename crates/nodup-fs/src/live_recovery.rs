@@ -199,6 +199,36 @@ mod tests {
         fs.write(ino, 0, b"after").unwrap();
     }
 
+    /// The first change refused wakes the maintenance thread, which rebuilds the engine at
+    /// once instead of at its next round (here a minute away).
+    #[test]
+    fn a_refused_change_wakes_the_maintenance_thread() {
+        let fs = fresh();
+        let ino = create(&fs, b"f");
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    fs.wait_for_tick(Duration::from_secs(60));
+                    fs.tick().unwrap();
+                }
+            });
+            // The thread's first round (it may not wait yet) is over.
+            std::thread::sleep(Duration::from_millis(200));
+            fs.engine().give_up_live_state();
+            assert!(fs.write(ino, 0, b"refused").is_err());
+            let t = Instant::now();
+            while fs.changes_possible().is_err() && t.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let rebuilt = fs.live_recoveries();
+            stop.store(true, Ordering::Relaxed);
+            fs.wake_maintenance();
+            assert_eq!(rebuilt, (1, 0), "not rebuilt in 20 s");
+            fs.write(ino, 0, b"after").unwrap();
+        });
+    }
+
     /// A try that waited through the unmount finds the engine shut down: the saved image is
     /// not written again.
     #[test]
