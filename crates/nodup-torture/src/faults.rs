@@ -188,6 +188,12 @@ pub fn trial(seed: u64, spec: &WorkloadSpec, aim: Aim) -> FaultStats {
     let absorbed = s.fs.engine().stats().media_errors_absorbed > absorbed0;
     let fired = s.fm.injected() > 0;
     s.fm.clear_rules();
+    // A rebuild of the engine (failure recovery while mounted) that met the fault leaves it
+    // given up; the maintenance tick tries again after its wait, as here, and the checks below
+    // see what that left.
+    if matches!(ops[k], crate::model::Op::Rebuild) {
+        s.fs.recover_if_gave_up(true);
+    }
     if fired {
         st.fired += 1;
         match &r {

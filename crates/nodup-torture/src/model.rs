@@ -80,6 +80,9 @@ pub enum Op {
     Trim,
     /// Write a checkpoint (switches the superblock; the riskiest step for crash consistency).
     Checkpoint,
+    /// The engine gives up its live state (as after a store it could not undo) and failure
+    /// recovery while mounted rebuilds it; content never changes.
+    Rebuild,
 }
 
 /// One file as the model sees it.
@@ -265,7 +268,7 @@ impl Model {
                     }
                 }
             }
-            Op::Sync | Op::Trim | Op::Checkpoint => {}
+            Op::Sync | Op::Trim | Op::Checkpoint | Op::Rebuild => {}
         }
         out.push(self.snapshot());
         out
@@ -398,6 +401,13 @@ pub fn run_op(fs: &FileSystem, op: &Op) -> Result<(), FsError> {
             fs.trim(0, u64::MAX, 0)?;
         }
         Op::Checkpoint => fs.checkpoint(false)?,
+        Op::Rebuild => {
+            fs.engine().give_up_live_state();
+            if !fs.recover_if_gave_up(true) {
+                // Why changes stay refused (a medium error in the rebuild, say).
+                fs.changes_possible()?;
+            }
+        }
     }
     Ok(())
 }

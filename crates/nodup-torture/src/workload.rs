@@ -174,6 +174,7 @@ pub fn generate(seed: u64, spec: &WorkloadSpec) -> Vec<Op> {
             }
             90..=94 => Op::Sync,
             95..=96 => Op::Trim,
+            97 => Op::Rebuild,
             _ => Op::Checkpoint,
         };
         m.apply_steps(&op);
