@@ -1,12 +1,13 @@
 //! Failure recovery while mounted. When the engine gives up its live state (a store and its
 //! undo both failed, a release's retry failed, a region chain may differ from what it counts),
-//! every change fails with EIO until its counts, index and allocator are rebuilt from the block
-//! maps. The next mount's failure recovery does that; so does the maintenance tick, at once and
-//! then with a growing wait after a failed try, with every operation paused meanwhile, so one
-//! transient medium error does not cost a remount. Not after a failed write-back of the image
-//! (the kernel may have dropped pages, so what the medium holds is unknown until a new boot or
-//! mount) nor after a superblock switch that could not be undone (the medium may name either
-//! checkpoint): those still wait for the next mount.
+//! no change can be made until its counts, index and allocator are rebuilt from the block maps.
+//! The next mount's failure recovery does that; so does the next change (from its space check),
+//! the maintenance tick (woken by a refused change) and the unmount, at most once a second and
+//! with a growing wait after a failed try, every operation paused meanwhile, so one transient
+//! medium error costs neither a remount nor more failed operations than those in flight. Not
+//! after a failed write-back of the image (the kernel may have dropped pages, so what the
+//! medium holds is unknown until a new boot or mount) nor after a superblock switch that could
+//! not be undone (the medium may name either checkpoint): those still wait for the next mount.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -111,7 +112,8 @@ impl FileSystem {
     /// says not to wait: the unmount), run failure recovery now and log what it did. True
     /// when changes are possible again.
     pub fn recover_if_gave_up(&self, now: bool) -> bool {
-        if self.read_only || !self.only_the_engine_gave_up() {
+        // A `smart` step holds the lock the rebuild takes first: the tick does it instead.
+        if self.read_only || crate::smart::worker::in_step() || !self.only_the_engine_gave_up() {
             return false;
         }
         let t = Instant::now();
@@ -199,8 +201,8 @@ mod tests {
         fs.write(ino, 0, b"after").unwrap();
     }
 
-    /// The first change refused wakes the maintenance thread, which rebuilds the engine at
-    /// once instead of at its next round (here a minute away).
+    /// A change refused wakes the maintenance thread, which rebuilds the engine at once
+    /// instead of at its next round (here a minute away).
     #[test]
     fn a_refused_change_wakes_the_maintenance_thread() {
         let fs = fresh();
@@ -216,7 +218,8 @@ mod tests {
             // The thread's first round (it may not wait yet) is over.
             std::thread::sleep(Duration::from_millis(200));
             fs.engine().give_up_live_state();
-            assert!(fs.write(ino, 0, b"refused").is_err());
+            // Asked (as every change asks first): refused, and the thread is woken.
+            assert!(fs.changes_possible().is_err());
             let t = Instant::now();
             while fs.changes_possible().is_err() && t.elapsed() < Duration::from_secs(20) {
                 std::thread::sleep(Duration::from_millis(10));

@@ -190,9 +190,13 @@ pub fn trial(seed: u64, spec: &WorkloadSpec, aim: Aim) -> FaultStats {
     s.fm.clear_rules();
     // A rebuild of the engine (failure recovery while mounted) that met the fault leaves it
     // given up; the maintenance tick tries again after its wait, as here, and the checks below
-    // see what that left.
+    // see what that left. Any other operation must leave changes possible: the next change
+    // would rebuild the engine itself, so the probe below would not show that one fault made
+    // it give up (every change in flight meanwhile fails).
     if matches!(ops[k], crate::model::Op::Rebuild) {
         s.fs.recover_if_gave_up(true);
+    } else if let Err(e) = s.fs.changes_possible() {
+        st.violation(format!("{what}: one fault stopped every change: {e}"));
     }
     if fired {
         st.fired += 1;

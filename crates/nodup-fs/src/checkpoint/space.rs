@@ -59,7 +59,7 @@ impl FileSystem {
     /// some blocks free for log appends, and the log must have room. When that fails, a
     /// checkpoint (which gives back the log before its cut and cleaned segments) and deferred
     /// releases are tried first: ENOSPC only when the space is really used. The caller must
-    /// not hold the gate.
+    /// not hold the gate, nor any lock failure recovery while mounted takes (it may run one).
     ///
     /// `grows` is set for operations that add metadata (data writes, new inodes): they need the
     /// full reserve. Others (unlink, rename, attribute changes) may borrow from it.
@@ -72,8 +72,14 @@ impl FileSystem {
         if self.read_only {
             return Ok(());
         }
-        // Not a full device: no checkpoint can be written any more.
-        self.changes_possible()?;
+        // Not a full device: no checkpoint can be written any more. Unless only the engine
+        // gave up its live state: then it is rebuilt here (at most once a second, see
+        // `live_recovery.rs`), so this change waits for that instead of failing.
+        if let Err(e) = self.changes_possible() {
+            if !self.recover_if_gave_up(false) {
+                return Err(e);
+            }
+        }
         // Past a limit, the maintenance thread is woken to checkpoint now. Far past it (no
         // maintenance thread, or one that cannot keep up) the operation does it itself.
         let logged = self.log.lock().bytes();

@@ -134,6 +134,33 @@ impl StepScratch {
     }
 }
 
+thread_local! {
+    /// Set while this thread runs a step (it holds `SmartFs::scratch`).
+    static IN_STEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True on a thread inside a `smart` worker step: it holds the step's lock, which failure
+/// recovery while mounted takes first, so it must not run one.
+pub(crate) fn in_step() -> bool {
+    IN_STEP.with(|f| f.get())
+}
+
+/// Marks the thread as inside a step until dropped.
+struct InStep;
+
+impl InStep {
+    fn enter() -> InStep {
+        IN_STEP.with(|f| f.set(true));
+        InStep
+    }
+}
+
+impl Drop for InStep {
+    fn drop(&mut self) {
+        IN_STEP.with(|f| f.set(false));
+    }
+}
+
 impl FileSystem {
     /// Work through at most `max` (and at most a step's worth, see [`StepScratch`]) queued
     /// blocks now; returns how many were looked at (0 when nothing is queued). Not a policy
@@ -146,6 +173,7 @@ impl FileSystem {
         // other lock and never while one is held, so the step's other locks under it cannot
         // deadlock.
         let mut scratch = s.scratch.lock();
+        let _in_step = InStep::enter();
         let StepScratch {
             step,
             items,

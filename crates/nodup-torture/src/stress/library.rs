@@ -110,9 +110,9 @@ fn library_run(
     // run on this thread too.
     // With faults, every GIVE_UP_EVERY the engine gives up its live state, whatever runs, and
     // is rebuilt while the workers and the ticker go on: at once every other time (operations
-    // that began before are still running), else after the workers met the refusal for a
-    // moment. On a thread of its own, so a rebuild can meet a checkpoint, a trim or a `smart`
-    // step in flight. (The tick itself waits a second between tries.)
+    // that began before are still running), else after 20 ms, when a worker's next change
+    // has usually rebuilt it first. On a thread of its own, so a rebuild can meet a
+    // checkpoint, a trim or a `smart` step in flight.
     let healer = faults.then(|| {
         let fs = fs.clone();
         std::thread::spawn(move || {
