@@ -361,13 +361,20 @@ impl FileSystem {
     }
 
     /// Make everything written so far durable (fsync on BlockFile) and drop deferred references.
-    /// Once the unmount has begun, its final checkpoint takes and releases them instead.
+    /// Once the unmount has begun, its final checkpoint takes and releases them instead; while
+    /// the engine has given up its live state they wait for its rebuild (which counts them as
+    /// held), and what was written is durable all the same.
     pub fn sync(&self) -> Result<()> {
         let _r = self.releasing.read();
         let pending = {
             let _log = self.log.lock();
             self.medium.fence()?;
-            if self.is_shut_down() {
+            if self.is_shut_down()
+                || matches!(
+                    self.engine.check_ready(),
+                    Err(nodup_core::Error::NeedsRecovery)
+                )
+            {
                 return Ok(());
             }
             std::mem::take(&mut *self.pending.lock())
@@ -389,6 +396,10 @@ impl FileSystem {
         }
         if off >= self.medium.len() || len < nodup_core::BLOCK_SIZE as u64 {
             return errno(libc::EINVAL);
+        }
+        // An engine that gave up its live state is rebuilt first, as for a change.
+        if self.changes_possible().is_err() {
+            self.recover_if_gave_up(false);
         }
         self.sync()?;
         match self.engine.trim(off, len, min)? {
@@ -482,8 +493,11 @@ impl FileSystem {
             ),
             None => match self.engine.check_ready() {
                 Err(nodup_core::Error::NeedsRecovery) => {
-                    // The maintenance thread rebuilds it: now, not at its next round.
-                    self.wake_maintenance();
+                    // The maintenance thread rebuilds it: now, not at its next round (only
+                    // when a try is due, or the thread, which asks too, would spin).
+                    if self.live_recovery.lock().due(Instant::now()) {
+                        self.wake_maintenance();
+                    }
                     (
                         "the engine gave up its live state after a failed store".to_string(),
                         "until failure recovery rebuilds it (tried while mounted, else at the \

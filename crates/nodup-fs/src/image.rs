@@ -204,6 +204,7 @@ pub fn zero_device(path: &Path, len: u64, progress: &mut dyn FnMut(u64)) -> Resu
     let f = std::fs::OpenOptions::new().write(true).open(path)?;
     let mut done = 0u64;
     let mut by_ioctl = true;
+    let mut busy = 0;
     let zeros = vec![0u8; 1 << 20];
     progress(0);
     while done < len {
@@ -222,6 +223,14 @@ pub fn zero_device(path: &Path, len: u64, progress: &mut dyn FnMut(u64)) -> Resu
                 // Not offered for this device (or a length it cannot take): write zeros.
                 Some(libc::EOPNOTSUPP) | Some(libc::ENOTTY) | Some(libc::EINVAL) => {
                     by_ioctl = false
+                }
+                // The kernel could not drop the device's cached pages for the range: someone
+                // has it open exclusively for a moment (udev's probe after the last writer
+                // closed it, in the tests). Try again for up to two seconds.
+                Some(libc::EBUSY) if busy < 20 => {
+                    busy += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    continue;
                 }
                 _ => return Err(e.into()),
             }

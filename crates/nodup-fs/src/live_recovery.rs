@@ -37,7 +37,7 @@ pub(crate) struct LiveRecovery {
 }
 
 impl LiveRecovery {
-    fn due(&self, now: Instant) -> bool {
+    pub(crate) fn due(&self, now: Instant) -> bool {
         self.next.is_none_or(|n| now >= n)
     }
 
@@ -112,15 +112,33 @@ impl FileSystem {
     /// says not to wait: the unmount), run failure recovery now and log what it did. True
     /// when changes are possible again.
     pub fn recover_if_gave_up(&self, now: bool) -> bool {
-        // A `smart` step holds the lock the rebuild takes first: the tick does it instead.
-        if self.read_only || crate::smart::worker::in_step() || !self.only_the_engine_gave_up() {
+        // A `smart` step holds the lock the rebuild takes first: the tick does it instead. A
+        // file system shut down is not rebuilt but by its own unmount (`now`).
+        if self.read_only || crate::smart::worker::in_step() || (!now && self.is_shut_down()) {
             return false;
+        }
+        // Changes possible already (another thread rebuilt it), or stopped for another reason.
+        if !self.only_the_engine_gave_up() {
+            return self.changes_possible().is_ok();
         }
         let t = Instant::now();
-        if !now && !self.live_recovery.lock().due(t) {
-            return false;
-        }
-        let r = match self.rebuild_engine(&|| self.only_the_engine_gave_up()) {
+        let tries = {
+            let l = self.live_recovery.lock();
+            if !now && !l.due(t) {
+                drop(l);
+                return self.changes_possible().is_ok();
+            }
+            l.done + l.failed
+        };
+        // Asked again under the locks: a thread that waited for them behind another try does
+        // not repeat it (unless `now`, the unmount's last chance), whether it worked or not.
+        let still = || {
+            let l = self.live_recovery.lock();
+            let other = l.done + l.failed != tries;
+            drop(l);
+            (now || !other) && self.only_the_engine_gave_up()
+        };
+        let r = match self.rebuild_engine(&still) {
             // Rebuilt meanwhile, or shut down: not a try.
             Ok(None) => return self.changes_possible().is_ok(),
             Ok(Some(rep)) => Ok(rep),
@@ -174,6 +192,10 @@ impl FileSystem {
 mod tests {
     use super::*;
     use crate::testing::{create, fresh};
+    use crate::{Caller, FsOptions, MediumKind};
+    use nodup_core::media::{FaultMedium, FaultOp, FaultRule, MemMedium};
+    use nodup_core::FormatOptions;
+    use std::sync::Arc;
 
     /// Two tries that passed the check before either got the locks: the second finds the
     /// engine rebuilt and neither runs nor counts.
@@ -232,6 +254,81 @@ mod tests {
         });
     }
 
+    /// A block-file file system (releases wait for a sync) whose engine gave up, and the
+    /// fault medium under it.
+    fn given_up_block_file() -> (FileSystem, Arc<FaultMedium>) {
+        let fm = Arc::new(FaultMedium::new(Arc::new(MemMedium::new(16 << 20)), 1));
+        let fs = FileSystem::format(
+            fm.clone(),
+            MediumKind::BlockFile,
+            &FormatOptions::default(),
+            &FsOptions::default(),
+            Caller::default(),
+        )
+        .unwrap();
+        let ino = create(&fs, b"f");
+        fs.write(ino, 0, &[7u8; 8192]).unwrap();
+        fs.sync().unwrap();
+        fs.write(ino, 0, &[8u8; 8192]).unwrap();
+        assert_eq!(
+            fs.unmapped_refs().len(),
+            2,
+            "the old blocks wait for a sync"
+        );
+        fs.engine().give_up_live_state();
+        (fs, fm)
+    }
+
+    /// Threads that waited behind a try that failed do not repeat it (each would pause every
+    /// operation again and double the wait before the next).
+    #[test]
+    fn threads_behind_a_failed_try_do_not_repeat_it() {
+        let (fs, fm) = given_up_block_file();
+        // The rebuild's first medium operation fails.
+        fm.add_rule(FaultRule::new(FaultOp::Any).nth(1).once());
+        std::thread::scope(|s| {
+            let held = fs.gate.read();
+            let tries: Vec<_> = (0..3)
+                .map(|_| s.spawn(|| fs.recover_if_gave_up(false)))
+                .collect();
+            std::thread::sleep(Duration::from_millis(200));
+            drop(held);
+            for t in tries {
+                assert!(!t.join().unwrap(), "changes still refused");
+            }
+        });
+        assert_eq!(fm.injected(), 1);
+        assert_eq!(fs.live_recoveries(), (0, 1), "one try, not three");
+    }
+
+    /// While the engine is given up, a sync still makes what was written durable and keeps the
+    /// releases waiting for it for after the rebuild (which counts them as held); and a
+    /// refused change wakes the maintenance thread only when a try is due (it asks too, and
+    /// would otherwise spin).
+    #[test]
+    fn a_sync_works_while_given_up_and_waking_waits_for_a_due_try() {
+        let (fs, fm) = given_up_block_file();
+        fs.sync().unwrap();
+        assert_eq!(fs.unmapped_refs().len(), 2, "kept for after the rebuild");
+        fm.add_rule(FaultRule::new(FaultOp::Any).nth(1).once());
+        assert!(!fs.recover_if_gave_up(false));
+        assert_eq!(fs.live_recoveries(), (0, 1));
+        fs.wait_for_tick(Duration::ZERO);
+        assert!(fs.changes_possible().is_err());
+        let t = Instant::now();
+        fs.wait_for_tick(Duration::from_millis(300));
+        assert!(
+            t.elapsed() >= Duration::from_millis(250),
+            "woken with no try due"
+        );
+        std::thread::sleep(Duration::from_millis(800));
+        assert!(fs.recover_if_gave_up(false));
+        fs.sync().unwrap();
+        assert!(fs.unmapped_refs().is_empty(), "released after the rebuild");
+        let rep = crate::fsck::check(&fs, false).unwrap();
+        assert!(rep.consistent(), "{:?}", rep.problems);
+    }
+
     /// A try that waited through the unmount finds the engine shut down: the saved image is
     /// not written again.
     #[test]
@@ -241,7 +338,8 @@ mod tests {
         fs.engine().give_up_live_state();
         let e = fs.recover_engine().unwrap_err();
         assert!(e.to_string().contains("shut down"), "{e}");
-        assert!(!fs.recover_if_gave_up(true));
+        fs.recover_if_gave_up(true);
+        fs.recover_if_gave_up(false);
         assert_eq!(fs.live_recoveries(), (0, 0));
     }
 

@@ -30,14 +30,9 @@ fn put(fs: &FileSystem, model: &mut Model, name: &str, seeds: Vec<u64>) {
     model.push((name.to_string(), seeds));
 }
 
+/// Every file reads as the model says, and fsck finds nothing.
 fn check(fs: &FileSystem, model: &Model, what: &str) {
-    for (name, seeds) in model {
-        let ino = fs.lookup(ROOT_INO, name.as_bytes()).unwrap().0;
-        for (i, &s) in seeds.iter().enumerate() {
-            let got = fs.read(ino, i as u64 * BS, BLOCK_SIZE).unwrap();
-            assert!(got == block(s), "{what}: {name} block {i}");
-        }
-    }
+    check_reads(fs, model, what);
     let rep = fsck::check(fs, false).unwrap();
     assert!(rep.consistent(), "{what}: {:?}", rep.problems);
 }
@@ -95,7 +90,7 @@ fn gave_up(landed: bool) -> (Arc<MemMedium>, Arc<FaultMedium>, FileSystem, Model
     (mem, fm, fs, model)
 }
 
-/// Reads go on while changes are refused.
+/// Every file reads as the model says (reads go on while changes are refused).
 fn check_reads(fs: &FileSystem, model: &Model, what: &str) {
     for (name, seeds) in model {
         let ino = fs.lookup(ROOT_INO, name.as_bytes()).unwrap().0;
