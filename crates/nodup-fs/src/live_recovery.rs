@@ -30,6 +30,8 @@ pub(crate) struct LiveRecovery {
     next: Option<Instant>,
     /// Wait after the next try if it fails.
     delay: Duration,
+    /// Tries begun (counted under the rebuild's locks).
+    started: u64,
     /// Recoveries that made changes possible again.
     pub(crate) done: u64,
     /// Recoveries that failed (the engine still gave up).
@@ -122,21 +124,24 @@ impl FileSystem {
             return self.changes_possible().is_ok();
         }
         let t = Instant::now();
-        let tries = {
+        let started = {
             let l = self.live_recovery.lock();
             if !now && !l.due(t) {
                 drop(l);
                 return self.changes_possible().is_ok();
             }
-            l.done + l.failed
+            l.started
         };
-        // Asked again under the locks: a thread that waited for them behind another try does
-        // not repeat it (unless `now`, the unmount's last chance), whether it worked or not.
+        // Asked again under the locks, where tries start one at a time: a thread that waited
+        // for them behind another try does not repeat it (unless `now`, the unmount's last
+        // chance), whether it worked or not.
         let still = || {
-            let l = self.live_recovery.lock();
-            let other = l.done + l.failed != tries;
-            drop(l);
-            (now || !other) && self.only_the_engine_gave_up()
+            let mut l = self.live_recovery.lock();
+            if !(now || l.started == started) || !self.only_the_engine_gave_up() {
+                return false;
+            }
+            l.started += 1;
+            true
         };
         let r = match self.rebuild_engine(&still) {
             // Rebuilt meanwhile, or shut down: not a try.
