@@ -32,6 +32,9 @@ pub(crate) struct LiveRecovery {
     delay: Duration,
     /// Tries begun (counted under the rebuild's locks).
     started: u64,
+    /// Rebuilds run to free blocks a lost fingerprint group kept (the engine had not given
+    /// up; [`FileSystem::rebuild_if_leaked`]).
+    pub(crate) for_leaks: u64,
     /// Recoveries that made changes possible again.
     pub(crate) done: u64,
     /// Recoveries that failed (the engine still gave up).
@@ -184,6 +187,58 @@ impl FileSystem {
             }
         }
         ok
+    }
+
+    /// When the engine suspects blocks held by nothing (a fingerprint group lost after a
+    /// medium error keeps its blocks: `Allocator::leak_suspected`) and the file system is idle,
+    /// or unmounting (`now`), rebuild it as failure recovery while mounted does, which frees
+    /// them. Paced as the tries after a give-up; a rebuild that fails leaves the engine given
+    /// up, and that path goes on from there.
+    pub(crate) fn rebuild_if_leaked(&self, now: bool) {
+        let leaky =
+            || self.engine.allocator().leak_suspected() && self.engine.check_ready().is_ok();
+        if self.read_only || crate::smart::worker::in_step() || !leaky() {
+            return;
+        }
+        let t = Instant::now();
+        let started = {
+            let l = self.live_recovery.lock();
+            if !now && !l.due(t) {
+                return;
+            }
+            l.started
+        };
+        let still = || {
+            let mut l = self.live_recovery.lock();
+            if !(now || l.started == started) || !leaky() {
+                return false;
+            }
+            l.started += 1;
+            true
+        };
+        match self.rebuild_engine(&still) {
+            Ok(None) => {}
+            Ok(Some(rep)) => {
+                let mut l = self.live_recovery.lock();
+                l.for_leaks += 1;
+                l.next = Some(Instant::now() + RETRY_MIN);
+                drop(l);
+                crate::logging::info(&format!(
+                    "a fingerprint group lost after a medium error kept its blocks: rebuilt the \
+                     engine{} in {:.0} ms, {} leaked blocks freed",
+                    if now { " at unmount" } else { " while idle" },
+                    t.elapsed().as_secs_f64() * 1e3,
+                    rep.leaked_blocks_freed
+                ));
+            }
+            Err(e) => {
+                self.live_recovery.lock().tried(Instant::now(), false);
+                crate::logging::error(&format!(
+                    "rebuilding the engine to free blocks a lost fingerprint group kept failed: \
+                     {e}"
+                ));
+            }
+        }
     }
 
     /// Failure recoveries run while mounted: (made changes possible again, failed).

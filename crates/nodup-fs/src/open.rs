@@ -555,6 +555,8 @@ impl FileSystem {
         // An engine that gave up its live state and was not rebuilt yet (its wait after a
         // failed try) gets one more try, so the unmount can still be clean.
         self.recover_if_gave_up(true);
+        // Blocks a lost fingerprint group kept are freed before the allocator is saved.
+        self.rebuild_if_leaked(true);
         // A release of deferred references in flight (the maintenance thread's sync) finishes
         // before the final checkpoint and the engine's save; later syncs see `shut` and leave
         // them to the checkpoint.

@@ -94,9 +94,10 @@ impl FileSystem {
                 serde_json::to_value(&self.recovery).unwrap_or_default(),
             );
             let (done, failed) = self.live_recoveries();
+            let for_leaks = self.live_recovery.lock().for_leaks;
             o.insert(
                 "live_recoveries".into(),
-                serde_json::json!({"done": done, "failed": failed}),
+                serde_json::json!({"done": done, "failed": failed, "for_leaks": for_leaks}),
             );
             // Why every change fails with EIO now (null while changes go on).
             o.insert(

@@ -283,3 +283,52 @@ fn every_policy_is_rebuilt_while_mounted() {
         goes_on_with(&mem, fs, model, &opts, &what);
     }
 }
+
+/// Blocks allocated with nothing holding them (as a fingerprint group lost to a medium error
+/// leaves them) are freed once the engine suspects a leak: by the next tick after a second
+/// without operations, or by the unmount. Not suspected, they stay (fsck reports them).
+#[test]
+fn suspected_leaks_are_freed_when_idle_and_at_unmount() {
+    for at_unmount in [false, true] {
+        let what = if at_unmount {
+            "at unmount"
+        } else {
+            "when idle"
+        };
+        let mem = Arc::new(MemMedium::new(16 << 20));
+        let fs = FileSystem::format(
+            mem.clone(),
+            MediumKind::Pmem,
+            &FormatOptions::default(),
+            &FsOptions::default(),
+            Caller::default(),
+        )
+        .unwrap();
+        let mut model = Model::new();
+        put(&fs, &mut model, "a", (0..40).chain(0..10).collect());
+        let mut pool = 0;
+        for _ in 0..5 {
+            fs.engine().allocator().alloc(&mut pool).unwrap();
+        }
+        let leaked = |fs: &FileSystem| !fsck::check(fs, false).unwrap().consistent();
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        fs.tick().unwrap();
+        assert!(leaked(&fs), "{what}: freed without a suspicion");
+        fs.engine().allocator().suspect_leak();
+        if at_unmount {
+            fs.shutdown().unwrap();
+            drop(fs);
+            let m: Arc<dyn Medium> = mem.clone();
+            let fs = FileSystem::open(m, &FsOptions::default()).unwrap();
+            assert_eq!(fs.recovery().kind, "clean", "{what}");
+            check(&fs, &model, what);
+            continue;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        fs.tick().unwrap();
+        assert!(!leaked(&fs), "{what}: still leaked");
+        assert_eq!(fs.stats_json()["live_recoveries"]["for_leaks"], 1, "{what}");
+        assert!(!fs.engine().allocator().leak_suspected());
+        goes_on(&mem, fs, model, what);
+    }
+}

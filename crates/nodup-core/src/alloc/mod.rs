@@ -49,6 +49,10 @@ pub struct Allocator {
     /// write asks for it (the space check), and summing sixteen pools meant taking sixteen
     /// locks that the other writers allocate under.
     free: AtomicU64,
+    /// Set when blocks may be allocated with nothing holding them (a fingerprint group lost
+    /// after an error keeps its blocks, see `policy/smart`); cleared by the rebuild that
+    /// frees them ([`Allocator::reset_all_free`]).
+    leak_suspected: std::sync::atomic::AtomicBool,
 }
 
 impl Allocator {
@@ -75,7 +79,19 @@ impl Allocator {
             pool_len,
             pools,
             free: AtomicU64::new(len),
+            leak_suspected: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Say that some blocks may now be allocated with nothing holding them (they stay so
+    /// until a failure recovery rebuilds the allocator; the file system runs one when idle).
+    pub fn suspect_leak(&self) {
+        self.leak_suspected.store(true, Ordering::Release);
+    }
+
+    /// Whether [`Allocator::suspect_leak`] was called since the last rebuild.
+    pub fn leak_suspected(&self) -> bool {
+        self.leak_suspected.load(Ordering::Acquire)
     }
 
     /// First block managed.
@@ -264,6 +280,7 @@ impl Allocator {
 
     /// Free everything (start of a failure-recovery rebuild).
     pub fn reset_all_free(&self) {
+        self.leak_suspected.store(false, Ordering::Release);
         for p in &self.pools {
             let mut p = p.lock();
             let n = p.map.len();

@@ -54,6 +54,9 @@ impl FileSystem {
             self.checkpoint(false)?;
             super::return_free_memory();
         }
+        if idle {
+            self.rebuild_if_leaked(false);
+        }
         self.top_up_reserve();
         Ok(())
     }

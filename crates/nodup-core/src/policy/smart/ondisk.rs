@@ -503,6 +503,9 @@ impl GroupIo {
     pub(crate) fn note(&mut self, e: &Error) {
         self.errors += 1;
         self.last_error = Some(e.to_string());
+        // The group it came from is dropped or cut short, and the blocks of it not read or
+        // not trusted stay allocated: a rebuild frees them.
+        self.alloc.suspect_leak();
     }
 
     /// Return group blocks to the allocator.
