@@ -46,6 +46,17 @@ impl LiveRecovery {
         self.next.is_none_or(|n| now >= n)
     }
 
+    /// Record a rebuild for leaks at `now`; `again`: a leak is suspected once more.
+    fn rebuilt_for_leaks(&mut self, now: Instant, again: bool) {
+        self.for_leaks += 1;
+        self.delay = if again {
+            (self.delay * 2).clamp(RETRY_MIN, RETRY_MAX)
+        } else {
+            RETRY_MIN
+        };
+        self.next = Some(now + self.delay);
+    }
+
     /// Record a try at `now`; returns the wait before the next one.
     fn tried(&mut self, now: Instant, ok: bool) -> Duration {
         if ok {
@@ -219,10 +230,12 @@ impl FileSystem {
         match self.rebuild_engine(&still) {
             Ok(None) => {}
             Ok(Some(rep)) => {
-                let mut l = self.live_recovery.lock();
-                l.for_leaks += 1;
-                l.next = Some(Instant::now() + RETRY_MIN);
-                drop(l);
+                // Suspected again at once (the groups rebuilt met an error too: a failing
+                // medium): wait longer each time, as after failed tries, not every second.
+                let again = self.engine.allocator().leak_suspected();
+                self.live_recovery
+                    .lock()
+                    .rebuilt_for_leaks(Instant::now(), again);
                 crate::logging::info(&format!(
                     "a fingerprint group lost after a medium error kept its blocks: rebuilt the \
                      engine{} in {:.0} ms, {} leaked blocks freed",
@@ -416,5 +429,14 @@ mod tests {
         assert_eq!(l.tried(t, true), RETRY_MIN);
         assert_eq!(l.tried(t, false), Duration::from_secs(2));
         assert_eq!((l.done, l.failed), (1, 13));
+        // Rebuilds for leaks that leave a leak suspected again wait longer each time.
+        l.tried(t, true);
+        for want in [2, 4, 8] {
+            l.rebuilt_for_leaks(t, true);
+            assert_eq!(l.next, Some(t + Duration::from_secs(want)));
+        }
+        l.rebuilt_for_leaks(t, false);
+        assert_eq!(l.next, Some(t + RETRY_MIN));
+        assert_eq!(l.for_leaks, 4);
     }
 }
