@@ -369,12 +369,7 @@ impl FileSystem {
         let pending = {
             let _log = self.log.lock();
             self.medium.fence()?;
-            if self.is_shut_down()
-                || matches!(
-                    self.engine.check_ready(),
-                    Err(nodup_core::Error::NeedsRecovery)
-                )
-            {
+            if self.is_shut_down() || self.engine_gave_up() {
                 return Ok(());
             }
             std::mem::take(&mut *self.pending.lock())
@@ -397,10 +392,9 @@ impl FileSystem {
         if off >= self.medium.len() || len < nodup_core::BLOCK_SIZE as u64 {
             return errno(libc::EINVAL);
         }
-        // An engine that gave up its live state is rebuilt first, as for a change.
-        if self.changes_possible().is_err() {
-            self.recover_if_gave_up(false);
-        }
+        // An engine that gave up its live state is rebuilt first, as for a change (the trim
+        // goes on whatever the check says, as it always did: it gives back only free blocks).
+        let _ = self.changes_possible_or_rebuilt();
         self.sync()?;
         match self.engine.trim(off, len, min)? {
             Some(n) => Ok(n),
@@ -491,25 +485,32 @@ impl FileSystem {
                 "a checkpoint's superblock switch failed and could not be undone".to_string(),
                 REMOUNT,
             ),
-            None => match self.engine.check_ready() {
-                Err(nodup_core::Error::NeedsRecovery) => {
-                    // The maintenance thread rebuilds it: now, not at its next round (only
-                    // when a try is due, or the thread, which asks too, would spin).
-                    if self.live_recovery.lock().due(Instant::now()) {
-                        self.wake_maintenance();
-                    }
-                    (
-                        "the engine gave up its live state after a failed store".to_string(),
-                        "until failure recovery rebuilds it (tried while mounted, else at the \
-                         next mount)",
-                    )
+            None if self.engine_gave_up() => {
+                // The maintenance thread rebuilds it: now, not at its next round (only when a
+                // try is due, or the thread, which asks too, would spin).
+                if self.live_recovery.lock().due(Instant::now()) {
+                    self.wake_maintenance();
                 }
-                _ => return Ok(()),
-            },
+                (
+                    "the engine gave up its live state after a failed store".to_string(),
+                    "until failure recovery rebuilds it (tried while mounted, else at the next \
+                     mount)",
+                )
+            }
+            None => return Ok(()),
         };
         Err(FsError::Engine(nodup_core::Error::Io(
             std::io::Error::other(format!("{why}: no change can be made durable {until}")),
         )))
+    }
+
+    /// Whether the engine gave up its live state (after a store it could not undo) and waits
+    /// for failure recovery.
+    pub(crate) fn engine_gave_up(&self) -> bool {
+        matches!(
+            self.engine.check_ready(),
+            Err(nodup_core::Error::NeedsRecovery)
+        )
     }
 
     /// Give back references held for failed appends that nothing on the medium can name any

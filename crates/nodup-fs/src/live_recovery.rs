@@ -118,50 +118,59 @@ impl FileSystem {
     fn only_the_engine_gave_up(&self) -> bool {
         self.medium.write_back_failed().is_none()
             && !self.switch_unsettled.load(Ordering::Acquire)
-            && matches!(
-                self.engine.check_ready(),
-                Err(nodup_core::Error::NeedsRecovery)
-            )
+            && self.engine_gave_up()
+    }
+
+    /// Whether this thread may rebuild the engine: not on a read-only file system, not inside
+    /// a `smart` step (it holds the lock the rebuild takes first: the tick does it instead).
+    fn may_rebuild(&self) -> bool {
+        !self.read_only && !crate::smart::worker::in_step()
+    }
+
+    /// Rebuild the engine while `wanted()`, paced: when a try is due (or `now`). Asked again
+    /// under the rebuild's locks, where tries start one at a time: a thread that waited for
+    /// them behind another try does not repeat it (unless `now`, the unmount's last chance),
+    /// whether it worked or not. `None` when it did not run.
+    fn paced_rebuild(
+        &self,
+        now: bool,
+        wanted: &dyn Fn() -> bool,
+    ) -> Option<Result<RecoveryReport>> {
+        if !wanted() {
+            return None;
+        }
+        let started = {
+            let l = self.live_recovery.lock();
+            if !now && !l.due(Instant::now()) {
+                return None;
+            }
+            l.started
+        };
+        let still = || {
+            let mut l = self.live_recovery.lock();
+            if !(now || l.started == started) || !wanted() {
+                return false;
+            }
+            l.started += 1;
+            true
+        };
+        self.rebuild_engine(&still).transpose()
     }
 
     /// When only the engine stops changes and the wait after the last try is over (or `now`
     /// says not to wait: the unmount), run failure recovery now and log what it did. True
     /// when changes are possible again.
     pub fn recover_if_gave_up(&self, now: bool) -> bool {
-        // A `smart` step holds the lock the rebuild takes first: the tick does it instead. A
-        // file system shut down is not rebuilt but by its own unmount (`now`).
-        if self.read_only || crate::smart::worker::in_step() || (!now && self.is_shut_down()) {
+        // A file system shut down is not rebuilt but by its own unmount (`now`).
+        if !self.may_rebuild() || (!now && self.is_shut_down()) {
             return false;
         }
-        // Changes possible already (another thread rebuilt it), or stopped for another reason.
-        if !self.only_the_engine_gave_up() {
-            return self.changes_possible().is_ok();
-        }
         let t = Instant::now();
-        let started = {
-            let l = self.live_recovery.lock();
-            if !now && !l.due(t) {
-                drop(l);
-                return self.changes_possible().is_ok();
-            }
-            l.started
-        };
-        // Asked again under the locks, where tries start one at a time: a thread that waited
-        // for them behind another try does not repeat it (unless `now`, the unmount's last
-        // chance), whether it worked or not.
-        let still = || {
-            let mut l = self.live_recovery.lock();
-            if !(now || l.started == started) || !self.only_the_engine_gave_up() {
-                return false;
-            }
-            l.started += 1;
-            true
-        };
-        let r = match self.rebuild_engine(&still) {
-            // Rebuilt meanwhile, or shut down: not a try.
-            Ok(None) => return self.changes_possible().is_ok(),
-            Ok(Some(rep)) => Ok(rep),
-            Err(e) => Err(e),
+        let r = match self.paced_rebuild(now, &|| self.only_the_engine_gave_up()) {
+            // Changes possible already (another thread rebuilt it), stopped for another
+            // reason, or no try due: not a try.
+            None => return self.changes_possible().is_ok(),
+            Some(r) => r,
         };
         let ok = r.is_ok() && self.changes_possible().is_ok();
         let wait = self.live_recovery.lock().tried(Instant::now(), ok);
@@ -200,36 +209,31 @@ impl FileSystem {
         ok
     }
 
+    /// [`FileSystem::changes_possible`], once the engine was rebuilt first when only it stops
+    /// changes ([`FileSystem::recover_if_gave_up`], when a try is due): the check a change
+    /// starts with. The caller must hold no lock the rebuild takes.
+    pub(crate) fn changes_possible_or_rebuilt(&self) -> Result<()> {
+        if self.changes_possible().is_ok() || self.recover_if_gave_up(false) {
+            return Ok(());
+        }
+        self.changes_possible()
+    }
+
     /// When the engine suspects blocks held by nothing (a fingerprint group lost after a
     /// medium error keeps its blocks: `Allocator::leak_suspected`) and the file system is idle,
     /// or unmounting (`now`), rebuild it as failure recovery while mounted does, which frees
     /// them. Paced as the tries after a give-up; a rebuild that fails leaves the engine given
     /// up, and that path goes on from there.
     pub(crate) fn rebuild_if_leaked(&self, now: bool) {
-        let leaky =
-            || self.engine.allocator().leak_suspected() && self.engine.check_ready().is_ok();
-        if self.read_only || crate::smart::worker::in_step() || !leaky() {
+        if !self.may_rebuild() {
             return;
         }
         let t = Instant::now();
-        let started = {
-            let l = self.live_recovery.lock();
-            if !now && !l.due(t) {
-                return;
-            }
-            l.started
-        };
-        let still = || {
-            let mut l = self.live_recovery.lock();
-            if !(now || l.started == started) || !leaky() {
-                return false;
-            }
-            l.started += 1;
-            true
-        };
-        match self.rebuild_engine(&still) {
-            Ok(None) => {}
-            Ok(Some(rep)) => {
+        let leaky =
+            || self.engine.allocator().leak_suspected() && self.engine.check_ready().is_ok();
+        match self.paced_rebuild(now, &leaky) {
+            None => {}
+            Some(Ok(rep)) => {
                 // Suspected again at once (the groups rebuilt met an error too: a failing
                 // medium): wait longer each time, as after failed tries, not every second.
                 let again = self.engine.allocator().leak_suspected();
@@ -244,7 +248,7 @@ impl FileSystem {
                     rep.leaked_blocks_freed
                 ));
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 self.live_recovery.lock().tried(Instant::now(), false);
                 crate::logging::error(&format!(
                     "rebuilding the engine to free blocks a lost fingerprint group kept failed: \

@@ -599,12 +599,7 @@ impl Engine {
             STATE_READY if self.layout.unsettled() => {
                 // Only from ready: a state another thread set meanwhile (shut down, read-only)
                 // stays. At worst a recovery ending just now is asked for again: the safe way.
-                let _ = self.state.compare_exchange(
-                    STATE_READY,
-                    STATE_NEEDS_RECOVERY,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
+                self.give_up_live_state();
                 Err(Error::NeedsRecovery)
             }
             STATE_READY => Ok(()),
@@ -614,8 +609,9 @@ impl Engine {
         }
     }
 
-    /// Give up the live state as a store that could not be undone does, when ready (tests and
-    /// the torture campaigns: failure recovery at any moment, beside running operations).
+    /// Give up the live state, when ready (a state another thread set stays): what
+    /// [`Engine::check_ready`] does for an unsettled layout, and what tests and the torture
+    /// campaigns use to ask for failure recovery at any moment, beside running operations.
     #[doc(hidden)]
     pub fn give_up_live_state(&self) {
         let _ = self.state.compare_exchange(

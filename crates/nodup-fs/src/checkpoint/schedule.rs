@@ -28,12 +28,9 @@ impl FileSystem {
         if self.read_only || self.is_shut_down() {
             return Ok(());
         }
-        // Once the engine gave up, failure recovery while mounted, when its wait is over.
-        if self.changes_possible().is_err() {
-            self.recover_if_gave_up(false);
-        }
-        // No checkpoint or sync can succeed (yet): say so once, not at every tick.
-        if let Err(e) = self.changes_possible() {
+        // Once the engine gave up, failure recovery while mounted, when its wait is over. No
+        // checkpoint or sync can succeed (yet) otherwise: say so once, not at every tick.
+        if let Err(e) = self.changes_possible_or_rebuilt() {
             if !self
                 .said_failed
                 .swap(true, std::sync::atomic::Ordering::Relaxed)
