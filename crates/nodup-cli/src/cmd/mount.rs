@@ -668,6 +668,9 @@ pub fn umount(a: UmountArgs) -> Result<()> {
         .with_context(|| format!("{}", a.mountpoint.display()))?;
     let img =
         mounted_image(&mp).ok_or_else(|| anyhow!("{}: not a nodup mount point", mp.display()))?;
+    // A daemon that is already gone (a dead mount) left the image as it was: the unmount only
+    // detaches, and an unclean image is no failure of it. A live daemon holds the image lock.
+    let daemon_alive = matches!(ImageLock::try_lock(&img), Err(FsError::Busy(_)));
     let out = std::process::Command::new("fusermount3")
         .arg("-u")
         .arg(&mp)
@@ -686,14 +689,24 @@ pub fn umount(a: UmountArgs) -> Result<()> {
     loop {
         match ImageLock::try_lock(&img) {
             Ok(_) => {
-                // The daemon's clean shutdown can fail (a failed write-back of the image): the
-                // unmount happened all the same, but the operator should hear of it here.
+                // The daemon's clean shutdown can fail (a failed write-back of the image, the
+                // daemon killed during it): the file system is detached all the same, but the
+                // unmount did not do its job, and scripts must be able to tell.
                 if let Ok((sb, _, _)) = nodup_fs::superblock::probe_file(&img) {
+                    if !sb.is_clean() && daemon_alive {
+                        bail!(
+                            "{} was not unmounted cleanly: the daemon's clean shutdown did not \
+                             finish (its log says why); {} is detached and the next mount runs \
+                             failure recovery",
+                            img.display(),
+                            mp.display()
+                        );
+                    }
                     if !sb.is_clean() {
                         eprintln!(
-                            "nodup: warning: {} was not unmounted cleanly (the daemon's log says \
-                             why); the next mount runs failure recovery",
-                            img.display()
+                            "nodup: warning: the daemon of {} was already gone: the image was \
+                             not unmounted cleanly; the next mount runs failure recovery",
+                            mp.display()
                         );
                     }
                 }
