@@ -30,6 +30,9 @@ pub(crate) struct LiveRecovery {
     next: Option<Instant>,
     /// Wait after the next try if it fails.
     delay: Duration,
+    /// The last try (or rebuild for leaks) worked: the wait before the next is the pacing's
+    /// least, not a failing medium's.
+    last_ok: bool,
     /// Tries begun (counted under the rebuild's locks).
     started: u64,
     /// Rebuilds run to free blocks a lost fingerprint group kept (the engine had not given
@@ -46,9 +49,18 @@ impl LiveRecovery {
         self.next.is_none_or(|n| now >= n)
     }
 
+    /// The time left before the next try when a change should wait for it instead of failing:
+    /// only the least pause after a rebuild that worked (the engine gave up again within a
+    /// second of it), never the longer waits of a failing medium.
+    fn brief_wait(&self, now: Instant) -> Option<Duration> {
+        let next = self.next?;
+        (self.last_ok && now < next).then(|| next - now)
+    }
+
     /// Record a rebuild for leaks at `now`; `again`: a leak is suspected once more.
     fn rebuilt_for_leaks(&mut self, now: Instant, again: bool) {
         self.for_leaks += 1;
+        self.last_ok = !again;
         self.delay = if again {
             (self.delay * 2).clamp(RETRY_MIN, RETRY_MAX)
         } else {
@@ -59,6 +71,7 @@ impl LiveRecovery {
 
     /// Record a try at `now`; returns the wait before the next one.
     fn tried(&mut self, now: Instant, ok: bool) -> Duration {
+        self.last_ok = ok;
         if ok {
             self.done += 1;
             self.delay = RETRY_MIN;
@@ -211,10 +224,21 @@ impl FileSystem {
 
     /// [`FileSystem::changes_possible`], once the engine was rebuilt first when only it stops
     /// changes ([`FileSystem::recover_if_gave_up`], when a try is due): the check a change
-    /// starts with. The caller must hold no lock the rebuild takes.
+    /// starts with. A change that finds the engine given up again within a second of a rebuild
+    /// that worked waits for the next try (latency, not EIO); after failed tries it fails at
+    /// once. The caller must hold no lock the rebuild takes.
     pub(crate) fn changes_possible_or_rebuilt(&self) -> Result<()> {
         if self.changes_possible().is_ok() || self.recover_if_gave_up(false) {
             return Ok(());
+        }
+        if self.may_rebuild() && self.only_the_engine_gave_up() {
+            let wait = self.live_recovery.lock().brief_wait(Instant::now());
+            if let Some(w) = wait {
+                std::thread::sleep(w);
+                if self.recover_if_gave_up(false) {
+                    return Ok(());
+                }
+            }
         }
         self.changes_possible()
     }
@@ -418,6 +442,33 @@ mod tests {
         fs.recover_if_gave_up(true);
         fs.recover_if_gave_up(false);
         assert_eq!(fs.live_recoveries(), (0, 0));
+    }
+
+    /// The engine gives up again soon after a rebuild that worked: a change waits for the
+    /// next try (the pacing's second) and goes through instead of failing until then; after a
+    /// failed try a change still fails at once.
+    #[test]
+    fn a_change_soon_after_a_rebuild_waits_for_the_next_try() {
+        let (fs, fm) = given_up_block_file();
+        assert!(fs.recover_if_gave_up(false));
+        let ino = create(&fs, b"g");
+        fs.engine().give_up_live_state();
+        let t = Instant::now();
+        fs.write(ino, 0, b"waited").unwrap();
+        assert!(
+            t.elapsed() >= Duration::from_millis(500),
+            "no try was due: the change waited for one"
+        );
+        assert_eq!(fs.live_recoveries(), (2, 0));
+        // A failed try: the next change does not wait out the longer pause.
+        fs.engine().give_up_live_state();
+        std::thread::sleep(RETRY_MIN);
+        fm.add_rule(FaultRule::new(FaultOp::Any).nth(1).once());
+        assert!(!fs.recover_if_gave_up(false));
+        let t = Instant::now();
+        assert!(fs.write(ino, 0, b"refused").is_err());
+        assert!(t.elapsed() < Duration::from_millis(500), "it waited");
+        assert_eq!(fs.live_recoveries(), (2, 1));
     }
 
     #[test]
