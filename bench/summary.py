@@ -319,7 +319,14 @@ if parts and store_of_null is not None:
     ceiling = ceiling[:-1] + (
         f"; a FUSE file system that only keeps every byte in /dev/shm, with no dedup work, "
         f"reaches {store_of_null:.2f} × its null transport (`fs-ceiling.md`, \"The data path "
-        "behind the transport\"): keeping new data costs that much here, and null keeps none.")
+        "behind the transport\")")
+    light0 = light_of[0][0] if 0 in light_of else None
+    if light0 is not None and light0 > store_of_null:
+        # Some hosts charge pwrite into a sparse tmpfs file more than stores into a mapping.
+        ceiling += (f", below light's {light0:.2f} at 0 %: on this host pwrite(2) into a sparse "
+                    "file keeps new data more slowly than light's stores into its mapped image.")
+    else:
+        ceiling += ": keeping new data costs that much here, and null keeps none."
 copy = ("- On a copy of many small files, per-file FUSE round trips, not dedup, set the time")
 if "copy-ktree" in copies:
     l1, l2, z2, n2 = copies["copy-ktree"]
