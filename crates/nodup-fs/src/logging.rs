@@ -1,10 +1,12 @@
 //! The daemon's log: one line per event (mount, recovery, checkpoints, errors, shutdown), to
 //! stderr in the foreground, to a file, or to syslog (journald picks it up) when daemonized.
-//! A library user that sets no sink gets no output.
+//! A library user that sets no sink gets no output. An error that fails requests is logged
+//! once, then at most once per ten seconds with the number of requests it failed meanwhile.
 
 use parking_lot::Mutex;
 use std::io::Write;
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// Where log lines go.
 pub enum Sink {
@@ -93,4 +95,136 @@ pub fn warn(msg: &str) {
 /// Log an error.
 pub fn error(msg: &str) {
     log(Level::Error, msg)
+}
+
+/// Least time between two lines of the same request error: a full disk or a failing medium
+/// fails every request alike, and a line per request would flood the log.
+const REPEAT_QUIET: Duration = Duration::from_secs(10);
+
+/// Distinct request errors remembered (the oldest is forgotten for a new one).
+const REPEATS_KEPT: usize = 8;
+
+/// Request errors logged lately, and how often each came again since without a line.
+#[derive(Default)]
+struct Repeats {
+    /// (message, when last logged, repeats since).
+    recent: Vec<(String, Instant, u64)>,
+}
+
+impl Repeats {
+    /// The line to log for `msg` at `now`: the message the first time, and again once
+    /// [`REPEAT_QUIET`] has passed, with the repeats it stood for; `None` in between.
+    fn note(&mut self, msg: &str, now: Instant) -> Option<String> {
+        if let Some(r) = self.recent.iter_mut().find(|r| r.0 == msg) {
+            if now.duration_since(r.1) < REPEAT_QUIET {
+                r.2 += 1;
+                return None;
+            }
+            let line = with_repeats(msg, r.2, now.duration_since(r.1));
+            (r.1, r.2) = (now, 0);
+            return Some(line);
+        }
+        if self.recent.len() == REPEATS_KEPT {
+            if let Some(i) = (0..self.recent.len()).min_by_key(|&i| self.recent[i].1) {
+                self.recent.swap_remove(i);
+            }
+        }
+        self.recent.push((msg.to_owned(), now, 0));
+        Some(msg.to_owned())
+    }
+
+    /// Lines for the repeats not yet logged of errors logged over [`REPEAT_QUIET`] ago (or
+    /// of every error, when `all`: the daemon is ending), so a count is never lost.
+    fn due(&mut self, now: Instant, all: bool) -> Vec<String> {
+        let mut lines = Vec::new();
+        for r in &mut self.recent {
+            let since = now.duration_since(r.1);
+            if r.2 > 0 && (all || since >= REPEAT_QUIET) {
+                lines.push(with_repeats(&r.0, r.2, since));
+                (r.1, r.2) = (now, 0);
+            }
+        }
+        lines
+    }
+}
+
+fn with_repeats(msg: &str, n: u64, over: Duration) -> String {
+    if n == 0 {
+        return msg.to_owned();
+    }
+    format!(
+        "{msg} (and {n} more time{} in the {} s before this line)",
+        if n == 1 { "" } else { "s" },
+        over.as_secs()
+    )
+}
+
+static REPEATS: OnceLock<Mutex<Repeats>> = OnceLock::new();
+
+fn repeats() -> &'static Mutex<Repeats> {
+    REPEATS.get_or_init(|| Mutex::new(Repeats::default()))
+}
+
+/// Log an error a request met: the first of a kind at once, then the same message at most
+/// once per [`REPEAT_QUIET`], saying how many requests it stands for.
+pub fn request_error(msg: &str) {
+    let line = repeats().lock().note(msg, Instant::now());
+    if let Some(l) = line {
+        error(&l);
+    }
+}
+
+/// Log the counts [`request_error`] held back for errors that stopped coming (the
+/// maintenance tick calls it), or all of them (`all`: at the end of the daemon).
+pub fn flush_repeats(all: bool) {
+    let lines = repeats().lock().due(Instant::now(), all);
+    for l in lines {
+        error(&l);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_errors_are_counted_not_logged_each_time() {
+        let mut r = Repeats::default();
+        let t = Instant::now();
+        assert_eq!(r.note("full", t).as_deref(), Some("full"));
+        assert_eq!(r.note("other", t).as_deref(), Some("other"));
+        for i in 1..=5 {
+            assert_eq!(r.note("full", t + Duration::from_secs(i)), None);
+        }
+        assert!(
+            r.due(t + Duration::from_secs(9), false).is_empty(),
+            "still coming"
+        );
+        let later = t + REPEAT_QUIET + Duration::from_secs(2);
+        assert_eq!(
+            r.note("full", later).as_deref(),
+            Some("full (and 5 more times in the 12 s before this line)")
+        );
+        // One more, then silence: the tick logs its count once the quiet time is over.
+        assert_eq!(r.note("full", later + Duration::from_secs(1)), None);
+        assert!(r.due(later + Duration::from_secs(5), false).is_empty());
+        let end = later + REPEAT_QUIET;
+        assert_eq!(
+            r.due(end, false),
+            vec!["full (and 1 more time in the 10 s before this line)".to_string()]
+        );
+        assert!(r.due(end + REPEAT_QUIET, true).is_empty(), "counted once");
+        // At the end of the daemon, every count held back, however recent.
+        r.note("full", end + Duration::from_secs(1));
+        assert_eq!(
+            r.due(end + Duration::from_secs(2), true),
+            vec!["full (and 1 more time in the 2 s before this line)".to_string()]
+        );
+        // Never more than REPEATS_KEPT messages: the oldest goes.
+        for i in 0..REPEATS_KEPT {
+            r.note(&format!("e{i}"), end + Duration::from_secs(i as u64 + 1));
+        }
+        assert_eq!(r.recent.len(), REPEATS_KEPT);
+        assert!(r.recent.iter().all(|x| x.0 != "other"));
+    }
 }

@@ -636,6 +636,7 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
             let _ = writeln!(f, "err {}: {e}", a.mountpoint.display());
         }
     }
+    logging::flush_repeats(true);
     match &r {
         Ok(()) => logging::info(&format!("{img}: unmounted cleanly")),
         Err(e) => logging::error(&format!("{img}: {e}")),

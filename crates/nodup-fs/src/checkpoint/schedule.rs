@@ -25,6 +25,7 @@ impl FileSystem {
     /// when the log or the changed metadata passed the limit or the file system is idle with
     /// changes, keep the checkpoint reserve filled.
     pub fn tick(&self) -> Result<()> {
+        crate::logging::flush_repeats(false);
         if self.read_only || self.is_shut_down() {
             return Ok(());
         }

@@ -60,7 +60,7 @@ pub struct Adapter {
 
 fn err(e: FsError) -> Errno {
     if !matches!(e, FsError::Errno(_)) {
-        crate::logging::error(&e.to_string());
+        crate::logging::request_error(&e.to_string());
     }
     Errno::from_i32(e.errno())
 }
