@@ -202,6 +202,11 @@ pub fn zero_device(path: &Path, len: u64, progress: &mut dyn FnMut(u64)) -> Resu
     // BLKZEROOUT = _IO(0x12, 127).
     const BLKZEROOUT: libc::c_ulong = (0x12 << 8) | 127;
     let f = std::fs::OpenOptions::new().write(true).open(path)?;
+    // BLKZEROOUT drops the device's cached pages for the range, and while we hold the device
+    // exclusively (`claim_device`) it can only invalidate them: a dirty page an earlier writer
+    // left (an image copied onto the device a moment ago) makes it fail with EBUSY. Written
+    // back first, none is dirty.
+    f.sync_all()?;
     let mut done = 0u64;
     let mut by_ioctl = true;
     let mut busy = 0;
@@ -224,9 +229,9 @@ pub fn zero_device(path: &Path, len: u64, progress: &mut dyn FnMut(u64)) -> Resu
                 Some(libc::EOPNOTSUPP) | Some(libc::ENOTTY) | Some(libc::EINVAL) => {
                     by_ioctl = false
                 }
-                // The kernel could not drop the device's cached pages for the range: someone
-                // has it open exclusively for a moment (udev's probe after the last writer
-                // closed it, in the tests). Try again for up to two seconds.
+                // The kernel could not drop the device's cached pages for the range (one
+                // dirtied since the sync above, or mapped by another process for a moment).
+                // Try again for up to two seconds.
                 Some(libc::EBUSY) if busy < 20 => {
                     busy += 1;
                     std::thread::sleep(std::time::Duration::from_millis(100));
