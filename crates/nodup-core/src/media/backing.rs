@@ -91,7 +91,7 @@ fn test_bit(bits: &[AtomicU64], c: u64) -> bool {
     bits[(c / 64) as usize].load(Ordering::Relaxed) & (1 << (c % 64)) != 0
 }
 
-fn atomic_bits(n: u64) -> Box<[AtomicU64]> {
+pub(super) fn atomic_bits(n: u64) -> Box<[AtomicU64]> {
     (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect()
 }
 
@@ -116,7 +116,7 @@ fn word_masks(from: u64, to: u64) -> impl Iterator<Item = (usize, u64)> {
 }
 
 /// Set (or clear) bits `[from, to)` of `bits`.
-fn set_bits(bits: &[AtomicU64], from: u64, to: u64, on: bool) {
+pub(super) fn set_bits(bits: &[AtomicU64], from: u64, to: u64, on: bool) {
     for (w, mask) in word_masks(from, to) {
         if on {
             bits[w].fetch_or(mask, Ordering::SeqCst);
@@ -127,13 +127,13 @@ fn set_bits(bits: &[AtomicU64], from: u64, to: u64, on: bool) {
 }
 
 /// True when bits `[from, to)` of `bits` are all set.
-fn all_set(bits: &[AtomicU64], from: u64, to: u64) -> bool {
+pub(super) fn all_set(bits: &[AtomicU64], from: u64, to: u64) -> bool {
     word_masks(from, to).all(|(w, mask)| bits[w].load(Ordering::Relaxed) & mask == mask)
 }
 
 /// `fallocate` mode 0 (allocate, size unchanged) of `[start, start+n)` of `file`; a file
 /// system without it is no error (nothing better can be done up front).
-fn allocate(file: &File, start: u64, n: u64) -> Result<()> {
+pub(super) fn allocate(file: &File, start: u64, n: u64) -> Result<()> {
     // SAFETY: fallocate on a descriptor owned by `file`; the range is inside the file, so its
     // size does not change.
     let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, start as i64, n as i64) };

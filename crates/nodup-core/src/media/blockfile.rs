@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
 
+use super::preallocate::Preallocated;
 use super::write_back::WriteBack;
 use super::{check_range, Medium};
 use crate::{Error, Result};
@@ -79,6 +80,9 @@ pub struct BlockFile {
     rmw: Mutex<()>,
     /// After a failed `fdatasync`, no fence succeeds (see [`WriteBack`]).
     write_back: WriteBack,
+    /// A regular file opened for writing: holes are allocated before they are written, so a
+    /// full disk fails a write before any byte of it lands (see [`Preallocated`]).
+    prealloc: Option<Preallocated>,
 }
 
 impl std::fmt::Debug for BlockFile {
@@ -124,6 +128,7 @@ impl BlockFile {
             opts,
             rmw: Mutex::new(()),
             write_back: WriteBack::default(),
+            prealloc: (!opts.read_only).then(|| Preallocated::new(len)),
         })
     }
 
@@ -132,7 +137,8 @@ impl BlockFile {
         let path = path.as_ref();
         let file = open_opts_for(&opts).open(path)?;
         let meta = file.metadata()?;
-        let len = if meta.file_type().is_file() {
+        let regular = meta.file_type().is_file();
+        let len = if regular {
             meta.len()
         } else {
             // Block device: its size is where a seek to the end lands.
@@ -149,6 +155,8 @@ impl BlockFile {
             opts,
             rmw: Mutex::new(()),
             write_back: WriteBack::default(),
+            // A block device has no holes to fill.
+            prealloc: (regular && !opts.read_only).then(|| Preallocated::new(len)),
         })
     }
 
@@ -216,6 +224,9 @@ impl Medium for BlockFile {
         if data.is_empty() {
             return Ok(());
         }
+        if let Some(p) = &self.prealloc {
+            p.ensure(&self.file, off, data.len() as u64)?;
+        }
         if self.opts.direct {
             return self.direct_write(off, data);
         }
@@ -250,7 +261,11 @@ impl Medium for BlockFile {
         check_range(off, len as usize, self.len)?;
         // A file gets a hole; a block device a discard (the kernel refuses, and we stop, where
         // the device cannot unmap without writing).
-        super::punch_hole(self.file.as_raw_fd(), off, len)
+        let punch = || super::punch_hole(self.file.as_raw_fd(), off, len);
+        match &self.prealloc {
+            Some(p) => p.punch(off, len, punch),
+            None => punch(),
+        }
     }
 
     fn kind(&self) -> &'static str {

@@ -149,6 +149,7 @@ pub mod fault;
 pub mod mem;
 pub mod meter;
 pub mod pmem;
+mod preallocate;
 mod write_back;
 #[cfg(target_arch = "x86_64")]
 mod xts_ni;
