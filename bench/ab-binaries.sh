@@ -8,6 +8,8 @@
 #   against itself with A_MKFS="--policy none" (B/A is then light / none). FIO_ARGS: extra fio
 #   options for every run, e.g. FIO_ARGS=--fsync=16 (an fsync every 16 writes) with
 #   A_MKFS=B_MKFS="--medium blockfile" to weigh what each fence of a block-file image costs.
+#   IMG_DIR: where the image goes (default /dev/shm; a directory on a disk for a block-file
+#   image there).
 set -euo pipefail
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 cd "$(dirname "$0")/.."
@@ -16,7 +18,7 @@ B=${2:?new binary}
 RUNS=${RUNS:-5}
 SIZE=${SIZE:-512m}
 POINTS=${POINTS:-"1m:0 1m:75 4k:0"}
-IMG=/dev/shm/nodup-ab.img
+IMG=${IMG_DIR:-/dev/shm}/nodup-ab.img
 MNT=/tmp/nodup-ab-mnt
 mkdir -p "$MNT"
 source bench/lib.sh
