@@ -394,7 +394,7 @@ impl FileSystem {
         }
         // An engine that gave up its live state is rebuilt first, as for a change (the trim
         // goes on whatever the check says, as it always did: it gives back only free blocks).
-        let _ = self.changes_possible_or_rebuilt();
+        let _ = self.changes_possible_or_rebuilt(false);
         self.sync()?;
         match self.engine.trim(off, len, min)? {
             Some(n) => Ok(n),

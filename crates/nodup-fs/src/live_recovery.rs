@@ -30,9 +30,12 @@ pub(crate) struct LiveRecovery {
     next: Option<Instant>,
     /// Wait after the next try if it fails.
     delay: Duration,
-    /// The last try (or rebuild for leaks) worked: the wait before the next is the pacing's
-    /// least, not a failing medium's.
+    /// The last try (or rebuild for leaks) worked.
     last_ok: bool,
+    /// The last working try came as soon as the one before it let it (the engine gave up
+    /// again at once: something a rebuild does not fix); the waits then grow as after failed
+    /// tries, and no change waits for the next try.
+    repeating: bool,
     /// Tries begun (counted under the rebuild's locks).
     started: u64,
     /// Rebuilds run to free blocks a lost fingerprint group kept (the engine had not given
@@ -49,18 +52,20 @@ impl LiveRecovery {
         self.next.is_none_or(|n| now >= n)
     }
 
-    /// The time left before the next try when a change should wait for it instead of failing:
-    /// only the least pause after a rebuild that worked (the engine gave up again within a
-    /// second of it), never the longer waits of a failing medium.
+    /// The time left before the next try when a change should wait for it instead of failing
+    /// (zero when it is due by now): only the least pause after a rebuild that worked (the
+    /// engine gave up again within a second of it), never the longer waits of a failing medium
+    /// or of a give-up that keeps coming back.
     fn brief_wait(&self, now: Instant) -> Option<Duration> {
         let next = self.next?;
-        (self.last_ok && now < next).then(|| next - now)
+        (self.last_ok && !self.repeating).then(|| next.saturating_duration_since(now))
     }
 
     /// Record a rebuild for leaks at `now`; `again`: a leak is suspected once more.
     fn rebuilt_for_leaks(&mut self, now: Instant, again: bool) {
         self.for_leaks += 1;
         self.last_ok = !again;
+        self.repeating = false;
         self.delay = if again {
             (self.delay * 2).clamp(RETRY_MIN, RETRY_MAX)
         } else {
@@ -71,17 +76,23 @@ impl LiveRecovery {
 
     /// Record a try at `now`; returns the wait before the next one.
     fn tried(&mut self, now: Instant, ok: bool) -> Duration {
-        self.last_ok = ok;
+        // A working try within a second of when the last working one let it run: the engine
+        // gave up again as soon as it could.
+        let at_once = self.last_ok && self.next.is_some_and(|n| now < n + RETRY_MIN);
         if ok {
             self.done += 1;
-            self.delay = RETRY_MIN;
         } else {
             self.failed += 1;
-            self.delay = (self.delay * 2).clamp(RETRY_MIN, RETRY_MAX);
         }
-        let wait = if ok { RETRY_MIN } else { self.delay };
-        self.next = Some(now + wait);
-        wait
+        self.repeating = ok && at_once;
+        self.delay = if ok && !at_once {
+            RETRY_MIN
+        } else {
+            (self.delay * 2).clamp(RETRY_MIN, RETRY_MAX)
+        };
+        self.last_ok = ok;
+        self.next = Some(now + self.delay);
+        self.delay
     }
 }
 
@@ -224,14 +235,15 @@ impl FileSystem {
 
     /// [`FileSystem::changes_possible`], once the engine was rebuilt first when only it stops
     /// changes ([`FileSystem::recover_if_gave_up`], when a try is due): the check a change
-    /// starts with. A change that finds the engine given up again within a second of a rebuild
-    /// that worked waits for the next try (latency, not EIO); after failed tries it fails at
-    /// once. The caller must hold no lock the rebuild takes.
-    pub(crate) fn changes_possible_or_rebuilt(&self) -> Result<()> {
+    /// starts with (`wait`: it may wait for the next try). A change that finds the engine
+    /// given up again within a second of a rebuild that worked waits for the next try
+    /// (latency, not EIO); after failed tries, or when the give-up keeps coming back, it fails
+    /// at once. The caller must hold no lock the rebuild takes.
+    pub(crate) fn changes_possible_or_rebuilt(&self, wait: bool) -> Result<()> {
         if self.changes_possible().is_ok() || self.recover_if_gave_up(false) {
             return Ok(());
         }
-        if self.may_rebuild() && self.only_the_engine_gave_up() {
+        if wait && self.may_rebuild() && self.only_the_engine_gave_up() {
             let wait = self.live_recovery.lock().brief_wait(Instant::now());
             if let Some(w) = wait {
                 std::thread::sleep(w);
@@ -451,18 +463,21 @@ mod tests {
     fn a_change_soon_after_a_rebuild_waits_for_the_next_try() {
         let (fs, fm) = given_up_block_file();
         assert!(fs.recover_if_gave_up(false));
+        let t = Instant::now();
         let ino = create(&fs, b"g");
         fs.engine().give_up_live_state();
-        let t = Instant::now();
         fs.write(ino, 0, b"waited").unwrap();
         assert!(
-            t.elapsed() >= Duration::from_millis(500),
+            t.elapsed() >= Duration::from_millis(900),
             "no try was due: the change waited for one"
         );
         assert_eq!(fs.live_recoveries(), (2, 0));
-        // A failed try: the next change does not wait out the longer pause.
+        // That give-up came back as soon as it could: the next one is not waited for.
         fs.engine().give_up_live_state();
-        std::thread::sleep(RETRY_MIN);
+        assert!(fs.write(ino, 0, b"refused").is_err());
+        assert_eq!(fs.live_recoveries(), (2, 0));
+        std::thread::sleep(2 * RETRY_MIN);
+        // A failed try: the next change does not wait out the longer pause.
         fm.add_rule(FaultRule::new(FaultOp::Any).nth(1).once());
         assert!(!fs.recover_if_gave_up(false));
         let t = Instant::now();
@@ -493,5 +508,19 @@ mod tests {
         l.rebuilt_for_leaks(t, false);
         assert_eq!(l.next, Some(t + RETRY_MIN));
         assert_eq!(l.for_leaks, 4);
+        // Working tries, each as soon as the one before let it (the give-up keeps coming
+        // back): the waits grow, and no change waits for them; one long after starts over.
+        let mut l = LiveRecovery::default();
+        assert_eq!(l.tried(t, true), RETRY_MIN);
+        assert_eq!(l.brief_wait(t), Some(RETRY_MIN));
+        assert_eq!(l.tried(t + RETRY_MIN, true), 2 * RETRY_MIN);
+        assert_eq!(l.brief_wait(t + RETRY_MIN), None);
+        assert_eq!(l.tried(t + 3 * RETRY_MIN, true), 4 * RETRY_MIN);
+        assert_eq!(l.tried(t + Duration::from_secs(60), true), RETRY_MIN);
+        assert_eq!(
+            l.brief_wait(t + Duration::from_secs(61) + RETRY_MIN),
+            Some(Duration::ZERO),
+            "due already: no wait, but a try"
+        );
     }
 }

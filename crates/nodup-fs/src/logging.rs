@@ -107,30 +107,37 @@ const REPEATS_KEPT: usize = 8;
 /// Request errors logged lately, and how often each came again since without a line.
 #[derive(Default)]
 struct Repeats {
-    /// (message, when last logged, repeats since).
-    recent: Vec<(String, Instant, u64)>,
+    /// (message, when last logged, repeats since, when last seen).
+    recent: Vec<(String, Instant, u64, Instant)>,
 }
 
 impl Repeats {
-    /// The line to log for `msg` at `now`: the message the first time, and again once
-    /// [`REPEAT_QUIET`] has passed, with the repeats it stood for; `None` in between.
-    fn note(&mut self, msg: &str, now: Instant) -> Option<String> {
+    /// The lines to log for `msg` at `now`: the message the first time, and again once
+    /// [`REPEAT_QUIET`] has passed, with the repeats it stood for; none in between. A message
+    /// forgotten to make room (the one seen least lately) first has its count logged.
+    fn note(&mut self, msg: &str, now: Instant) -> Vec<String> {
         if let Some(r) = self.recent.iter_mut().find(|r| r.0 == msg) {
+            r.3 = now;
             if now.duration_since(r.1) < REPEAT_QUIET {
                 r.2 += 1;
-                return None;
+                return Vec::new();
             }
             let line = with_repeats(msg, r.2, now.duration_since(r.1));
             (r.1, r.2) = (now, 0);
-            return Some(line);
+            return vec![line];
         }
+        let mut lines = Vec::new();
         if self.recent.len() == REPEATS_KEPT {
-            if let Some(i) = (0..self.recent.len()).min_by_key(|&i| self.recent[i].1) {
-                self.recent.swap_remove(i);
+            if let Some(i) = (0..self.recent.len()).min_by_key(|&i| self.recent[i].3) {
+                let (m, at, n, _) = self.recent.swap_remove(i);
+                if n > 0 {
+                    lines.push(with_repeats(&m, n, now.duration_since(at)));
+                }
             }
         }
-        self.recent.push((msg.to_owned(), now, 0));
-        Some(msg.to_owned())
+        self.recent.push((msg.to_owned(), now, 0, now));
+        lines.push(msg.to_owned());
+        lines
     }
 
     /// Lines for the repeats not yet logged of errors logged over [`REPEAT_QUIET`] ago (or
@@ -168,8 +175,8 @@ fn repeats() -> &'static Mutex<Repeats> {
 /// Log an error a request met: the first of a kind at once, then the same message at most
 /// once per [`REPEAT_QUIET`], saying how many requests it stands for.
 pub fn request_error(msg: &str) {
-    let line = repeats().lock().note(msg, Instant::now());
-    if let Some(l) = line {
+    let lines = repeats().lock().note(msg, Instant::now());
+    for l in lines {
         error(&l);
     }
 }
@@ -191,10 +198,10 @@ mod tests {
     fn repeated_errors_are_counted_not_logged_each_time() {
         let mut r = Repeats::default();
         let t = Instant::now();
-        assert_eq!(r.note("full", t).as_deref(), Some("full"));
-        assert_eq!(r.note("other", t).as_deref(), Some("other"));
+        assert_eq!(r.note("full", t), ["full"]);
+        assert_eq!(r.note("other", t), ["other"]);
         for i in 1..=5 {
-            assert_eq!(r.note("full", t + Duration::from_secs(i)), None);
+            assert!(r.note("full", t + Duration::from_secs(i)).is_empty());
         }
         assert!(
             r.due(t + Duration::from_secs(9), false).is_empty(),
@@ -202,11 +209,11 @@ mod tests {
         );
         let later = t + REPEAT_QUIET + Duration::from_secs(2);
         assert_eq!(
-            r.note("full", later).as_deref(),
-            Some("full (and 5 more times in the 12 s before this line)")
+            r.note("full", later),
+            ["full (and 5 more times in the 12 s before this line)"]
         );
         // One more, then silence: the tick logs its count once the quiet time is over.
-        assert_eq!(r.note("full", later + Duration::from_secs(1)), None);
+        assert!(r.note("full", later + Duration::from_secs(1)).is_empty());
         assert!(r.due(later + Duration::from_secs(5), false).is_empty());
         let end = later + REPEAT_QUIET;
         assert_eq!(
@@ -220,10 +227,20 @@ mod tests {
             r.due(end + Duration::from_secs(2), true),
             vec!["full (and 1 more time in the 2 s before this line)".to_string()]
         );
-        // Never more than REPEATS_KEPT messages: the oldest goes.
-        for i in 0..REPEATS_KEPT {
-            r.note(&format!("e{i}"), end + Duration::from_secs(i as u64 + 1));
+        // Never more than REPEATS_KEPT messages: the one seen least lately goes, its count
+        // logged first ("full" is seen again meanwhile, so "other" goes first).
+        let t2 = end + Duration::from_secs(10);
+        r.note("other", t2);
+        assert!(r.note("other", t2).is_empty());
+        for i in 0..REPEATS_KEPT - 2 {
+            let at = t2 + Duration::from_millis(i as u64 + 1);
+            assert_eq!(r.note(&format!("e{i}"), at).len(), 1);
         }
+        assert!(r.note("full", t2 + Duration::from_secs(1)).is_empty());
+        assert_eq!(
+            r.note("new", t2 + Duration::from_secs(2)),
+            ["other (and 1 more time in the 2 s before this line)", "new"]
+        );
         assert_eq!(r.recent.len(), REPEATS_KEPT);
         assert!(r.recent.iter().all(|x| x.0 != "other"));
     }

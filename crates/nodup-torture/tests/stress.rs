@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use nodup_torture::stress::{full_device, library, library_faults, library_smart};
+use nodup_torture::stress::{full_device, host_full, library, library_faults, library_smart};
 
 fn seed() -> u64 {
     std::env::var("TORTURE_SEED")
@@ -103,6 +103,26 @@ fn full_device_gives_enospc_then_recovers_space() {
     );
     assert!(st.ops > 50);
     assert_eq!(st.mismatches, 0, "{:#?}", st.examples);
+}
+
+/// The disk under the image fills, then has room again: ENOSPC only, no give-up, every file
+/// back, writes go on, a clean shutdown and reopen; on both media (root only: a small tmpfs).
+#[test]
+fn a_full_host_disk_gives_enospc_and_room_again_lets_writes_go_on() {
+    for kind in [nodup_fs::MediumKind::BlockFile, nodup_fs::MediumKind::Pmem] {
+        let Some(st) = host_full(seed(), kind) else {
+            eprintln!("skipping: mounting a small tmpfs needs root");
+            return;
+        };
+        eprintln!(
+            "{}: {} files, {} mismatches",
+            kind.name(),
+            st.ops,
+            st.mismatches
+        );
+        assert!(st.ops > 100, "{}: {:#?}", kind.name(), st.examples);
+        assert_eq!(st.mismatches, 0, "{}: {:#?}", kind.name(), st.examples);
+    }
 }
 
 /// Finding 3 (nodup-fs, fs.rs `top_up_reserve`/`checkpoint`): the checkpoint reserve is sized

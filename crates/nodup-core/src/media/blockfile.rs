@@ -225,7 +225,9 @@ impl Medium for BlockFile {
             return Ok(());
         }
         if let Some(p) = &self.prealloc {
-            p.ensure(&self.file, off, data.len() as u64)?;
+            if !p.ensure(&self.file, off, data)? {
+                return Ok(());
+            }
         }
         if self.opts.direct {
             return self.direct_write(off, data);

@@ -3,75 +3,118 @@
 //! is full, the write fails with ENOSPC partway through whatever the engine was doing (a store,
 //! then its undo; a region grow, then its link), and the engine gives up its live state: every
 //! writer gets EIO, and failure recovery while mounted, which writes too, fails on the same
-//! full disk. So, as the mapped medium does ([`super::backing`]), a range not known to be
-//! allocated is allocated with `fallocate` before it is written. A full disk is then one failed
-//! store with nothing written, ENOSPC to its writer, and once the disk has room again the next
-//! write goes through, without a remount.
+//! full disk. So, as the mapped medium does ([`super::backing`]), space for a range not known
+//! to be allocated is taken with `fallocate` before the range is written. A full disk is then
+//! one failed store with nothing written, ENOSPC to its writer, and once the disk has room
+//! again the next write goes through, without a remount.
 //!
-//! A bit per page remembers what is known to be allocated (none at open: the first write into
-//! each stretch of a mounted image asks once, which is cheap where it already is). A miss
-//! allocates [`PAGES_AHEAD`] pages at least, so a stream of new blocks (handed out in address
-//! order) asks once per 128 KiB; that takes at most 124 KiB of holes given back to the holder
-//! (free blocks punched out) early, as the mapped medium does on tmpfs. A discard forgets the
-//! pages it punched.
+//! A bit per [`STRETCH`] (aligned) remembers the stretches known to be allocated (none at
+//! open: the first write into each stretch of a mounted image asks once, which is cheap where
+//! it already is): a stream of new blocks, handed out in address order, asks once per stretch.
+//! That takes at most a stretch of holes given back to the holder (free blocks punched out)
+//! early, as the mapped medium does on tmpfs. A discard forgets every stretch it touches.
+//!
+//! On a full disk a stretch can fail where the write itself needs no space (its pages hold
+//! data, the rest of the stretch is holes). Then only the written pages are asked for, and
+//! a range without a hole, or zeros written into a range that is all hole (the undo of a
+//! first write that failed), needs nothing: so overwrites, frees and undos of what already
+//! has its space still go through on a full disk.
+//!
+//! What this cannot promise: on a copy-on-write holder (btrfs, ZFS) a rewrite of allocated
+//! space needs new space at write-back, and a failed write-back fails every later fence.
 
 use std::fs::File;
+use std::os::unix::io::AsRawFd;
 use std::sync::atomic::AtomicU64;
 
 use parking_lot::RwLock;
 
-use super::backing::{all_set, allocate, atomic_bits, set_bits, PAGES_AHEAD};
-use crate::Result;
+use super::backing::{all_set, allocate, atomic_bits, set_bits};
+use crate::{Error, Result};
 
-/// Bytes per bit.
+/// Bytes per bit, and per `fallocate` of a stretch not known to be allocated.
+pub(super) const STRETCH: u64 = 128 << 10;
+
+/// Page granularity of the fallbacks.
 const PAGE: u64 = 4096;
 
-/// Which pages of an image file are allocated in the file system holding it.
+/// Which stretches of an image file are allocated in the file system holding it.
 pub(super) struct Preallocated {
-    /// One bit per page: allocated.
-    pages: Box<[AtomicU64]>,
+    /// One bit per [`STRETCH`]: allocated whole.
+    stretches: Box<[AtomicU64]>,
     /// Bytes in the file.
     len: u64,
     /// Shared from an allocation to its bits being set, held alone by a punch across its hole
-    /// and the clearing of its bits: no page is marked allocated while a punch left it a hole.
+    /// and the clearing of its bits: no stretch is marked allocated while a punch left a hole.
     punching: RwLock<()>,
+}
+
+/// Whether `[off, off+len)` of `fd` holds no hole (SEEK_HOLE finds none before its end).
+fn no_hole(fd: i32, off: u64, len: u64) -> bool {
+    // SAFETY: lseek on a descriptor the caller owns; no memory is involved.
+    let r = unsafe { libc::lseek(fd, off as libc::off_t, libc::SEEK_HOLE) };
+    r >= 0 && r as u64 >= off.saturating_add(len)
+}
+
+/// A file system's "over quota" is a full disk for this image.
+fn as_no_space(e: Error) -> Error {
+    match e {
+        Error::Io(io) if io.raw_os_error() == Some(libc::EDQUOT) => {
+            Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        }
+        e => e,
+    }
 }
 
 impl Preallocated {
     /// Nothing known to be allocated yet, in a file of `len` bytes.
     pub(super) fn new(len: u64) -> Preallocated {
         Preallocated {
-            pages: atomic_bits(len.div_ceil(PAGE)),
+            stretches: atomic_bits(len.div_ceil(STRETCH)),
             len,
             punching: RwLock::new(()),
         }
     }
 
-    /// Make sure writing `[off, off+len)` of `file` takes no space the file system holding it
-    /// may lack. ENOSPC (or another error of that file system) when it cannot: nothing is
-    /// written then.
+    /// Make sure writing `data` at `off` of `file` takes no space the file system holding it
+    /// may lack. `Ok(false)`: nothing needs writing (zeros into a hole). ENOSPC (or another
+    /// error of that file system) when space is needed and not there: nothing is written.
     #[inline]
-    pub(super) fn ensure(&self, file: &File, off: u64, len: u64) -> Result<()> {
-        let (p0, p1) = (off / PAGE, (off + len).div_ceil(PAGE));
-        if len == 0 || all_set(&self.pages, p0, p1) {
-            return Ok(());
+    pub(super) fn ensure(&self, file: &File, off: u64, data: &[u8]) -> Result<bool> {
+        let len = data.len() as u64;
+        let (s0, s1) = (off / STRETCH, (off + len).div_ceil(STRETCH));
+        if len == 0 || all_set(&self.stretches, s0, s1) {
+            return Ok(true);
         }
-        self.allocate(file, p0, p1)
+        self.allocate(file, off, data, s0, s1)
     }
 
     #[cold]
     #[inline(never)]
-    fn allocate(&self, file: &File, p0: u64, p1: u64) -> Result<()> {
-        let p1 = p1.max(p0 + PAGES_AHEAD).min(self.len.div_ceil(PAGE));
+    fn allocate(&self, file: &File, off: u64, data: &[u8], s0: u64, s1: u64) -> Result<bool> {
         let _no_punch = self.punching.read();
-        let at = p0 * PAGE;
-        allocate(file, at, (p1 * PAGE).min(self.len) - at)?;
-        set_bits(&self.pages, p0, p1, true);
-        Ok(())
+        let at = s0 * STRETCH;
+        let whole = allocate(file, at, (s1 * STRETCH).min(self.len) - at);
+        if whole.is_ok() {
+            set_bits(&self.stretches, s0, s1, true);
+            return Ok(true);
+        }
+        // A full disk, most likely: ask for the written pages alone (marking nothing, so the
+        // next write into these stretches asks again, and gets them whole once there is room).
+        let len = data.len() as u64;
+        let (p0, p1) = (off / PAGE * PAGE, (off + len).div_ceil(PAGE) * PAGE);
+        let fd = file.as_raw_fd();
+        if allocate(file, p0, p1.min(self.len) - p0).is_ok() || no_hole(fd, off, len) {
+            return Ok(true);
+        }
+        if data.iter().all(|&b| b == 0) && super::file_hole(fd, off, len) {
+            return Ok(false);
+        }
+        whole.map(|_| true).map_err(as_no_space)
     }
 
-    /// Punch `[off, off+len)` with `punch` and forget the allocation of every page it touches
-    /// (also when the punch fails partway), with no allocation running meanwhile.
+    /// Punch `[off, off+len)` with `punch` and forget the allocation of every stretch it
+    /// touches (also when the punch fails partway), with no allocation running meanwhile.
     pub(super) fn punch(
         &self,
         off: u64,
@@ -81,7 +124,12 @@ impl Preallocated {
         let _alone = self.punching.write();
         let punched = punch();
         if len != 0 {
-            set_bits(&self.pages, off / PAGE, (off + len).div_ceil(PAGE), false);
+            set_bits(
+                &self.stretches,
+                off / STRETCH,
+                (off + len).div_ceil(STRETCH),
+                false,
+            );
         }
         punched
     }
@@ -90,46 +138,100 @@ impl Preallocated {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{FileExt, MetadataExt};
 
     /// Bytes the file system holds for `f`.
     fn held(f: &File) -> u64 {
         f.metadata().unwrap().blocks() * 512
     }
 
-    #[test]
-    fn a_miss_allocates_ahead_and_a_punch_forgets() {
-        let dir = tempfile::tempdir().unwrap();
+    fn sparse(dir: &std::path::Path, len: u64) -> File {
         let f = File::options()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(dir.path().join("img"))
+            .open(dir.join("img"))
             .unwrap();
-        let len = 4 << 20;
         f.set_len(len).unwrap();
+        f
+    }
+
+    #[test]
+    fn a_miss_allocates_its_stretch_and_a_punch_forgets() {
+        let dir = tempfile::tempdir().unwrap();
+        let len = 4 << 20;
+        let f = sparse(dir.path(), len);
         let p = Preallocated::new(len);
         assert_eq!(held(&f), 0);
-        p.ensure(&f, 8192, 100).unwrap();
-        // Where fallocate works, the pages ahead are taken now.
-        let ahead = PAGES_AHEAD * PAGE;
+        assert!(p.ensure(&f, 8192, &[1u8; 100]).unwrap());
+        // Where fallocate works, the whole stretch is taken now.
         if held(&f) != 0 {
-            assert!(held(&f) >= ahead, "{}", held(&f));
+            assert!(held(&f) >= STRETCH, "{}", held(&f));
         }
-        assert!(all_set(&p.pages, 2, 2 + PAGES_AHEAD));
-        assert!(!all_set(&p.pages, 2 + PAGES_AHEAD, 3 + PAGES_AHEAD));
-        // The last page of the file: nothing past its end.
-        p.ensure(&f, len - 1, 1).unwrap();
-        assert!(all_set(&p.pages, len / PAGE - 1, len / PAGE));
+        assert!(all_set(&p.stretches, 0, 1));
+        assert!(!all_set(&p.stretches, 1, 2));
+        // A write across two stretches asks for both.
+        assert!(p.ensure(&f, 2 * STRETCH - 10, &[1u8; 20]).unwrap());
+        assert!(all_set(&p.stretches, 1, 3));
+        // The last bytes of the file: nothing past its end.
+        assert!(p.ensure(&f, len - 1, &[1]).unwrap());
+        assert!(all_set(&p.stretches, len / STRETCH - 1, len / STRETCH));
         let punched = p
             .punch(8192, 4096, || {
-                use std::os::unix::io::AsRawFd;
                 super::super::punch_hole(f.as_raw_fd(), 8192, 4096)
             })
             .unwrap();
         assert!(punched);
-        assert!(!all_set(&p.pages, 2, 3), "forgotten");
-        assert!(all_set(&p.pages, 3, 2 + PAGES_AHEAD));
+        assert!(!all_set(&p.stretches, 0, 1), "forgotten");
+        assert!(all_set(&p.stretches, 1, 3));
+    }
+
+    /// On a full disk (a 1 MiB tmpfs, root only): a write into pages that hold data, and
+    /// zeros into a hole, go through although their stretch cannot be allocated; new data
+    /// into a hole gets ENOSPC.
+    #[test]
+    fn a_full_disk_still_takes_writes_that_need_no_space() {
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipping: mounting a small tmpfs needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1M", "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(mounted.success());
+        let check = || {
+            let len = 8 << 20;
+            let f = sparse(dir.path(), len);
+            f.write_all_at(&[7u8; 4096], 0).unwrap();
+            // Fill the disk.
+            let filler = File::create(dir.path().join("filler")).unwrap();
+            let mut at = 0;
+            while filler.write_all_at(&[1u8; 65536], at).is_ok() {
+                at += 65536;
+            }
+            let p = Preallocated::new(len);
+            assert!(p.ensure(&f, 0, &[9u8; 4096]).unwrap(), "a page with data");
+            assert!(
+                !p.ensure(&f, 8192, &[0u8; 4096]).unwrap(),
+                "zeros into a hole"
+            );
+            let e = p.ensure(&f, 8192, &[9u8; 4096]).unwrap_err();
+            assert!(
+                matches!(&e, Error::Io(io) if io.raw_os_error() == Some(libc::ENOSPC)),
+                "{e}"
+            );
+            assert!(!all_set(&p.stretches, 0, 1), "nothing marked");
+        };
+        let r = std::panic::catch_unwind(check);
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(dir.path())
+            .status();
+        r.unwrap();
     }
 }

@@ -31,7 +31,7 @@ impl FileSystem {
         }
         // Once the engine gave up, failure recovery while mounted, when its wait is over. No
         // checkpoint or sync can succeed (yet) otherwise: say so once, not at every tick.
-        if let Err(e) = self.changes_possible_or_rebuilt() {
+        if let Err(e) = self.changes_possible_or_rebuilt(false) {
             if !self
                 .said_failed
                 .swap(true, std::sync::atomic::Ordering::Relaxed)

@@ -75,7 +75,7 @@ impl FileSystem {
         // Not a full device: no checkpoint can be written any more. Unless only the engine
         // gave up its live state: then it is rebuilt here (at most once a second, see
         // `live_recovery.rs`), so this change waits for that instead of failing.
-        self.changes_possible_or_rebuilt()?;
+        self.changes_possible_or_rebuilt(true)?;
         // Past a limit, the maintenance thread is woken to checkpoint now. Far past it (no
         // maintenance thread, or one that cannot keep up) the operation does it itself.
         let logged = self.log.lock().bytes();

@@ -384,6 +384,23 @@ fn main() -> Result<()> {
         } else {
             s.violations += st.shutdown_enospc;
         }
+        for kind in [nodup_fs::MediumKind::BlockFile, nodup_fs::MediumKind::Pmem] {
+            match stress::host_full(a.seed, kind) {
+                Some(st) => {
+                    note(&format!(
+                        "host disk full ({}): {} files written until the disk's ENOSPC, then the image's, {} mismatches",
+                        kind.name(),
+                        st.ops,
+                        st.mismatches
+                    ));
+                    for e in &st.examples {
+                        note(&format!("  host disk full: {e}"));
+                    }
+                    s.stress_mismatches += st.mismatches;
+                }
+                None => note("host disk full: skipped (mounting its tmpfs needs root)"),
+            }
+        }
         if a.nodup.exists() {
             let rest = b.saturating_sub(start.elapsed().min(b)).max(b.mul_f64(0.3));
             let st = nodup_torture::stress::mount_stress(

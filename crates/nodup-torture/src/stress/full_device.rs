@@ -34,48 +34,8 @@ pub fn full_device(seed: u64, ticks: bool) -> StressStats {
     };
     let t = LibTarget(fs.clone());
     let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-    let mut rng = StdRng::seed_from_u64(seed);
-    let unique = AtomicU64::new(seed << 24);
-    let mut fill = |t: &LibTarget,
-                    model: &mut BTreeMap<String, Vec<u8>>,
-                    st: &mut StressStats,
-                    round: usize|
-     -> bool {
-        for i in 0..100_000 {
-            if ticks && i % 32 == 0 {
-                // What the FUSE daemon's maintenance timer does between requests.
-                if let Err(e) = t.0.tick() {
-                    if e.errno() != libc::ENOSPC {
-                        st.bad(format!("tick: {e}"));
-                    }
-                }
-            }
-            let n = format!("t{round}-{i}");
-            if let Err(e) = t.create(&n) {
-                if e.raw_os_error() == Some(libc::ENOSPC) {
-                    return true;
-                }
-                st.bad(format!("create {n}: {e}"));
-                return false;
-            }
-            model.insert(n.clone(), Vec::new());
-            let data = content(&mut rng, 8, &unique);
-            match t.write(&n, 0, &data) {
-                Ok(()) => {
-                    model.insert(n, data);
-                }
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => return true,
-                Err(e) => {
-                    st.bad(format!("write {n}: {e} (expected ENOSPC at most)"));
-                    return false;
-                }
-            }
-            st.ops += 1;
-        }
-        st.bad("the device never filled up".into());
-        false
-    };
-    if !fill(&t, &mut model, &mut st, 0) {
+    let mut w = Filler::new(seed, ticks, 8);
+    if !w.fill(&t, &mut model, &mut st, 0) {
         return st;
     }
     final_check(&t, &model, &BTreeSet::new(), &mut st);
@@ -89,7 +49,7 @@ pub fn full_device(seed: u64, ticks: bool) -> StressStats {
         }
     }
     let before = model.len();
-    if fill(&t, &mut model, &mut st, 1) && model.len() <= before {
+    if w.fill(&t, &mut model, &mut st, 1) && model.len() <= before {
         st.bad("no file could be written after deleting half".into());
     }
     final_check(&t, &model, &BTreeSet::new(), &mut st);
@@ -109,4 +69,69 @@ pub fn full_device(seed: u64, ticks: bool) -> StressStats {
         Err(e) => st.bad(format!("reopen of a full device: {e}")),
     }
     st
+}
+
+/// Files of unique content written one after another until ENOSPC.
+pub(super) struct Filler {
+    rng: StdRng,
+    unique: AtomicU64,
+    /// Run the maintenance tick every 32 files.
+    ticks: bool,
+    /// Blocks per file (70 % of them from a small shared set, see [`content`]).
+    blocks: usize,
+}
+
+impl Filler {
+    pub(super) fn new(seed: u64, ticks: bool, blocks: usize) -> Filler {
+        Filler {
+            rng: StdRng::seed_from_u64(seed),
+            unique: AtomicU64::new(seed << 24),
+            ticks,
+            blocks,
+        }
+    }
+
+    /// Write files `t<round>-<i>` until ENOSPC (true) or another error (false, counted as
+    /// bad); `model` gets every file as written.
+    pub(super) fn fill(
+        &mut self,
+        t: &LibTarget,
+        model: &mut BTreeMap<String, Vec<u8>>,
+        st: &mut StressStats,
+        round: usize,
+    ) -> bool {
+        for i in 0..100_000 {
+            if self.ticks && i % 32 == 0 {
+                // What the FUSE daemon's maintenance timer does between requests.
+                if let Err(e) = t.0.tick() {
+                    if e.errno() != libc::ENOSPC {
+                        st.bad(format!("tick: {e}"));
+                    }
+                }
+            }
+            let n = format!("t{round}-{i}");
+            if let Err(e) = t.create(&n) {
+                if e.raw_os_error() == Some(libc::ENOSPC) {
+                    return true;
+                }
+                st.bad(format!("create {n}: {e}"));
+                return false;
+            }
+            model.insert(n.clone(), Vec::new());
+            let data = content(&mut self.rng, self.blocks, &self.unique);
+            match t.write(&n, 0, &data) {
+                Ok(()) => {
+                    model.insert(n, data);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => return true,
+                Err(e) => {
+                    st.bad(format!("write {n}: {e} (expected ENOSPC at most)"));
+                    return false;
+                }
+            }
+            st.ops += 1;
+        }
+        st.bad("the device never filled up".into());
+        false
+    }
 }

@@ -8,13 +8,16 @@
 //! the library ([`LibTarget`]) or a real mount ([`DirTarget`]).
 //!
 //! By run: `library` (threads on the library, with and without media faults), `full_device`,
-//! `mount` (threads through the kernel on a real mount).
+//! `host_full` (the disk under the image fills, then has room again), `mount` (threads through
+//! the kernel on a real mount).
 
 mod full_device;
+mod host_full;
 mod library;
 mod mount;
 
 pub use self::full_device::full_device;
+pub use self::host_full::host_full;
 pub use self::library::{library, library_faults, library_smart, FAULT_ONE_IN};
 pub use self::mount::mount_stress;
 
