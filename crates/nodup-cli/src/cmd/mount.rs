@@ -661,6 +661,17 @@ pub fn mounted_image(mp: &Path) -> Option<PathBuf> {
         .map(|e| e.source)
 }
 
+/// Whether the unmounted image at `img` was left clean: its file-system superblock pair and
+/// the engine's superblock (block 0, whose flag the engine's own save at the end of a clean
+/// shutdown sets, after the final checkpoint) both say so; both are in the clear on an
+/// encrypted image too. `None` when they cannot be read.
+fn image_clean(img: &Path) -> Option<bool> {
+    let (sb, _, _) = nodup_fs::superblock::probe_file(img).ok()?;
+    let (m, _) = nodup_fs::image::open_with(img, true).ok()?;
+    let esb = nodup_core::engine::superblock::Superblock::load(&*m).ok()?;
+    Some(sb.is_clean() && esb.clean)
+}
+
 /// `nodup umount`.
 pub fn umount(a: UmountArgs) -> Result<()> {
     let mp = a
@@ -690,11 +701,12 @@ pub fn umount(a: UmountArgs) -> Result<()> {
     loop {
         match ImageLock::try_lock(&img) {
             Ok(_) => {
-                // The daemon's clean shutdown can fail (a failed write-back of the image, the
-                // daemon killed during it): the file system is detached all the same, but the
-                // unmount did not do its job, and scripts must be able to tell.
-                if let Ok((sb, _, _)) = nodup_fs::superblock::probe_file(&img) {
-                    if !sb.is_clean() && daemon_alive {
+                // The daemon's clean shutdown can fail (a failed write-back of the image, a
+                // full disk under it, the daemon killed during it): the file system is
+                // detached all the same, but the unmount did not do its job, and scripts must
+                // be able to tell.
+                if image_clean(&img) == Some(false) {
+                    if daemon_alive {
                         bail!(
                             "{} was not unmounted cleanly: the daemon's clean shutdown did not \
                              finish (its log says why); {} is detached and the next mount runs \
@@ -703,13 +715,11 @@ pub fn umount(a: UmountArgs) -> Result<()> {
                             mp.display()
                         );
                     }
-                    if !sb.is_clean() {
-                        eprintln!(
-                            "nodup: warning: the daemon of {} was already gone: the image was \
-                             not unmounted cleanly; the next mount runs failure recovery",
-                            mp.display()
-                        );
-                    }
+                    eprintln!(
+                        "nodup: warning: the daemon of {} was already gone: the image was not \
+                         unmounted cleanly; the next mount runs failure recovery",
+                        mp.display()
+                    );
                 }
                 return Ok(());
             }
