@@ -244,9 +244,9 @@ impl FileSystem {
             return Ok(());
         }
         if wait && self.may_rebuild() && self.only_the_engine_gave_up() {
-            let wait = self.live_recovery.lock().brief_wait(Instant::now());
-            if let Some(w) = wait {
-                std::thread::sleep(w);
+            let left = self.live_recovery.lock().brief_wait(Instant::now());
+            if let Some(left) = left {
+                std::thread::sleep(left);
                 if self.recover_if_gave_up(false) {
                     return Ok(());
                 }

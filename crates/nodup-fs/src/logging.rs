@@ -101,14 +101,41 @@ pub fn error(msg: &str) {
 /// fails every request alike, and a line per request would flood the log.
 const REPEAT_QUIET: Duration = Duration::from_secs(10);
 
-/// Distinct request errors remembered (the oldest is forgotten for a new one).
+/// Distinct request errors remembered (the one seen least lately is forgotten for a new one).
 const REPEATS_KEPT: usize = 8;
+
+/// A request error logged lately.
+struct Recent {
+    msg: String,
+    /// When its last line was logged.
+    logged: Instant,
+    /// Times it came again since, without a line.
+    repeats: u64,
+    /// When it last came.
+    seen: Instant,
+}
+
+impl Recent {
+    /// Its line at `now`, with the repeats held back since the last one, which start over.
+    fn line(&mut self, now: Instant) -> String {
+        let n = std::mem::take(&mut self.repeats);
+        let over = now.duration_since(std::mem::replace(&mut self.logged, now));
+        if n == 0 {
+            return self.msg.clone();
+        }
+        format!(
+            "{} (and {n} more time{} in the {} s before this line)",
+            self.msg,
+            if n == 1 { "" } else { "s" },
+            over.as_secs()
+        )
+    }
+}
 
 /// Request errors logged lately, and how often each came again since without a line.
 #[derive(Default)]
 struct Repeats {
-    /// (message, when last logged, repeats since, when last seen).
-    recent: Vec<(String, Instant, u64, Instant)>,
+    recent: Vec<Recent>,
 }
 
 impl Repeats {
@@ -116,26 +143,29 @@ impl Repeats {
     /// [`REPEAT_QUIET`] has passed, with the repeats it stood for; none in between. A message
     /// forgotten to make room (the one seen least lately) first has its count logged.
     fn note(&mut self, msg: &str, now: Instant) -> Vec<String> {
-        if let Some(r) = self.recent.iter_mut().find(|r| r.0 == msg) {
-            r.3 = now;
-            if now.duration_since(r.1) < REPEAT_QUIET {
-                r.2 += 1;
+        if let Some(r) = self.recent.iter_mut().find(|r| r.msg == msg) {
+            r.seen = now;
+            if now.duration_since(r.logged) < REPEAT_QUIET {
+                r.repeats += 1;
                 return Vec::new();
             }
-            let line = with_repeats(msg, r.2, now.duration_since(r.1));
-            (r.1, r.2) = (now, 0);
-            return vec![line];
+            return vec![r.line(now)];
         }
         let mut lines = Vec::new();
         if self.recent.len() == REPEATS_KEPT {
-            if let Some(i) = (0..self.recent.len()).min_by_key(|&i| self.recent[i].3) {
-                let (m, at, n, _) = self.recent.swap_remove(i);
-                if n > 0 {
-                    lines.push(with_repeats(&m, n, now.duration_since(at)));
+            if let Some(i) = (0..self.recent.len()).min_by_key(|&i| self.recent[i].seen) {
+                let mut gone = self.recent.swap_remove(i);
+                if gone.repeats > 0 {
+                    lines.push(gone.line(now));
                 }
             }
         }
-        self.recent.push((msg.to_owned(), now, 0, now));
+        self.recent.push(Recent {
+            msg: msg.to_owned(),
+            logged: now,
+            repeats: 0,
+            seen: now,
+        });
         lines.push(msg.to_owned());
         lines
     }
@@ -143,27 +173,12 @@ impl Repeats {
     /// Lines for the repeats not yet logged of errors logged over [`REPEAT_QUIET`] ago (or
     /// of every error, when `all`: the daemon is ending), so a count is never lost.
     fn due(&mut self, now: Instant, all: bool) -> Vec<String> {
-        let mut lines = Vec::new();
-        for r in &mut self.recent {
-            let since = now.duration_since(r.1);
-            if r.2 > 0 && (all || since >= REPEAT_QUIET) {
-                lines.push(with_repeats(&r.0, r.2, since));
-                (r.1, r.2) = (now, 0);
-            }
-        }
-        lines
+        self.recent
+            .iter_mut()
+            .filter(|r| r.repeats > 0 && (all || now.duration_since(r.logged) >= REPEAT_QUIET))
+            .map(|r| r.line(now))
+            .collect()
     }
-}
-
-fn with_repeats(msg: &str, n: u64, over: Duration) -> String {
-    if n == 0 {
-        return msg.to_owned();
-    }
-    format!(
-        "{msg} (and {n} more time{} in the {} s before this line)",
-        if n == 1 { "" } else { "s" },
-        over.as_secs()
-    )
 }
 
 static REPEATS: OnceLock<Mutex<Repeats>> = OnceLock::new();
@@ -242,6 +257,6 @@ mod tests {
             ["other (and 1 more time in the 2 s before this line)", "new"]
         );
         assert_eq!(r.recent.len(), REPEATS_KEPT);
-        assert!(r.recent.iter().all(|x| x.0 != "other"));
+        assert!(r.recent.iter().all(|x| x.msg != "other"));
     }
 }

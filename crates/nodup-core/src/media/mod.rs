@@ -118,8 +118,6 @@ pub struct FillDst {
 /// Size of a CPU cache line, the unit of `flush` and of `CrashSim`'s persistence tracking.
 pub const CACHE_LINE: u64 = 64;
 
-/// Check that `[off, off+len)` lies inside a medium of `total` bytes and return it as a `usize`
-/// range. Out-of-range (or overflowing) accesses are an [`Error::Invalid`], never a panic.
 /// True when the file behind `fd` has no data in `[off, off+len)` (lseek SEEK_DATA finds none).
 pub(crate) fn file_hole(fd: std::os::unix::io::RawFd, off: u64, len: u64) -> bool {
     // SAFETY: lseek on a descriptor the caller owns; no memory is involved.
@@ -130,6 +128,16 @@ pub(crate) fn file_hole(fd: std::os::unix::io::RawFd, off: u64, len: u64) -> boo
     r as u64 >= off.saturating_add(len)
 }
 
+/// Whether `[off, off+len)` of the file behind `fd` holds no hole (SEEK_HOLE finds none
+/// before its end): [`file_hole`]'s opposite, false when unsure.
+pub(crate) fn file_data(fd: std::os::unix::io::RawFd, off: u64, len: u64) -> bool {
+    // SAFETY: lseek on a descriptor the caller owns; no memory is involved.
+    let r = unsafe { libc::lseek(fd, off as libc::off_t, libc::SEEK_HOLE) };
+    r >= 0 && r as u64 >= off.saturating_add(len)
+}
+
+/// Check that `[off, off+len)` lies inside a medium of `total` bytes and return it as a `usize`
+/// range. Out-of-range (or overflowing) accesses are an [`Error::Invalid`], never a panic.
 pub(crate) fn check_range(off: u64, len: usize, total: u64) -> Result<std::ops::Range<usize>> {
     let end = off.checked_add(len as u64).filter(|&e| e <= total);
     match end {

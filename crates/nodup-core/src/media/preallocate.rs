@@ -49,13 +49,6 @@ pub(super) struct Preallocated {
     punching: RwLock<()>,
 }
 
-/// Whether `[off, off+len)` of `fd` holds no hole (SEEK_HOLE finds none before its end).
-fn no_hole(fd: i32, off: u64, len: u64) -> bool {
-    // SAFETY: lseek on a descriptor the caller owns; no memory is involved.
-    let r = unsafe { libc::lseek(fd, off as libc::off_t, libc::SEEK_HOLE) };
-    r >= 0 && r as u64 >= off.saturating_add(len)
-}
-
 /// A file system's "over quota" is a full disk for this image.
 fn as_no_space(e: Error) -> Error {
     match e {
@@ -104,7 +97,7 @@ impl Preallocated {
         let len = data.len() as u64;
         let (p0, p1) = (off / PAGE * PAGE, (off + len).div_ceil(PAGE) * PAGE);
         let fd = file.as_raw_fd();
-        if allocate(file, p0, p1.min(self.len) - p0).is_ok() || no_hole(fd, off, len) {
+        if allocate(file, p0, p1.min(self.len) - p0).is_ok() || super::file_data(fd, off, len) {
             return Ok(true);
         }
         if data.iter().all(|&b| b == 0) && super::file_hole(fd, off, len) {
