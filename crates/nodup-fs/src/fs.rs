@@ -202,6 +202,12 @@ pub struct FileSystem {
     pub(crate) shutdown_error: std::sync::OnceLock<String>,
     /// The maintenance thread has said once that the image's write-back failed.
     pub(crate) said_failed: std::sync::atomic::AtomicBool,
+    /// The last top-up of the checkpoint reserve fell short for lack of room on the disk
+    /// holding the image (not of free blocks in it).
+    pub(crate) reserve_short_of_host: std::sync::atomic::AtomicBool,
+    /// The log says the disk holding the image has no room for what a clean unmount writes
+    /// (and has not said that it has again): see [`FileSystem::keep_unmount_room`].
+    pub(crate) said_unreserved: std::sync::atomic::AtomicBool,
     /// A superblock switch failed and so did putting the slot back: the medium may name a
     /// checkpoint whose blocks went back to the reserve (see [`FileSystem::switch_sb`]).
     pub(crate) switch_unsettled: std::sync::atomic::AtomicBool,
@@ -270,6 +276,8 @@ impl FileSystem {
             shut: std::sync::atomic::AtomicBool::new(false),
             shutdown_error: std::sync::OnceLock::new(),
             said_failed: std::sync::atomic::AtomicBool::new(false),
+            reserve_short_of_host: std::sync::atomic::AtomicBool::new(false),
+            said_unreserved: std::sync::atomic::AtomicBool::new(false),
             switch_unsettled: std::sync::atomic::AtomicBool::new(false),
             live_recovery: Mutex::new(Default::default()),
             clock: Instant::now(),

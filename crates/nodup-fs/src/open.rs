@@ -338,6 +338,8 @@ impl FileSystem {
             let meta = fs.meta.lock();
             superblock::write_slot(&*fs.medium, area, 1 - meta.slot, &meta.sb)?;
         }
+        fs.top_up_reserve();
+        fs.keep_unmount_room();
         let mut fs = fs;
         fs.recovery.seconds = t0.elapsed().as_secs_f64();
         Ok(fs)
@@ -526,6 +528,7 @@ impl FileSystem {
                 fs.write_sb(0)?;
             }
             fs.top_up_reserve();
+            fs.keep_unmount_room();
         }
         let mut fs = fs;
         fs.recovery.seconds = t0.elapsed().as_secs_f64();
@@ -580,6 +583,9 @@ impl FileSystem {
         if !spare.is_empty() {
             self.engine.free_meta(&spare)?;
         }
+        // What the next mount's checkpoint reserve and first log blocks will ask for.
+        let next = self.reserve_want() + crate::log::writer::LOG_REFILL;
+        self.engine.keep_for_next_open(next as u64);
         self.clear_ctxs();
         self.engine.shutdown()?;
         match self.engine.given_back() {

@@ -144,6 +144,9 @@ impl Medium for NoFlush {
     fn discard(&self, off: u64, len: u64) -> nodup_core::Result<bool> {
         self.0.discard(off, len)
     }
+    fn reserve(&self, off: u64, len: u64) -> nodup_core::Result<()> {
+        self.0.reserve(off, len)
+    }
     fn kind(&self) -> &'static str {
         "crashsim"
     }

@@ -87,6 +87,45 @@ impl Allocator {
         }
     }
 
+    /// Allocate up to `n` free blocks of the spans where a block was freed since the open
+    /// (those most likely to still hold their space where the image lives: free blocks are
+    /// given back at a shutdown or a trim), in address order, each one `take` accepts; at
+    /// most `tries` blocks are offered.
+    pub fn alloc_freed(
+        &self,
+        n: usize,
+        mut tries: usize,
+        take: &mut dyn FnMut(BlockNr) -> bool,
+    ) -> Vec<BlockNr> {
+        let mut out = Vec::new();
+        for p in &self.pools {
+            let mut p = p.lock();
+            let len = p.map.len();
+            for c in 0..p.freed.len() {
+                if !p.freed.get(c) {
+                    continue;
+                }
+                for i in c * FREED_SPAN..((c + 1) * FREED_SPAN).min(len) {
+                    if out.len() == n || tries == 0 {
+                        return out;
+                    }
+                    if p.map.get(i) {
+                        continue;
+                    }
+                    tries -= 1;
+                    let b = p.base + i as u64;
+                    if take(b) {
+                        p.map.set(i);
+                        p.free -= 1;
+                        self.took(1);
+                        out.push(b);
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Call `give(start, n)` for every run of at least `min` free blocks inside `[from, to)`,
     /// in address order, with the run's pool locked across the call so that none of its
     /// blocks can be allocated (and written) while it is given back; runs are cut at pool
@@ -230,6 +269,42 @@ mod tests {
         assert_eq!(runs(&a), vec![(3, 1000)]);
         a.load_words(&w).unwrap();
         assert_eq!(runs(&a), vec![]);
+    }
+
+    /// Blocks freed since the open are offered in address order, span by span, only those
+    /// `take` accepts are allocated, and no more than `tries` are offered; `first_free` lists
+    /// what a reloaded allocator hands out first.
+    #[test]
+    fn alloc_freed_offers_the_free_blocks_of_the_spans_freed_since() {
+        let a = Allocator::new(3, 2000);
+        let mut pool = 0;
+        let got: Vec<u64> = (0..2000).map(|_| a.alloc(&mut pool).unwrap()).collect();
+        assert!(
+            a.alloc_freed(4, 100, &mut |_| true).is_empty(),
+            "nothing freed"
+        );
+        for &b in got[600..610].iter().chain(&got[1500..1503]) {
+            a.free(b).unwrap();
+        }
+        let mut offered = Vec::new();
+        let v = a.alloc_freed(5, 100, &mut |b| {
+            offered.push(b);
+            b % 2 == 0
+        });
+        assert_eq!(v, vec![604, 606, 608, 610, 612]);
+        assert_eq!(offered, (603..=612).collect::<Vec<_>>());
+        assert_eq!(a.free_blocks(), 8);
+        assert_eq!(a.alloc_freed(5, 2, &mut |_| true), vec![603, 605], "tries");
+        assert_eq!(a.alloc_freed(9, 100, &mut |_| true).len(), 6);
+        assert_eq!(a.free_blocks(), 0);
+        for &b in &[got[7], got[1999], got[3]] {
+            a.free(b).unwrap();
+        }
+        let w = a.save_words();
+        a.load_words(&w).unwrap();
+        assert_eq!(a.first_free(2), vec![6, 10]);
+        assert_eq!(a.first_free(9), vec![6, 10, 2002]);
+        assert_eq!(a.alloc(&mut 0).unwrap(), 6, "the first one handed out");
     }
 
     /// The runs of a trim: the free blocks of the range, runs of at least `min` only, cut at

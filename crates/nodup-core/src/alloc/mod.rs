@@ -179,6 +179,30 @@ impl Allocator {
         }
     }
 
+    /// The first `n` free blocks (fewer when fewer are free) in the order an allocator just
+    /// opened hands them out from pool 0 on: pool by pool, each from its start.
+    pub fn first_free(&self, n: usize) -> Vec<BlockNr> {
+        let mut out = Vec::with_capacity(n);
+        for p in &self.pools {
+            let p = p.lock();
+            let mut i = 0;
+            while out.len() < n && i < p.map.len() {
+                match p.map.find_clear_from(i) {
+                    Some(f) if f >= i => {
+                        out.push(p.base + f as u64);
+                        i = f + 1;
+                    }
+                    // Wrapped around: no free bit at or after `i`.
+                    _ => break,
+                }
+            }
+            if out.len() == n {
+                break;
+            }
+        }
+        out
+    }
+
     /// Free one allocated block; freeing a free block is an error (it would hide a double free).
     pub fn free(&self, b: BlockNr) -> Result<()> {
         let pi = self.pool_of(b)?;

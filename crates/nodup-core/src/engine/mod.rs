@@ -19,6 +19,7 @@
 pub mod audit;
 mod ctx;
 mod give_back;
+mod host_space;
 mod locks;
 mod media;
 mod options;
@@ -31,7 +32,7 @@ mod share;
 pub mod superblock;
 pub(crate) mod write;
 
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -146,6 +147,10 @@ pub struct Engine {
     open_report: Mutex<Option<RecoveryReport>>,
     /// What the clean shutdown gave back to the medium's holder: blocks, or why it stopped.
     given_back: Mutex<Option<std::result::Result<u64, String>>>,
+    /// The save area's space is taken where the image lives (`host_space.rs`).
+    save_reserved: AtomicBool,
+    /// Free blocks whose space a clean shutdown takes for the next open (`host_space.rs`).
+    keep_for_next: AtomicU64,
 }
 
 impl Engine {
@@ -217,6 +222,8 @@ impl Engine {
             admin: Mutex::new(()),
             open_report: Mutex::new(None),
             given_back: Mutex::new(None),
+            save_reserved: AtomicBool::new(false),
+            keep_for_next: AtomicU64::new(0),
         })
     }
 
@@ -283,6 +290,9 @@ impl Engine {
         e.merge_tally(&t);
         sb.store(&*e.meta_medium)?;
         e.set_state(STATE_READY);
+        // A full disk is not a failed format: the caller may try again (and the unmount
+        // writes the area anyway, if it can).
+        let _ = e.reserve_save_area();
         Ok(e)
     }
 
@@ -353,6 +363,7 @@ impl Engine {
         // an interruption must lead to failure recovery, which rebuilds the store.
         self.store.dyn_store().begin_writes();
         self.set_state(STATE_READY);
+        let _ = self.reserve_save_area();
         Ok(())
     }
 
@@ -402,39 +413,6 @@ impl Engine {
     pub fn release_batch(&self, blocks: &[BlockNr]) -> Result<()> {
         self.check_ready()?;
         self.release_blocks(blocks)
-    }
-
-    /// Allocate `n` blocks for the caller's own metadata (logs, checkpoints); not deduplicated.
-    pub fn alloc_meta(&self, n: usize) -> Result<Vec<BlockNr>> {
-        self.check_ready()?;
-        let mut pool = 0;
-        let mut v = Vec::with_capacity(n);
-        for _ in 0..n {
-            match self.alloc.alloc(&mut pool) {
-                Ok(b) => v.push(b),
-                Err(e) => {
-                    for b in v {
-                        self.alloc.free(b)?;
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        Ok(v)
-    }
-
-    /// Free blocks obtained from [`Engine::alloc_meta`].
-    pub fn free_meta(&self, blocks: &[BlockNr]) -> Result<()> {
-        self.check_ready()?;
-        for &b in blocks {
-            if !self.alloc.is_allocated(b) {
-                return Err(Error::Invalid(format!("block {b} is not allocated")));
-            }
-        }
-        for &b in blocks {
-            self.alloc.free(b)?;
-        }
-        Ok(())
     }
 
     /// First block and length (in blocks) of the caller's reserved area.

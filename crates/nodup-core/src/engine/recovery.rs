@@ -217,6 +217,7 @@ impl Engine {
         // back to what holds the image. A failure here changes nothing the image says (the
         // blocks stay allocated where it lives), so it does not fail the shutdown.
         *self.given_back.lock() = Some(self.discard_free().map_err(|e| e.to_string()));
+        self.reserve_for_next_open();
         Ok(())
     }
 
@@ -445,6 +446,7 @@ impl Engine {
         }
         self.merge_tally(&t);
         self.set_state(STATE_READY);
+        let _ = self.reserve_save_area();
         rep.seconds = t0.elapsed().as_secs_f64();
         Ok(rep)
     }

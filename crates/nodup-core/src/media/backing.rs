@@ -21,6 +21,16 @@
 //! Whether a chunk is all data, all hole or both is read with `mincore` when it is first
 //! needed (SEEK_HOLE would scan on past the chunk, through every page of data after it).
 //! Elsewhere chunks are allocated whole, as before.
+//!
+//! On a full disk a chunk, or the pages after a store, may fail to allocate where the store's
+//! own pages hold data or were reserved ([`Backing::reserve`]): then only those pages are
+//! asked for, which needs no space, so rewrites of what the image holds go through.
+//!
+//! On tmpfs a load from a hole through the mapping allocates a page too (a SIGBUS on a full
+//! tmpfs, measured on 6.18). Nothing here guards loads: the engine and file system read
+//! what they wrote, which holds its space. A pmem image copied with its zero blocks made
+//! holes (`cp --sparse=always`) and opened on a full tmpfs can still fault on them (its save
+//! area at the open, a zero data block at a read).
 
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
@@ -133,6 +143,9 @@ pub(super) fn all_set(bits: &[AtomicU64], from: u64, to: u64) -> bool {
 
 /// `fallocate` mode 0 (allocate, size unchanged) of `[start, start+n)` of `file`; a file
 /// system without it is no error (nothing better can be done up front).
+/// Allocate `[start, start+n)` of `file` in the file system holding it. ENOSPC when there is
+/// no room (a file system's "over quota" too: a full disk for this image); a file system that
+/// cannot allocate ahead passes (its writes then meet a full disk themselves).
 pub(super) fn allocate(file: &File, start: u64, n: u64) -> Result<()> {
     // SAFETY: fallocate on a descriptor owned by `file`; the range is inside the file, so its
     // size does not change.
@@ -141,6 +154,9 @@ pub(super) fn allocate(file: &File, start: u64, n: u64) -> Result<()> {
         let e = std::io::Error::last_os_error();
         match e.raw_os_error() {
             Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => {}
+            Some(libc::EDQUOT) => {
+                return Err(Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC)))
+            }
             _ => return Err(Error::Io(e)),
         }
     }
@@ -181,10 +197,11 @@ impl Shared {
         }
     }
 
-    /// Back chunk `c` whole: allocate it where it is all hole, then populate it. False (and
+    /// Back chunk `c` whole: allocate it where it is all hole, then (with `populate`) map it
+    /// in ([`Shared::populate`]). False (and
     /// nothing done) when it holds data and holes: it is then marked mixed and backed page by
     /// page ([`Shared::back_pages`]).
-    fn back(&self, c: u64) -> Result<bool> {
+    fn back(&self, c: u64, populate: bool) -> Result<bool> {
         let _no_punch = self.punching.read();
         let start = c * BACK_CHUNK;
         let n = BACK_CHUNK.min(self.len - start);
@@ -196,7 +213,9 @@ impl Shared {
             Layout::Data => {}
             Layout::Hole => allocate(&self.file, start, n)?,
         }
-        self.populate(start, n);
+        if populate {
+            self.populate(start, n);
+        }
         set_bits(&self.backed, c, c + 1, true);
         Ok(true)
     }
@@ -282,7 +301,7 @@ impl Backing {
             .spawn(move || {
                 // A mixed chunk is left to the writers, page by page (it stays asked for).
                 for c in rx {
-                    if !s.is_backed(c) && s.back(c).is_err() {
+                    if !s.is_backed(c) && s.back(c, true).is_err() {
                         // The writer meets the error when it gets there; a later request
                         // may try again.
                         s.asked[(c / 64) as usize].fetch_and(!(1 << (c % 64)), Ordering::Relaxed);
@@ -345,23 +364,58 @@ impl Backing {
         punched
     }
 
+    /// Allocate `[off, off+len)` now, without mapping its pages in (stores may be far off,
+    /// or never come) nor asking for chunks ahead: what [`super::Medium::reserve`] asks of a
+    /// mapped image.
+    pub(super) fn reserve(&self, off: u64, len: u64) -> Result<()> {
+        if len != 0 {
+            self.back_range(off, len, false)?;
+        }
+        Ok(())
+    }
+
+    /// Back every chunk `[off, off+len)` (`len > 0`) touches: whole, or page by page where it
+    /// holds data and holes; `populate` maps whole chunks in too. When that fails (a full
+    /// disk, most likely, and the chunk or the pages after the range have holes) only the
+    /// range's own pages are asked for, marking nothing, so that a store into what already
+    /// has its space still goes through.
+    fn back_range(&self, off: u64, len: u64, populate: bool) -> Result<()> {
+        let s = &*self.shared;
+        let first = off / BACK_CHUNK;
+        let last = (off + len - 1) / BACK_CHUNK;
+        for c in first..=last {
+            if s.is_backed(c) {
+                continue;
+            }
+            let lo = off.max(c * BACK_CHUNK);
+            let hi = (off + len).min((c + 1) * BACK_CHUNK);
+            let backed = match test_bit(&s.mixed, c) {
+                false => s.back(c, populate).and_then(|whole| match whole {
+                    true => Ok(()),
+                    false => s.back_pages(c, lo, hi),
+                }),
+                true => s.back_pages(c, lo, hi),
+            };
+            if let Err(e) = backed {
+                let _no_punch = s.punching.read();
+                let (p0, p1) = (lo / PAGE * PAGE, hi.div_ceil(PAGE) * PAGE);
+                if allocate(&s.file, p0, p1.min(s.len) - p0).is_err() {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
     #[cold]
     #[inline(never)]
     fn ensure_slow(&self, off: u64, len: u64) -> Result<()> {
         if len == 0 {
             return Ok(());
         }
+        self.back_range(off, len, true)?;
         let s = &*self.shared;
-        let first = off / BACK_CHUNK;
         let last = (off + len - 1) / BACK_CHUNK;
-        for c in first..=last {
-            if s.is_backed(c) || (!test_bit(&s.mixed, c) && s.back(c)?) {
-                continue;
-            }
-            let lo = off.max(c * BACK_CHUNK);
-            let hi = (off + len).min((c + 1) * BACK_CHUNK);
-            s.back_pages(c, lo, hi)?;
-        }
         let far = last + AHEAD;
         if far < s.chunks && !s.is_backed(far) && !test_bit(&s.asked, far) {
             if let Some(tx) = &*self.ahead.lock() {

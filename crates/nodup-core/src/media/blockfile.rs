@@ -270,6 +270,14 @@ impl Medium for BlockFile {
         }
     }
 
+    fn reserve(&self, off: u64, len: u64) -> Result<()> {
+        check_range(off, len as usize, self.len)?;
+        match &self.prealloc {
+            Some(p) => p.reserve(&self.file, off, len),
+            None => Ok(()),
+        }
+    }
+
     fn kind(&self) -> &'static str {
         "blockfile"
     }

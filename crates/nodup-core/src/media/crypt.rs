@@ -323,6 +323,9 @@ impl Medium for DataCrypt {
     fn discard(&self, off: u64, len: u64) -> Result<bool> {
         self.inner.discard(off, len)
     }
+    fn reserve(&self, off: u64, len: u64) -> Result<()> {
+        self.inner.reserve(off, len)
+    }
     fn write_back_failed(&self) -> Option<String> {
         self.inner.write_back_failed()
     }
@@ -397,6 +400,9 @@ impl Medium for MetaCrypt {
     }
     fn discard(&self, off: u64, len: u64) -> Result<bool> {
         self.inner.discard(off, len)
+    }
+    fn reserve(&self, off: u64, len: u64) -> Result<()> {
+        self.inner.reserve(off, len)
     }
     fn write_back_failed(&self) -> Option<String> {
         self.inner.write_back_failed()

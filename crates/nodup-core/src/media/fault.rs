@@ -37,7 +37,11 @@ pub enum FaultOp {
     SyncAll,
     /// Giving a range back to what holds the medium (`Medium::discard`).
     Discard,
-    /// Every operation above.
+    /// Taking space from what holds the medium (`Medium::reserve`): a firing rule fails it
+    /// with ENOSPC, as a full disk under an image file does. Not part of [`FaultOp::Any`],
+    /// whose faults are I/O errors: what a failed reservation gives the caller is ENOSPC.
+    Reserve,
+    /// Every operation above but [`FaultOp::Reserve`].
     Any,
 }
 
@@ -129,7 +133,8 @@ impl FaultRule {
     }
 
     fn matches(&self, op: FaultOp, off: u64, len: u64) -> bool {
-        if self.op != FaultOp::Any && self.op != op {
+        let any = self.op == FaultOp::Any && op != FaultOp::Reserve;
+        if !any && self.op != op {
             return false;
         }
         if self
@@ -141,8 +146,10 @@ impl FaultRule {
         match self.range {
             None => true,
             Some((s, e)) => {
-                matches!(op, FaultOp::Read | FaultOp::Write | FaultOp::Discard)
-                    && off < e
+                matches!(
+                    op,
+                    FaultOp::Read | FaultOp::Write | FaultOp::Discard | FaultOp::Reserve
+                ) && off < e
                     && off.saturating_add(len.max(1)) > s
             }
         }
@@ -198,7 +205,8 @@ impl FaultMedium {
         self.state.lock().injected
     }
 
-    /// Operations seen so far (reads, writes, fences, syncs, discards).
+    /// Operations seen so far that [`FaultOp::Any`] matches (reads, writes, fences, syncs,
+    /// discards): what a rule aimed at the nth of them can hit.
     pub fn ops(&self) -> u64 {
         self.state.lock().ops
     }
@@ -212,7 +220,7 @@ impl FaultMedium {
     fn check(&self, op: FaultOp, off: u64, len: u64) -> Option<FaultEffect> {
         let mut st = self.state.lock();
         let st = &mut *st;
-        st.ops += 1;
+        st.ops += u64::from(op != FaultOp::Reserve);
         for r in st.rules.iter_mut() {
             if !r.matches(op, off, len) {
                 continue;
@@ -301,6 +309,12 @@ impl Medium for FaultMedium {
                 Err(Self::err("discard error after a prefix", off + n, len - n))
             }
         }
+    }
+    fn reserve(&self, off: u64, len: u64) -> Result<()> {
+        if self.check(FaultOp::Reserve, off, len).is_some() {
+            return Err(Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC)));
+        }
+        self.inner.reserve(off, len)
     }
     fn write_back_failed(&self) -> Option<String> {
         self.inner.write_back_failed()

@@ -407,6 +407,9 @@ impl Medium for AccessMeter {
     fn discard(&self, off: u64, len: u64) -> Result<bool> {
         self.inner.discard(off, len)
     }
+    fn reserve(&self, off: u64, len: u64) -> Result<()> {
+        self.inner.reserve(off, len)
+    }
     fn write_back_failed(&self) -> Option<String> {
         self.inner.write_back_failed()
     }

@@ -82,6 +82,13 @@ pub trait Medium: Send + Sync {
     fn discard(&self, _off: u64, _len: u64) -> Result<bool> {
         Ok(false)
     }
+    /// Take the space later writes of `[off, off+len)` need from what holds the medium (an
+    /// image file's holes) now, so that what must be writable on a full disk (the save area a
+    /// clean unmount writes, metadata blocks the caller holds) is. ENOSPC when the space is
+    /// not there. Media whose writes need no new space have nothing to do (the default).
+    fn reserve(&self, _off: u64, _len: u64) -> Result<()> {
+        Ok(())
+    }
     /// Short name for stats and errors (`pmem`, `blockfile`, `crashsim`, ...).
     fn kind(&self) -> &'static str;
 }
@@ -158,6 +165,8 @@ pub mod mem;
 pub mod meter;
 pub mod pmem;
 mod preallocate;
+#[cfg(test)]
+pub(crate) mod small_disk;
 mod write_back;
 #[cfg(target_arch = "x86_64")]
 mod xts_ni;

@@ -20,6 +20,9 @@
 //! first write that failed), needs nothing: so overwrites, frees and undos of what already
 //! has its space still go through on a full disk.
 //!
+//! [`Preallocated::reserve`] takes a range's space ahead of its writes the same way
+//! ([`super::Medium::reserve`]: the save area, metadata blocks), so they need none later.
+//!
 //! What this cannot promise: on a copy-on-write holder (btrfs, ZFS) a rewrite of allocated
 //! space needs new space at write-back, and a failed write-back fails every later fence.
 
@@ -30,7 +33,7 @@ use std::sync::atomic::AtomicU64;
 use parking_lot::RwLock;
 
 use super::backing::{all_set, allocate, atomic_bits, set_bits};
-use crate::{Error, Result};
+use crate::Result;
 
 /// Bytes per bit, and per `fallocate` of a stretch not known to be allocated.
 pub(super) const STRETCH: u64 = 128 << 10;
@@ -47,16 +50,6 @@ pub(super) struct Preallocated {
     /// Shared from an allocation to its bits being set, held alone by a punch across its hole
     /// and the clearing of its bits: no stretch is marked allocated while a punch left a hole.
     punching: RwLock<()>,
-}
-
-/// A file system's "over quota" is a full disk for this image.
-fn as_no_space(e: Error) -> Error {
-    match e {
-        Error::Io(io) if io.raw_os_error() == Some(libc::EDQUOT) => {
-            Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC))
-        }
-        e => e,
-    }
 }
 
 impl Preallocated {
@@ -82,28 +75,48 @@ impl Preallocated {
         self.allocate(file, off, data, s0, s1)
     }
 
+    /// Take the space writes of `[off, off+len)` of `file` need ([`super::Medium::reserve`]).
+    pub(super) fn reserve(&self, file: &File, off: u64, len: u64) -> Result<()> {
+        let (s0, s1) = (off / STRETCH, (off + len).div_ceil(STRETCH));
+        if len == 0 || all_set(&self.stretches, s0, s1) {
+            return Ok(());
+        }
+        self.take(file, off, len, s0, s1)
+    }
+
     #[cold]
     #[inline(never)]
     fn allocate(&self, file: &File, off: u64, data: &[u8], s0: u64, s1: u64) -> Result<bool> {
+        let len = data.len() as u64;
+        match self.take(file, off, len, s0, s1) {
+            Err(_)
+                if data.iter().all(|&b| b == 0) && super::file_hole(file.as_raw_fd(), off, len) =>
+            {
+                Ok(false)
+            }
+            r => r.map(|()| true),
+        }
+    }
+
+    /// Allocate stretches `[s0, s1)`, which cover `[off, off+len)`, and mark them. On a full
+    /// disk, most likely, only the range's pages are asked for (marking nothing, so the next
+    /// write into these stretches asks again, and gets them whole once there is room), and a
+    /// range without a hole needs nothing; the error of the whole stretches otherwise.
+    fn take(&self, file: &File, off: u64, len: u64, s0: u64, s1: u64) -> Result<()> {
         let _no_punch = self.punching.read();
         let at = s0 * STRETCH;
         let whole = allocate(file, at, (s1 * STRETCH).min(self.len) - at);
         if whole.is_ok() {
             set_bits(&self.stretches, s0, s1, true);
-            return Ok(true);
+            return Ok(());
         }
-        // A full disk, most likely: ask for the written pages alone (marking nothing, so the
-        // next write into these stretches asks again, and gets them whole once there is room).
-        let len = data.len() as u64;
         let (p0, p1) = (off / PAGE * PAGE, (off + len).div_ceil(PAGE) * PAGE);
-        let fd = file.as_raw_fd();
-        if allocate(file, p0, p1.min(self.len) - p0).is_ok() || super::file_data(fd, off, len) {
-            return Ok(true);
+        if allocate(file, p0, p1.min(self.len) - p0).is_ok()
+            || super::file_data(file.as_raw_fd(), off, len)
+        {
+            return Ok(());
         }
-        if data.iter().all(|&b| b == 0) && super::file_hole(fd, off, len) {
-            return Ok(false);
-        }
-        whole.map(|_| true).map_err(as_no_space)
+        whole
     }
 
     /// Punch `[off, off+len)` with `punch` and forget the allocation of every stretch it
@@ -131,6 +144,7 @@ impl Preallocated {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
     use std::os::unix::fs::{FileExt, MetadataExt};
 
     /// Bytes the file system holds for `f`.
@@ -182,49 +196,34 @@ mod tests {
 
     /// On a full disk (a 1 MiB tmpfs, root only): a write into pages that hold data, and
     /// zeros into a hole, go through although their stretch cannot be allocated; new data
-    /// into a hole gets ENOSPC.
+    /// into a hole gets ENOSPC, unless its space was reserved before the disk filled.
     #[test]
     fn a_full_disk_still_takes_writes_that_need_no_space() {
-        // SAFETY: geteuid cannot fail.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipping: mounting a small tmpfs needs root");
+        let Some(disk) = crate::media::small_disk::SmallDisk::mount("1M") else {
             return;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let mounted = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=1M", "tmpfs"])
-            .arg(dir.path())
-            .status()
-            .unwrap();
-        assert!(mounted.success());
-        let check = || {
-            let len = 8 << 20;
-            let f = sparse(dir.path(), len);
-            f.write_all_at(&[7u8; 4096], 0).unwrap();
-            // Fill the disk.
-            let filler = File::create(dir.path().join("filler")).unwrap();
-            let mut at = 0;
-            while filler.write_all_at(&[1u8; 65536], at).is_ok() {
-                at += 65536;
-            }
-            let p = Preallocated::new(len);
-            assert!(p.ensure(&f, 0, &[9u8; 4096]).unwrap(), "a page with data");
-            assert!(
-                !p.ensure(&f, 8192, &[0u8; 4096]).unwrap(),
-                "zeros into a hole"
-            );
-            let e = p.ensure(&f, 8192, &[9u8; 4096]).unwrap_err();
-            assert!(
-                matches!(&e, Error::Io(io) if io.raw_os_error() == Some(libc::ENOSPC)),
-                "{e}"
-            );
-            assert!(!all_set(&p.stretches, 0, 1), "nothing marked");
         };
-        let r = std::panic::catch_unwind(check);
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(dir.path())
-            .status();
-        r.unwrap();
+        let len = 8 << 20;
+        let f = sparse(disk.dir.path(), len);
+        f.write_all_at(&[7u8; 4096], 0).unwrap();
+        let p = Preallocated::new(len);
+        let reserved = 2 * STRETCH + 4096;
+        p.reserve(&f, reserved, 4096).unwrap();
+        disk.fill();
+        let no_space =
+            |e: Error| matches!(&e, Error::Io(io) if io.raw_os_error() == Some(libc::ENOSPC));
+        assert!(p.ensure(&f, 0, &[9u8; 4096]).unwrap(), "a page with data");
+        p.reserve(&f, 0, 4096).unwrap();
+        assert!(
+            !p.ensure(&f, 8192, &[0u8; 4096]).unwrap(),
+            "zeros into a hole"
+        );
+        let e = p.ensure(&f, 8192, &[9u8; 4096]).unwrap_err();
+        assert!(no_space(e));
+        let e = p.reserve(&f, 8192, 4096).unwrap_err();
+        assert!(no_space(e));
+        assert!(!all_set(&p.stretches, 0, 1), "nothing marked");
+        // What was reserved: written although the disk is full.
+        assert!(p.ensure(&f, reserved, &[5u8; 4096]).unwrap());
+        f.write_all_at(&[5u8; 4096], reserved).unwrap();
     }
 }

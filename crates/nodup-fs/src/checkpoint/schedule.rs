@@ -56,6 +56,7 @@ impl FileSystem {
             self.rebuild_if_leaked(false);
         }
         self.top_up_reserve();
+        self.keep_unmount_room();
         Ok(())
     }
 }

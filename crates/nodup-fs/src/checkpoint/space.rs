@@ -1,6 +1,6 @@
-//! Space for metadata: the reserve of blocks that keeps a checkpoint always possible, and the
+//! Space for metadata: the reserve of blocks that keeps a checkpoint always possible, the
 //! check before every operation that a checkpoint and deferred releases are tried before
-//! ENOSPC.
+//! ENOSPC, and the engine's save area kept allocated where the image lives.
 
 use super::build::blocks_for;
 use super::DIRTY_LIMIT;
@@ -8,6 +8,7 @@ use crate::chain::PAYLOAD;
 use crate::error::{errno, Result};
 use crate::fs::FileSystem;
 use nodup_core::BlockNr;
+use std::sync::atomic::Ordering;
 
 impl FileSystem {
     /// Blocks the next checkpoint may need: its units (estimated from what changed), the
@@ -30,7 +31,12 @@ impl FileSystem {
             return true;
         }
         if meta.reserve.len() < want {
-            if let Ok(more) = self.engine.alloc_meta(want - meta.reserve.len()) {
+            let got = self.engine.alloc_meta(want - meta.reserve.len());
+            // An I/O error is the disk holding the image (no room for the blocks' space),
+            // not the image itself.
+            let host = matches!(got, Err(nodup_core::Error::Io(_)));
+            self.reserve_short_of_host.store(host, Ordering::Relaxed);
+            if let Ok(more) = got {
                 meta.reserve.extend(more);
             }
         } else if meta.reserve.len() > 2 * want + 64 {
@@ -41,7 +47,40 @@ impl FileSystem {
             let _ = self.engine.free_meta(&excess);
             return true;
         }
-        meta.reserve.len() >= want
+        let full = meta.reserve.len() >= want;
+        if full {
+            self.reserve_short_of_host.store(false, Ordering::Relaxed);
+        }
+        full
+    }
+
+    /// Keep room where the image lives for what a clean unmount writes: the engine's save
+    /// area ([`nodup_core::Engine::reserve_save_area`], tried again while it is not taken)
+    /// and the checkpoint reserve, whose blocks take their space when they are allocated
+    /// ([`FileSystem::top_up_reserve`]). A line in the log when the disk holding the image has
+    /// no room for either, and when it has again.
+    pub(crate) fn keep_unmount_room(&self) {
+        if self.read_only {
+            return;
+        }
+        let missing = match self.engine.reserve_save_area() {
+            Err(e) => Some(format!("the save area a clean unmount writes ({e})")),
+            Ok(()) if self.reserve_short_of_host.load(Ordering::Relaxed) => {
+                Some("the blocks the final checkpoint may need".to_string())
+            }
+            Ok(()) => None,
+        };
+        match missing {
+            None if self.said_unreserved.swap(false, Ordering::Relaxed) => crate::logging::info(
+                "the disk holding the image has room again for what a clean unmount writes",
+            ),
+            Some(what) if !self.said_unreserved.swap(true, Ordering::Relaxed) => {
+                crate::logging::warn(&format!(
+                    "no room on the disk holding the image for {what}: until there is, an unmount may leave the image to failure recovery at the next mount"
+                ))
+            }
+            _ => {}
+        }
     }
 
     /// Would a checkpoint give blocks back? (log blocks before the end, deferred releases,

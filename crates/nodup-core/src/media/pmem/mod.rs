@@ -478,6 +478,14 @@ impl Medium for Pmem {
         }
     }
 
+    fn reserve(&self, off: u64, len: u64) -> Result<()> {
+        check_range(off, len as usize, self.len)?;
+        match &self.backing {
+            Some(b) => b.reserve(off, len),
+            None => Ok(()),
+        }
+    }
+
     fn kind(&self) -> &'static str {
         "pmem"
     }
