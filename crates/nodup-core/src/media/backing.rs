@@ -201,7 +201,7 @@ impl Shared {
     /// in ([`Shared::populate`]). False (and
     /// nothing done) when it holds data and holes: it is then marked mixed and backed page by
     /// page ([`Shared::back_pages`]).
-    fn back(&self, c: u64, populate: bool) -> Result<bool> {
+    fn back(&self, c: u64, mut populate: bool) -> Result<bool> {
         let _no_punch = self.punching.read();
         let start = c * BACK_CHUNK;
         let n = BACK_CHUNK.min(self.len - start);
@@ -211,7 +211,13 @@ impl Shared {
                 return Ok(false);
             }
             Layout::Data => {}
-            Layout::Hole => allocate(&self.file, start, n)?,
+            Layout::Hole => {
+                allocate(&self.file, start, n)?;
+                // Mapped in even for a reservation: on tmpfs pages allocated but never
+                // stored to read as holes to `mincore`, so the next mount's reservation
+                // would allocate them over again (4 ms per 64 MiB here).
+                populate = true;
+            }
         }
         if populate {
             self.populate(start, n);

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# A/B of two nodup binaries on mount and unmount of one image: a pmem image in /dev/shm
+# (SIZE, default 16G) with DATA MiB of new data written through a mount, then RUNS rounds,
+# each mounting and unmounting it with A then B. Prints every run (wall time of `nodup mount`
+# and `nodup umount`, the recovery time the mount reports) and the medians and B/A.
+# Usage: bench/mount-ab.sh OLD_BINARY NEW_BINARY   (RUNS=7 SIZE=16G DATA=512)
+set -euo pipefail
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
+A=${1:?old binary}; B=${2:?new binary}
+RUNS=${RUNS:-7}; SIZE=${SIZE:-16G}; DATA=${DATA:-512}
+dir=$(mktemp -d /dev/shm/nodup-mount-ab.XXXXXX); mnt=$(mktemp -d /tmp/nodup-mount-ab-mnt.XXXXXX)
+trap 'fusermount3 -u "$mnt" 2>/dev/null || true; rm -rf "$dir"; rmdir "$mnt"' EXIT
+"$A" mkfs --medium pmem --size "$SIZE" --force "$dir/img" >/dev/null
+"$A" mount "$dir/img" "$mnt" >/dev/null
+dd if=/dev/urandom of="$mnt/f" bs=1M count="$DATA" status=none
+"$A" umount "$mnt"
+now() { date +%s.%N; }
+rows=()
+for r in $(seq "$RUNS"); do
+  for side in A B; do
+    bin=${!side}
+    t0=$(now); out=$("$bin" mount "$dir/img" "$mnt"); t1=$(now)
+    rec=$(grep -o 'recovery [0-9.]* [mu]s' <<<"$out" | awk '{print ($3 == "us") ? $2 / 1000 : $2}')
+    t2=$(now); "$bin" umount "$mnt"; t3=$(now)
+    row=$(awk -v s="$side" -v r="$r" -v m="$(echo "$t1 - $t0" | bc)" -v u="$(echo "$t3 - $t2" | bc)" \
+      -v c="$rec" 'BEGIN { printf "%s %d %.1f %.1f %.2f", s, r, m * 1000, u * 1000, c }')
+    echo "$row"; rows+=("$row")
+  done
+done
+printf '%s\n' "${rows[@]}" | awk '
+  { m[$1] = m[$1] " " $3; u[$1] = u[$1] " " $4; c[$1] = c[$1] " " $5 }
+  function med(s,   a, n, i, j, t) { n = split(s, a, " ");
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+  END { printf "median ms: mount A %.1f B %.1f (B/A %.3f); umount A %.1f B %.1f (%.3f); recovery A %.2f B %.2f (%.3f)\n",
+    med(m["A"]), med(m["B"]), med(m["B"]) / med(m["A"]), med(u["A"]), med(u["B"]), med(u["B"]) / med(u["A"]),
+    med(c["A"]), med(c["B"]), med(c["B"]) / med(c["A"]) }'
