@@ -49,7 +49,8 @@ impl Engine {
             }
             // The disk holding the image is full, and the next free blocks are holes. Blocks
             // freed since the open still hold their space (they are given back at the
-            // shutdown): those serve, one by one.
+            // shutdown): those serve, one by one (a system call each, under their pool's
+            // lock: only on a full disk, and at most HELD_TRIES of them).
             let bs = BLOCK_SIZE as u64;
             let held = self.alloc.alloc_freed(n, HELD_TRIES, &mut |b| {
                 self.meta_medium.reserve(b * bs, bs).is_ok()
@@ -144,8 +145,8 @@ mod tests {
     }
 
     /// The save area's space is taken when the engine starts taking changes, and once: a
-    /// format where it cannot be (a full disk) still formats, and a later try takes it. A metadata allocation
-    /// takes its blocks' space, and one that cannot allocates nothing.
+    /// format where it cannot be (a full disk) still formats, and a later try takes it. A
+    /// metadata allocation takes its blocks' space, and one that cannot allocates nothing.
     #[test]
     fn the_save_area_and_metadata_blocks_take_their_space_ahead() {
         let fm = Arc::new(FaultMedium::new(Arc::new(MemMedium::new(16 << 20)), 1));

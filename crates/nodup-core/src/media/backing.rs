@@ -141,11 +141,10 @@ pub(super) fn all_set(bits: &[AtomicU64], from: u64, to: u64) -> bool {
     word_masks(from, to).all(|(w, mask)| bits[w].load(Ordering::Relaxed) & mask == mask)
 }
 
-/// `fallocate` mode 0 (allocate, size unchanged) of `[start, start+n)` of `file`; a file
-/// system without it is no error (nothing better can be done up front).
-/// Allocate `[start, start+n)` of `file` in the file system holding it. ENOSPC when there is
-/// no room (a file system's "over quota" too: a full disk for this image); a file system that
-/// cannot allocate ahead passes (its writes then meet a full disk themselves).
+/// `fallocate` mode 0 (allocate, size unchanged) of `[start, start+n)` of `file`. ENOSPC when
+/// there is no room (a file system's "over quota" too: a full disk for this image); a file
+/// system without it is no error (nothing better can be done up front: its writes then meet
+/// a full disk themselves).
 pub(super) fn allocate(file: &File, start: u64, n: u64) -> Result<()> {
     // SAFETY: fallocate on a descriptor owned by `file`; the range is inside the file, so its
     // size does not change.

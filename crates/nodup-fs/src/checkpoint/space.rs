@@ -1,6 +1,6 @@
 //! Space for metadata: the reserve of blocks that keeps a checkpoint always possible, the
 //! check before every operation that a checkpoint and deferred releases are tried before
-//! ENOSPC, and the engine's save area kept allocated where the image lives.
+//! ENOSPC, and room where the image lives for what a clean unmount writes.
 
 use super::build::blocks_for;
 use super::DIRTY_LIMIT;
