@@ -45,8 +45,8 @@ fn concurrent_threads_under_media_faults_keep_the_rest_of_the_model() {
     eprintln!("seed {seed}");
     let st = library_faults(6, seed, Instant::now() + Duration::from_secs(8));
     eprintln!(
-        "{} ops, {} faults, {} failed checkpoints, {} live recoveries, {} mismatches, gave up: {:?}",
-        st.ops, st.faults, st.checkpoints_failed, st.live_recoveries, st.mismatches, st.gave_up
+        "{} ops, {} faults, {} ENOSPC, {} failed checkpoints, {} live recoveries, {} mismatches, gave up: {:?}",
+        st.ops, st.faults, st.full, st.checkpoints_failed, st.live_recoveries, st.mismatches, st.gave_up
     );
     assert!(st.ops > 1000, "only {} ops", st.ops);
     // The engine gave up every half second and was rebuilt while the threads ran.

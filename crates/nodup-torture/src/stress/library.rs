@@ -30,9 +30,10 @@ pub fn library_smart(threads: usize, seed: u64, deadline: Instant) -> StressStat
 }
 
 /// [`library`] on a medium that fails about one operation in [`FAULT_ONE_IN`] (an I/O error,
-/// or a write that fails after its bytes landed): failures race with other threads' appends,
-/// checkpoints and trims. An operation may fail only with EIO, and the names it touched leave
-/// the model; once the faults stop, the file system must keep working and hold the rest of
+/// or a write that fails after its bytes landed) and one space reservation in ten (ENOSPC, a
+/// full disk under the image): failures race with other threads' appends, checkpoints and
+/// trims. An operation may fail only with EIO, and the names it touched leave the model, or
+/// with ENOSPC, having changed nothing; once the faults stop, the file system must keep working and hold the rest of
 /// the model, live, after a crash and after a clean unmount. Every [`GIVE_UP_EVERY`] the
 /// engine gives up its live state, and the maintenance tick rebuilds it while the threads
 /// run. An even `seed` runs it on `smart` as [`library_smart`] does (its worker meets the
@@ -92,6 +93,9 @@ fn library_run(
     let background = |fm: &FaultMedium| {
         let p = 0.5 / FAULT_ONE_IN as f64;
         fm.add_rule(FaultRule::new(FaultOp::Any).probability(p));
+        // One metadata reservation in ten finds no room where the image lives (a full disk):
+        // the file system takes other blocks, waits or fails the operation with ENOSPC.
+        fm.add_rule(FaultRule::new(FaultOp::Reserve).probability(0.1));
         fm.add_rule(
             FaultRule::new(FaultOp::Write)
                 .probability(p)

@@ -177,6 +177,9 @@ pub struct StressStats {
     /// engine gave up its live state, or a switch could not be undone; the error); only the
     /// crash image is checked then.
     pub gave_up: Option<String>,
+    /// [`library_faults`]: operations that failed with ENOSPC (a metadata allocation found
+    /// no room where the image lives) and must have changed nothing.
+    pub full: u64,
     /// First mismatches (and findings).
     pub examples: Vec<String>,
 }
@@ -191,6 +194,7 @@ impl StressStats {
     fn merge(&mut self, o: StressStats) {
         self.ops += o.ops;
         self.mismatches += o.mismatches;
+        self.full += o.full;
         for e in o.examples {
             if self.examples.len() < 20 {
                 self.examples.push(e);
@@ -218,7 +222,8 @@ type WorkerEnd = (BTreeMap<String, Vec<u8>>, BTreeSet<String>, StressStats);
 
 /// One worker: random operations on its own names. With `eio`, an operation failing with EIO
 /// (injected media faults) is allowed: the names it touched leave the model as unknown, and
-/// the worker goes on under new ones.
+/// the worker goes on under new ones; so is one failing with ENOSPC (an injected full disk),
+/// which must have changed nothing (the model stays, and later reads check it).
 fn worker(
     t: &dyn StressTarget,
     id: usize,
@@ -242,6 +247,8 @@ fn worker(
         gen[k] += 1;
     };
     let is_eio = |e: &std::io::Error| eio && e.raw_os_error() == Some(libc::EIO);
+    // A failed reservation of metadata space (the injected full disk): nothing changed.
+    let is_full = |e: &std::io::Error| eio && e.raw_os_error() == Some(libc::ENOSPC);
     while Instant::now() < deadline {
         let k = rng.gen_range(0..6);
         let n = name(k, &gen);
@@ -252,6 +259,7 @@ fn worker(
                     model.insert(n, Vec::new());
                 }
                 Err(e) if is_eio(&e) => retire(k, &mut gen, &mut model),
+                Err(e) if is_full(&e) => st.full += 1,
                 Err(e) => st.bad(format!("create {n}: {e}")),
             },
             0..=4 if exists => {
@@ -272,6 +280,7 @@ fn worker(
                         f[off as usize..end].copy_from_slice(&data);
                     }
                     Err(e) if is_eio(&e) => retire(k, &mut gen, &mut model),
+                    Err(e) if is_full(&e) => st.full += 1,
                     Err(e) => st.bad(format!("write {n}: {e}")),
                 }
             }
@@ -291,6 +300,7 @@ fn worker(
                     model.remove(&n);
                 }
                 Err(e) if is_eio(&e) => retire(k, &mut gen, &mut model),
+                Err(e) if is_full(&e) => st.full += 1,
                 Err(e) => st.bad(format!("unlink {n}: {e}")),
             },
             8 | 9 if exists => {
@@ -307,6 +317,7 @@ fn worker(
                             retire(k2, &mut gen, &mut model);
                         }
                     }
+                    Err(e) if is_full(&e) => st.full += 1,
                     Err(e) => st.bad(format!("rename {n} {to}: {e}")),
                 }
             }
