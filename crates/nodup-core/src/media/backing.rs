@@ -162,6 +162,31 @@ pub(super) fn allocate(file: &File, start: u64, n: u64) -> Result<()> {
     Ok(())
 }
 
+/// Allocate the pages `[off, off+len)` touches, in a file of `file_len` bytes: what both media
+/// over files fall back to when a larger allocation around them fails (a full disk), since
+/// pages that already have their space need none.
+pub(super) fn allocate_pages(file: &File, off: u64, len: u64, file_len: u64) -> Result<()> {
+    let (p0, p1) = (off / PAGE * PAGE, (off + len).div_ceil(PAGE) * PAGE);
+    allocate(file, p0, p1.min(file_len) - p0)
+}
+
+/// Run `punch` with `punching` held alone, then forget what was known to be allocated in the
+/// range (`forget`, for a non-empty one), also when the punch failed partway: the discard of
+/// both media over files, so no allocation marks a range while a punch left a hole in it.
+pub(super) fn punch_and_forget(
+    punching: &RwLock<()>,
+    len: u64,
+    punch: impl FnOnce() -> Result<bool>,
+    forget: impl FnOnce(),
+) -> Result<bool> {
+    let _alone = punching.write();
+    let punched = punch();
+    if len != 0 {
+        forget();
+    }
+    punched
+}
+
 impl Shared {
     fn is_backed(&self, c: u64) -> bool {
         test_bit(&self.backed, c)
@@ -355,9 +380,7 @@ impl Backing {
         punch: impl FnOnce() -> Result<bool>,
     ) -> Result<bool> {
         let s = &*self.shared;
-        let _alone = s.punching.write();
-        let punched = punch();
-        if len != 0 {
+        punch_and_forget(&s.punching, len, punch, || {
             // Its chunks are read again from the file when next needed (all hole, or mixed
             // now), and its pages are not backed.
             let (c0, c1) = (off / BACK_CHUNK, (off + len - 1) / BACK_CHUNK + 1);
@@ -365,8 +388,7 @@ impl Backing {
             set_bits(&s.asked, c0, c1, false);
             set_bits(&s.mixed, c0, c1, false);
             set_bits(&s.pages, off / PAGE, (off + len).div_ceil(PAGE), false);
-        }
-        punched
+        })
     }
 
     /// Allocate `[off, off+len)` now, without mapping its pages in (stores may be far off,
@@ -403,8 +425,7 @@ impl Backing {
             };
             if let Err(e) = backed {
                 let _no_punch = s.punching.read();
-                let (p0, p1) = (lo / PAGE * PAGE, hi.div_ceil(PAGE) * PAGE);
-                if allocate(&s.file, p0, p1.min(s.len) - p0).is_err() {
+                if allocate_pages(&s.file, lo, hi - lo, s.len).is_err() {
                     return Err(e);
                 }
             }

@@ -32,14 +32,11 @@ use std::sync::atomic::AtomicU64;
 
 use parking_lot::RwLock;
 
-use super::backing::{all_set, allocate, atomic_bits, set_bits};
+use super::backing::{all_set, allocate, allocate_pages, atomic_bits, punch_and_forget, set_bits};
 use crate::Result;
 
 /// Bytes per bit, and per `fallocate` of a stretch not known to be allocated.
 pub(super) const STRETCH: u64 = 128 << 10;
-
-/// Page granularity of the fallbacks.
-const PAGE: u64 = 4096;
 
 /// Which stretches of an image file are allocated in the file system holding it.
 pub(super) struct Preallocated {
@@ -110,8 +107,7 @@ impl Preallocated {
             set_bits(&self.stretches, s0, s1, true);
             return Ok(());
         }
-        let (p0, p1) = (off / PAGE * PAGE, (off + len).div_ceil(PAGE) * PAGE);
-        if allocate(file, p0, p1.min(self.len) - p0).is_ok()
+        if allocate_pages(file, off, len, self.len).is_ok()
             || super::file_data(file.as_raw_fd(), off, len)
         {
             return Ok(());
@@ -127,17 +123,14 @@ impl Preallocated {
         len: u64,
         punch: impl FnOnce() -> Result<bool>,
     ) -> Result<bool> {
-        let _alone = self.punching.write();
-        let punched = punch();
-        if len != 0 {
+        punch_and_forget(&self.punching, len, punch, || {
             set_bits(
                 &self.stretches,
                 off / STRETCH,
                 (off + len).div_ceil(STRETCH),
                 false,
-            );
-        }
-        punched
+            )
+        })
     }
 }
 
