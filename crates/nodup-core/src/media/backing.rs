@@ -27,10 +27,14 @@
 //! asked for, which needs no space, so rewrites of what the image holds go through.
 //!
 //! On tmpfs a load from a hole through the mapping allocates a page too (a SIGBUS on a full
-//! tmpfs, measured on 6.18). Nothing here guards loads: the engine and file system read
-//! what they wrote, which holds its space. A pmem image copied with its zero blocks made
-//! holes (`cp --sparse=always`) and opened on a full tmpfs can still fault on them (its save
-//! area at the open, a zero data block at a read).
+//! tmpfs, measured on 6.18, even through a read-only mapping). The engine reads what it
+//! wrote, which holds its space, but an image copied with its zero blocks made holes (`cp
+//! --sparse=always`) has holes where it reads zeros: its save area, zero data blocks. So a
+//! load asks first whether its range can hold a hole ([`Backing::loadable`]): a bit per chunk
+//! known to have none, or per page of a mixed chunk, read with `mincore` when first needed;
+//! where the range may hold one, the medium reads it with `pread`, which returns zeros for a
+//! hole and allocates nothing. Elsewhere a load from a hole maps zeros and every range is
+//! loadable.
 
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
@@ -64,8 +68,9 @@ enum Layout {
     Data,
     /// No data (or not on tmpfs, or `mincore` failed): allocate it whole.
     Hole,
-    /// Both: allocate page by page.
-    Mixed,
+    /// Both: allocate page by page. A byte per page of the chunk, bit 0 set where it holds
+    /// data.
+    Mixed(Vec<u8>),
 }
 
 /// What the writers and the background thread share.
@@ -88,8 +93,12 @@ struct Shared {
     asked: Box<[AtomicU64]>,
     /// One bit per chunk: holds data and holes, so it is backed page by page (`pages`).
     mixed: Box<[AtomicU64]>,
-    /// One bit per page of the image, for the chunks in `mixed`: allocated.
+    /// One bit per page of the image, for the chunks in `mixed`: allocated (set for the
+    /// pages that held data when the chunk was found mixed, and as stores back them).
     pages: Box<[AtomicU64]>,
+    /// One bit per chunk: known to hold no hole, so a load from it cannot fault (every
+    /// chunk off tmpfs, where a load from a hole maps zeros).
+    loadable: Box<[AtomicU64]>,
     /// Shared by every backing of a chunk (allocation, population and marking it backed),
     /// held alone by a punch ([`Backing::punch`]) across its hole and the clearing of its
     /// chunks' marks: a chunk is never marked backed while a punch left a hole in it, and
@@ -217,8 +226,47 @@ impl Shared {
         } else if resident == 0 {
             Layout::Hole
         } else {
-            Layout::Mixed
+            Layout::Mixed(v)
         }
+    }
+
+    /// Mark chunk `c`, found to hold data and holes (`resident`, a byte per page), mixed,
+    /// with its pages of data known allocated. Called with `punching` held (shared).
+    fn mark_mixed(&self, c: u64, resident: &[u8]) {
+        let first = c * BACK_CHUNK / PAGE;
+        for (i, _) in resident.iter().enumerate().filter(|(_, &b)| b & 1 != 0) {
+            let p = first + i as u64;
+            set_bits(&self.pages, p, p + 1, true);
+        }
+        set_bits(&self.mixed, c, c + 1, true);
+    }
+
+    /// Mark chunk `c` allocated whole: stores into it and loads from it need nothing more.
+    fn mark_backed(&self, c: u64) {
+        set_bits(&self.loadable, c, c + 1, true);
+        set_bits(&self.backed, c, c + 1, true);
+    }
+
+    /// Whether `[lo, hi)`, inside chunk `c`, holds no hole, finding out what the chunk holds
+    /// when that is not known yet ([`Backing::loadable`]'s slow path).
+    fn loadable_in(&self, c: u64, lo: u64, hi: u64) -> bool {
+        if test_bit(&self.loadable, c) {
+            return true;
+        }
+        if !test_bit(&self.mixed, c) {
+            let _no_punch = self.punching.read();
+            let start = c * BACK_CHUNK;
+            match self.layout(start, BACK_CHUNK.min(self.len - start)) {
+                Layout::Data => {
+                    set_bits(&self.loadable, c, c + 1, true);
+                    return true;
+                }
+                // Looked at again by the next load: a store may have backed it meanwhile.
+                Layout::Hole => return false,
+                Layout::Mixed(resident) => self.mark_mixed(c, &resident),
+            }
+        }
+        all_set(&self.pages, lo / PAGE, hi.div_ceil(PAGE))
     }
 
     /// Back chunk `c` whole: allocate it where it is all hole, then (with `populate`) map it
@@ -230,8 +278,8 @@ impl Shared {
         let start = c * BACK_CHUNK;
         let n = BACK_CHUNK.min(self.len - start);
         match self.layout(start, n) {
-            Layout::Mixed => {
-                set_bits(&self.mixed, c, c + 1, true);
+            Layout::Mixed(resident) => {
+                self.mark_mixed(c, &resident);
                 return Ok(false);
             }
             Layout::Data => {}
@@ -246,7 +294,7 @@ impl Shared {
         if populate {
             self.populate(start, n);
         }
-        set_bits(&self.backed, c, c + 1, true);
+        self.mark_backed(c);
         Ok(true)
     }
 
@@ -283,7 +331,7 @@ impl Shared {
         self.populate(at, n);
         set_bits(&self.pages, p0, p1, true);
         if all_set(&self.pages, first, last) {
-            set_bits(&self.backed, c, c + 1, true);
+            self.mark_backed(c);
         }
         Ok(())
     }
@@ -303,8 +351,15 @@ pub(super) struct Backing {
 impl Backing {
     /// Bookkeeping for a mapping at `base` of `len` bytes of `file`; `populate` maps pages
     /// in one call after allocating them (not where durability is msync: every page would
-    /// be dirty and written back).
-    pub(super) fn new(file: &File, base: *mut u8, len: u64, populate: bool) -> Result<Backing> {
+    /// be dirty and written back). A read-only mapping (`stores` false) only asks
+    /// [`Backing::loadable`], and gets no background thread.
+    pub(super) fn new(
+        file: &File,
+        base: *mut u8,
+        len: u64,
+        populate: bool,
+        stores: bool,
+    ) -> Result<Backing> {
         let chunks = len.div_ceil(BACK_CHUNK);
         // SAFETY: fstatfs fills the zeroed struct for a descriptor `file` owns.
         let tmpfs = unsafe {
@@ -322,8 +377,19 @@ impl Backing {
             asked: atomic_bits(chunks),
             mixed: atomic_bits(chunks),
             pages: atomic_bits(len.div_ceil(PAGE)),
+            loadable: atomic_bits(chunks),
             punching: RwLock::new(()),
         });
+        if !tmpfs {
+            set_bits(&shared.loadable, 0, chunks, true);
+        }
+        if !stores {
+            return Ok(Backing {
+                shared,
+                ahead: Mutex::new(None),
+                thread: None,
+            });
+        }
         let (tx, rx) = mpsc::channel::<u64>();
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -369,6 +435,31 @@ impl Backing {
         self.ensure_slow(off, len)
     }
 
+    /// Whether a load from `[off, off+len)` through the mapping cannot fault: the range is
+    /// known to hold no hole (see the module doc). False means: read it another way.
+    ///
+    /// Every load of the medium asks (metadata words, entries, blocks), so the usual case —
+    /// one chunk, known whole — is a load and a test inlined into the caller.
+    #[inline]
+    pub(super) fn loadable(&self, off: u64, len: u64) -> bool {
+        let s = &*self.shared;
+        let c = off / BACK_CHUNK;
+        if len != 0 && c == (off + len - 1) / BACK_CHUNK && test_bit(&s.loadable, c) {
+            return true;
+        }
+        self.loadable_slow(off, len)
+    }
+
+    #[inline(never)]
+    fn loadable_slow(&self, off: u64, len: u64) -> bool {
+        let s = &*self.shared;
+        let end = off + len;
+        (off / BACK_CHUNK..end.div_ceil(BACK_CHUNK)).all(|c| {
+            let (lo, hi) = (off.max(c * BACK_CHUNK), end.min((c + 1) * BACK_CHUNK));
+            s.loadable_in(c, lo, hi)
+        })
+    }
+
     /// Punch `[off, off+len)` out of the file with `punch` ([`super::Medium::discard`]) and
     /// forget the backing of its chunks (also when the punch fails partway), with no backing
     /// running meanwhile ([`Shared::punching`]). The next store into one of them allocates it
@@ -387,6 +478,9 @@ impl Backing {
             set_bits(&s.backed, c0, c1, false);
             set_bits(&s.asked, c0, c1, false);
             set_bits(&s.mixed, c0, c1, false);
+            if s.tmpfs {
+                set_bits(&s.loadable, c0, c1, false);
+            }
             set_bits(&s.pages, off / PAGE, (off + len).div_ceil(PAGE), false);
         })
     }
@@ -404,8 +498,8 @@ impl Backing {
     /// Back every chunk `[off, off+len)` (`len > 0`) touches: whole, or page by page where it
     /// holds data and holes; `populate` maps whole chunks in too. When that fails (a full
     /// disk, most likely, and the chunk or the pages after the range have holes) only the
-    /// range's own pages are asked for, marking nothing, so that a store into what already
-    /// has its space still goes through.
+    /// range's own pages are asked for, and marked allocated (which counts in a mixed chunk),
+    /// so that a store into what already has its space still goes through.
     fn back_range(&self, off: u64, len: u64, populate: bool) -> Result<()> {
         let s = &*self.shared;
         let first = off / BACK_CHUNK;
@@ -428,6 +522,7 @@ impl Backing {
                 if allocate_pages(&s.file, lo, hi - lo, s.len).is_err() {
                     return Err(e);
                 }
+                set_bits(&s.pages, lo / PAGE, hi.div_ceil(PAGE), true);
             }
         }
         Ok(())

@@ -148,14 +148,12 @@ pub fn host_full(seed: u64, kind: MediumKind) -> Option<StressStats> {
         }
     };
     // The image as a copy with `cp --sparse=always` (or a format before the save area was
-    // taken ahead) leaves it: the zero blocks of the save area holes, taken again at the open
-    // (which has room here: a pmem image's open reads the save area through the mapping, and
-    // a load from a hole on a full tmpfs is a SIGBUS, see `media/backing.rs`).
+    // taken ahead) leaves it: the zero blocks of the save area holes, taken again at the open.
     let (save, save_blocks) = fs.engine().save_area();
     let sparse = fs
         .shutdown()
         .map_err(|e| e.to_string())
-        .and_then(|()| zeros_to_holes(&img, save, save_blocks));
+        .and_then(|()| zeros_to_holes(&img, save..save + save_blocks).map(|_| ()));
     drop(fs);
     let fs = match sparse.and_then(|()| reopen(&img).map_err(|e| e.to_string())) {
         Ok(f) => Arc::new(f),
@@ -166,6 +164,17 @@ pub fn host_full(seed: u64, kind: MediumKind) -> Option<StressStats> {
     };
     let mut t = LibTarget(fs);
     let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    // Zero blocks (one data block, shared), which a sparse copy of the image makes holes;
+    // first by name, so the rounds on a full disk rewrite it and never delete it.
+    let zeros = [vec![0u8; 16 << 12], vec![0x33u8; 1 << 12]].concat();
+    if let Err(e) = t
+        .create("t-zeros")
+        .and_then(|()| t.write("t-zeros", 0, &zeros))
+    {
+        st.bad(format!("a file of zeros: {e}"));
+        return Some(st);
+    }
+    model.insert("t-zeros".into(), zeros);
     // Files of 1 MiB, as a writer's large requests: a store's blocks, entries and region
     // grows then meet the full disk together.
     let mut w = Filler::new(seed, true, 256);
@@ -206,15 +215,25 @@ pub fn host_full(seed: u64, kind: MediumKind) -> Option<StressStats> {
             still_full(&t, &mut model, &mut st);
             // Twice: a clean shutdown on the full disk (its final checkpoint writes blocks
             // the checkpoint reserve holds, the engine's save an area taken at the open);
-            // the disk filled again (the shutdown gave back what was freed: the free blocks
-            // are holes now, but for the few it took again for the next open's reserve); a
-            // clean reopen, whose medium knows nothing about its holes yet; more on the
-            // full disk, and the next clean shutdown.
+            // the zero blocks the image holds made holes, as a sparse copy would (the save
+            // area's, the file of zeros' data block; not the free ones the shutdown kept for
+            // the next open, which a copy would lose); the disk filled again (the shutdown gave
+            // back what was freed: the free blocks are holes now, but for the few it took
+            // again for the next open's reserve); a clean reopen, whose medium knows nothing
+            // about its holes yet and reads zeros from them (a pmem image's load from a hole
+            // through the mapping is a SIGBUS on a full tmpfs, see `media/backing.rs`); more
+            // on the full disk, and the next clean shutdown.
             for _ in 0..2 {
+                let held = held_blocks(&t.0);
                 if let Err(e) = t.0.shutdown() {
                     st.bad(format!("shutdown on a full disk: {e}"));
                 }
                 drop(t);
+                match zeros_to_holes(&img, held) {
+                    Ok(p) if p.iter().any(|b| !(save..save + save_blocks).contains(b)) => {}
+                    Ok(_) => st.bad("the zero data block was not found".into()),
+                    Err(e) => st.bad(format!("zero blocks to holes: {e}")),
+                }
                 if let Err(e) = disk.fill() {
                     st.bad(e);
                 }
@@ -256,16 +275,29 @@ fn reopen(img: &std::path::Path) -> nodup_fs::Result<FileSystem> {
     nodup_fs::image::open(img).and_then(|(m, _)| FileSystem::open(m, &FsOptions::default()))
 }
 
-/// Punch every all-zero block of `[start, start+n)` out of the file at `img`, as a sparse copy
-/// of it would have none there.
-fn zeros_to_holes(img: &std::path::Path, start: u64, n: u64) -> Result<(), String> {
+/// The save area and the data blocks with references of `fs`'s image.
+fn held_blocks(fs: &FileSystem) -> Vec<u64> {
+    let e = fs.engine();
+    let (save, n) = e.save_area();
+    let blocks = e.medium().len() / nodup_core::BLOCK_SIZE as u64;
+    let data = (0..blocks).filter(|&b| matches!(e.block_refcount(b), Ok(Some(r)) if r > 0));
+    (save..save + n).chain(data).collect()
+}
+
+/// Punch each of `blocks` that is all zeros out of the file at `img`, as a sparse copy of it
+/// would have none there; the blocks punched.
+fn zeros_to_holes(
+    img: &std::path::Path,
+    blocks: impl IntoIterator<Item = u64>,
+) -> Result<Vec<u64>, String> {
     use std::os::unix::fs::FileExt;
     use std::os::unix::io::AsRawFd;
     let f = std::fs::OpenOptions::new().read(true).write(true).open(img);
     let f = f.map_err(|e| format!("{}: {e}", img.display()))?;
     let bs = nodup_core::BLOCK_SIZE as u64;
     let mut block = vec![0u8; bs as usize];
-    for b in start..start + n {
+    let mut punched = Vec::new();
+    for b in blocks {
         f.read_exact_at(&mut block, b * bs)
             .map_err(|e| e.to_string())?;
         if block.iter().any(|&x| x != 0) {
@@ -276,6 +308,7 @@ fn zeros_to_holes(img: &std::path::Path, start: u64, n: u64) -> Result<(), Strin
         if unsafe { libc::fallocate(f.as_raw_fd(), mode, (b * bs) as i64, bs as i64) } != 0 {
             return Err(std::io::Error::last_os_error().to_string());
         }
+        punched.push(b);
     }
-    Ok(())
+    Ok(punched)
 }

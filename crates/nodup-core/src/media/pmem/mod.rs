@@ -36,7 +36,9 @@
 //!
 //! Before the first store into each chunk of the image, the chunk is allocated in the file
 //! system holding it (a store into a page that cannot be allocated is a SIGBUS); see
-//! [`super::backing`].
+//! [`super::backing`]. On tmpfs a load from a hole allocates a page as well, so a range that
+//! may hold a hole is read from the file instead (`pread`), and [`Medium::direct`] lends no
+//! view of it.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::io::AsRawFd;
@@ -75,9 +77,9 @@ pub use super::backing::BACK_CHUNK;
 
 /// A memory-mapped image file as a persistent medium.
 pub struct Pmem {
-    /// Backing-store bookkeeping; declared before `map` so its thread stops before the
-    /// mapping goes. `None` when mapped read-only.
-    backing: Option<Backing>,
+    /// Backing-store bookkeeping (and which ranges loads may read through the mapping);
+    /// declared before `map` so its thread stops before the mapping goes.
+    backing: Backing,
     map: MmapRaw,
     file: File,
     /// Mapped read-only: every store is refused.
@@ -173,14 +175,10 @@ impl Pmem {
             mo.map_raw(&file)?
         };
         let instr = FlushInstr::detect();
-        let backing = if read_only {
-            None
-        } else {
-            // Populating pages where durability is msync would dirty every one of them; a
-            // mapping populated at open has them already.
-            let populate = !needs_msync(&opts, instr) && !opts.populate;
-            Some(Backing::new(&file, map.as_mut_ptr(), len, populate)?)
-        };
+        // Populating pages where durability is msync would dirty every one of them; a
+        // mapping populated at open has them already.
+        let populate = !needs_msync(&opts, instr) && !opts.populate;
+        let backing = Backing::new(&file, map.as_mut_ptr(), len, populate, !read_only)?;
         Ok(Pmem {
             backing,
             map,
@@ -215,10 +213,10 @@ impl Pmem {
     /// when that fails.
     #[inline]
     fn ensure_backed(&self, off: u64, len: u64) -> Result<()> {
-        match &self.backing {
-            Some(b) => b.ensure(off, len),
-            None => Err(Error::Invalid("the image was opened read-only".into())),
+        if self.read_only {
+            return Err(Error::Invalid("the image was opened read-only".into()));
         }
+        self.backing.ensure(off, len)
     }
 
     /// Copy the bytes at `off` into `buf` (every read of this medium; inlined, so a constant
@@ -226,6 +224,9 @@ impl Pmem {
     #[inline]
     fn load(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         let r = check_range(off, buf.len(), self.len)?;
+        if !self.backing.loadable(off, buf.len() as u64) {
+            return self.read_file(off, buf);
+        }
         // SAFETY: `r` is inside the mapping (checked); `buf` is a distinct Rust allocation.
         unsafe {
             std::ptr::copy_nonoverlapping(
@@ -235,6 +236,15 @@ impl Pmem {
             )
         };
         Ok(())
+    }
+
+    /// Read `[off, off+buf.len())` from the file rather than the mapping: a range that may
+    /// hold a hole, which reads as zeros this way and allocates nothing (see
+    /// [`super::backing`]).
+    #[inline(never)]
+    fn read_file(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        Ok(self.file.read_exact_at(buf, off)?)
     }
 
     /// The `N` bytes at `off`, copied with a constant length.
@@ -430,6 +440,9 @@ impl Medium for Pmem {
 
     fn direct(&self, off: u64, len: usize) -> Option<&[u8]> {
         let r = check_range(off, len, self.len).ok()?;
+        if len != 0 && !self.backing.loadable(off, len as u64) {
+            return None;
+        }
         // SAFETY: inside the mapping, which lives as long as `&self`; see the module doc for the
         // no-concurrent-writer rule the caller follows.
         Some(unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(r.start), len) })
@@ -471,19 +484,17 @@ impl Medium for Pmem {
         check_range(off, len as usize, self.len)?;
         // The pages leave the mapping too; a later store faults in a zeroed one, after the
         // backing store has allocated its chunk again, as for any hole.
-        let punch = || super::punch_hole(self.file.as_raw_fd(), off, len);
-        match &self.backing {
-            Some(b) => b.punch(off, len, punch),
-            None => punch(),
-        }
+        self.backing.punch(off, len, || {
+            super::punch_hole(self.file.as_raw_fd(), off, len)
+        })
     }
 
     fn reserve(&self, off: u64, len: u64) -> Result<()> {
         check_range(off, len as usize, self.len)?;
-        match &self.backing {
-            Some(b) => b.reserve(off, len),
-            None => Ok(()),
+        if self.read_only {
+            return Ok(());
         }
+        self.backing.reserve(off, len)
     }
 
     fn kind(&self) -> &'static str {

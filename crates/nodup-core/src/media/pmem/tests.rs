@@ -295,6 +295,32 @@ fn a_full_disk_takes_stores_into_space_the_image_holds() {
     assert_eq!(b, [2u8; 4096]);
     m.read(0, &mut b).unwrap();
     assert_eq!(b, [3u8; 4096]);
-    // (The hole is not read back: on a full tmpfs a load from a hole through the mapping is
-    // a SIGBUS too, see `backing.rs`.)
+    // Holes read as zeros, through the file: a load from one through the mapping would be a
+    // SIGBUS on a full tmpfs (see `backing.rs`), and no view of one is lent.
+    let holes_read_as_zeros = |m: &Pmem| {
+        let mut b = [7u8; 4096];
+        for at in [8192, chunk, chunk + 8192] {
+            m.read(at, &mut b).unwrap();
+            assert_eq!(b, [0u8; 4096], "hole at {at}");
+            assert_eq!(m.read_u64(at + 8).unwrap(), 0);
+            assert_eq!(m.read_32(at + 64).unwrap(), [0u8; 32]);
+            assert!(m.direct(at, 4096).is_none(), "a view of the hole at {at}");
+        }
+        // A range over data and a hole, and one across chunks.
+        let mut two = vec![7u8; 8192];
+        m.read(4096, &mut two).unwrap();
+        assert_eq!(two, [0u8; 8192]);
+        m.read(chunk - 4096, &mut two).unwrap();
+        assert_eq!(two, [0u8; 8192]);
+        assert_eq!(m.direct(0, 4096), Some(&[3u8; 4096][..]));
+        assert_eq!(m.direct(reserved, 4096), Some(&[2u8; 4096][..]));
+    };
+    holes_read_as_zeros(&m);
+    // Still so after the medium is opened again, knowing nothing of its holes, read-only or
+    // not, with the disk still full.
+    m.sync_all().unwrap();
+    drop(m);
+    let path = disk.dir.path().join("img");
+    holes_read_as_zeros(&Pmem::open_read_only(&path).unwrap());
+    holes_read_as_zeros(&Pmem::open(&path).unwrap());
 }

@@ -391,9 +391,17 @@ impl GroupIo {
                 (le_u64(&x, o), le_u64(&x, o + 8))
             } else {
                 lines |= 1 << (o as u64 / CACHE_LINE);
-                let y = medium
-                    .direct(base + o as u64, REC_SIZE)
-                    .ok_or_else(|| corrupt(format!("block {b} is not mapped")))?;
+                // Copied where the medium lends no view (a range that may hold a hole of
+                // the image file, see `media/backing.rs`).
+                let mut copy = [0u8; REC_SIZE];
+                let at = base + o as u64;
+                let y = match medium.direct(at, REC_SIZE) {
+                    Some(y) => y,
+                    None => {
+                        medium.read(at, &mut copy)?;
+                        &copy[..]
+                    }
+                };
                 (le_u64(y, 0), le_u64(y, 8))
             };
             if r.0 >> (64 - bits) != prefix as u64 {
