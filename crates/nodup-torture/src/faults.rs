@@ -5,6 +5,10 @@
 //! What the failed operation may have left on the medium (a log frame whose fence failed)
 //! must not replay onto blocks given back since: the image is also checked after a trim and a
 //! crash right after the fault, and in some trials after a clean unmount right after it.
+//!
+//! Some trials fail a space reservation instead (`Medium::reserve`, ENOSPC, what a full disk
+//! under an image file gives): the caller sees success or ENOSPC, and nothing else may differ
+//! from an I/O fault's promises; the live engine must stay consistent too.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -41,6 +45,10 @@ pub struct FaultStats {
     /// Known finding 2: after a failed operation the live engine holds leaked references or
     /// half-created dedup entries until the next failure recovery.
     pub live_inconsistent: u64,
+    /// Fired faults that failed a space reservation ([`Aim::reserve`]).
+    pub reserves_failed: u64,
+    /// Of those, the ones whose operation failed with ENOSPC (the rest went through).
+    pub reserve_enospc: u64,
     /// First violations and findings, with seed and op to replay.
     pub examples: Vec<String>,
 }
@@ -55,6 +63,8 @@ impl FaultStats {
         self.violations += t.violations;
         self.lost_after_eio += t.lost_after_eio;
         self.live_inconsistent += t.live_inconsistent;
+        self.reserves_failed += t.reserves_failed;
+        self.reserve_enospc += t.reserve_enospc;
         for e in t.examples {
             if self.examples.len() < 20 {
                 self.examples.push(e);
@@ -99,6 +109,17 @@ pub struct Aim {
     pub unmount: bool,
     /// On a block-file image instead of pmem.
     pub block_file: bool,
+    /// The fault fails a space reservation with ENOSPC (`nth` counts reservations) instead
+    /// of an I/O.
+    pub reserve: bool,
+}
+
+/// What op `k` of a workload does to the medium: operations a fault can fail, and space
+/// reservations.
+#[derive(Debug, Clone, Copy)]
+struct Cost {
+    ops: u64,
+    reserves: u64,
 }
 
 /// The policy of workload `seed`: of every four, one on `smart` (a 16 KiB budget, so its
@@ -158,6 +179,7 @@ pub fn trial(seed: u64, spec: &WorkloadSpec, aim: Aim) -> FaultStats {
         short,
         unmount,
         block_file,
+        reserve,
     } = aim;
     let what = format!("fault seed {seed} {aim:?}");
     let ops = generate(seed, spec);
@@ -179,7 +201,9 @@ pub fn trial(seed: u64, spec: &WorkloadSpec, aim: Aim) -> FaultStats {
     let mut allowed: Vec<Snapshot> = vec![model.snapshot()];
     allowed.extend(model.apply_steps(&ops[k]));
     let mut rule = FaultRule::new(FaultOp::Any).nth(nth).once();
-    if short {
+    if reserve {
+        rule = FaultRule::new(FaultOp::Reserve).nth(nth).once();
+    } else if short {
         rule = rule.short_write((nth as usize * 37) % 4096);
     }
     s.fm.add_rule(rule);
@@ -198,7 +222,18 @@ pub fn trial(seed: u64, spec: &WorkloadSpec, aim: Aim) -> FaultStats {
     } else if let Err(e) = s.fs.changes_possible() {
         st.violation(format!("{what}: one fault stopped every change: {e}"));
     }
-    if fired {
+    if fired && reserve {
+        st.fired += 1;
+        st.reserves_failed += 1;
+        match &r {
+            Ok(()) => {}
+            Err(e) if e.errno() == libc::ENOSPC => st.reserve_enospc += 1,
+            Err(e) => st.violation(format!(
+                "{what}: a failed reservation reaches the caller as {e} (errno {})",
+                e.errno()
+            )),
+        }
+    } else if fired {
         st.fired += 1;
         match &r {
             Ok(()) => {
@@ -231,10 +266,16 @@ pub fn trial(seed: u64, spec: &WorkloadSpec, aim: Aim) -> FaultStats {
         }
     };
     if let Err(e) = check_invariants(&s.fs) {
-        st.live_inconsistent += 1;
-        st.note(format!(
-            "{what}: [finding 2] live invariants after the fault: {e}"
-        ));
+        if reserve {
+            st.violation(format!(
+                "{what}: live invariants after a failed reservation: {e}"
+            ));
+        } else {
+            st.live_inconsistent += 1;
+            st.note(format!(
+                "{what}: [finding 2] live invariants after the fault: {e}"
+            ));
+        }
     }
     if fired {
         // Free space given back to the medium (filled with a pattern here): a crash now must
@@ -336,17 +377,43 @@ fn probe_lost(img: Vec<u8>) -> bool {
     }
 }
 
-/// Medium operations each op of workload `seed` performs (to aim the faults).
-fn op_costs(seed: u64, spec: &WorkloadSpec, block_file: bool) -> Result<Vec<u64>, String> {
+/// Medium operations and reservations each op of workload `seed` performs (to aim the
+/// faults).
+fn op_costs(seed: u64, spec: &WorkloadSpec, block_file: bool) -> Result<Vec<Cost>, String> {
     let ops = generate(seed, spec);
     let s = fresh(8 << 20, seed, block_file)?;
+    // A rule that never fires (no reservation is the 0th), counting the reservations.
+    let counter = s.fm.add_rule(FaultRule::new(FaultOp::Reserve).nth(0));
+    let reserves = || s.fm.rule(counter).map_or(0, |r| r.seen());
     let mut v = Vec::with_capacity(ops.len());
     for op in &ops {
-        let before = s.fm.ops();
+        let (ops0, res0) = (s.fm.ops(), reserves());
         run_op(&s.fs, op).map_err(|e| format!("fault seed {seed}: {op:?}: {e}"))?;
-        v.push(s.fm.ops() - before);
+        v.push(Cost {
+            ops: s.fm.ops() - ops0,
+            reserves: reserves() - res0,
+        });
     }
     Ok(v)
+}
+
+/// Every trial that fails one space reservation of workload `seed` (each reservation of each
+/// op in turn; every other one followed by a clean unmount): the campaign draws from these
+/// only now and then, since few ops take space from the medium.
+pub fn reserve_aims(seed: u64, spec: &WorkloadSpec) -> Result<Vec<Aim>, String> {
+    let block_file = seed % BLOCKFILE_EVERY == 1;
+    let costs = op_costs(seed, spec, block_file)?;
+    let aims = costs.iter().enumerate().flat_map(|(k, c)| {
+        (1..=c.reserves).map(move |nth| Aim {
+            k,
+            nth,
+            block_file,
+            reserve: true,
+            unmount: nth % 2 == 0,
+            ..Aim::default()
+        })
+    });
+    Ok(aims.collect())
 }
 
 /// Run fault trials from `seed` until `deadline` or `max_trials`.
@@ -370,16 +437,24 @@ pub fn campaign(seed: u64, spec: &WorkloadSpec, deadline: Instant, max_trials: u
                 break;
             }
             let k = rng.gen_range(0..costs.len());
-            if costs[k] == 0 {
+            // One trial in four, where the op reserves space at all, fails a reservation.
+            let reserve = costs[k].reserves > 0 && rng.gen_bool(0.25);
+            let n = if reserve {
+                costs[k].reserves
+            } else {
+                costs[k].ops
+            };
+            if n == 0 {
                 continue;
             }
-            let nth = rng.gen_range(1..=costs[k]);
+            let nth = rng.gen_range(1..=n);
             let aim = Aim {
                 k,
                 nth,
-                short: rng.gen_bool(0.3),
+                short: !reserve && rng.gen_bool(0.3),
                 unmount: rng.gen_bool(0.25),
                 block_file,
+                reserve,
             };
             total.merge(trial(wseed, spec, aim));
         }

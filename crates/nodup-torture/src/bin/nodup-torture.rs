@@ -266,8 +266,8 @@ fn main() -> Result<()> {
         let st = faults::campaign(a.seed + 100, &spec, deadline, max);
         let k = st.lost_after_eio + st.live_inconsistent;
         note(&format!(
-            "faults: {} trials, {} fired, {} swallowed ({} counted as absorbed in the stats), {} violations; findings: {} ops lost after an EIO in a log append (finding 1), {} live engine inconsistencies (finding 2)",
-            st.trials, st.fired, st.swallowed, st.counted_absorbed, st.violations, st.lost_after_eio, st.live_inconsistent
+            "faults: {} trials, {} fired, {} swallowed ({} counted as absorbed in the stats), {} failed reservations ({} gave ENOSPC), {} violations; findings: {} ops lost after an EIO in a log append (finding 1), {} live engine inconsistencies (finding 2)",
+            st.trials, st.fired, st.swallowed, st.counted_absorbed, st.reserves_failed, st.reserve_enospc, st.violations, st.lost_after_eio, st.live_inconsistent
         ));
         for e in st.examples.iter().take(8) {
             note(&format!("  fault: {e}"));
