@@ -31,10 +31,11 @@
 //! wrote, which holds its space, but an image copied with its zero blocks made holes (`cp
 //! --sparse=always`) has holes where it reads zeros: its save area, zero data blocks. So a
 //! load asks first whether its range can hold a hole ([`Backing::loadable`]): a bit per chunk
-//! known to have none, or per page of a mixed chunk, read with `mincore` when first needed;
-//! where the range may hold one, the medium reads it with `pread`, which returns zeros for a
-//! hole and allocates nothing. Elsewhere a load from a hole maps zeros and every range is
-//! loadable.
+//! known to have none, or per page known allocated; else whether the tmpfs has room for a
+//! page (then a load from a hole takes one, as it always did); else `mincore` of the pages
+//! around it. Where the range may hold a hole, the medium reads it with `pread`, which
+//! returns zeros for one and allocates nothing. Elsewhere a load from a hole maps zeros and
+//! every range is loadable. A tmpfs quota (`EDQUOT` on a page) is not seen by the room check.
 
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
@@ -58,6 +59,18 @@ const PAGE: u64 = 4096;
 /// allocator hands out free blocks in address order, so the next stores land in those, and
 /// one `fallocate` serves them (it takes back at most 124 KiB of holes early).
 pub(super) const PAGES_AHEAD: u64 = 32;
+
+/// Pages around a load not known to be loadable that `mincore` looks at (aligned): as many
+/// as the kernel maps around a fault.
+const PROBE_PAGES: u64 = 16;
+
+/// Free space on the file system holding the image from which loads take no care of holes
+/// ([`Shared::room`]): a load from a hole then takes a page, as it always did.
+const ROOM: u64 = 64 << 20;
+
+/// How long a look at the free space holds, in nanoseconds: [`ROOM`] filled within it would
+/// be 64 GB/s of writes, several times what this memory takes.
+const ROOM_HOLDS_NS: u64 = 1_000_000;
 
 /// `statfs` magic of tmpfs.
 const TMPFS_MAGIC: i64 = 0x0102_1994;
@@ -93,12 +106,18 @@ struct Shared {
     asked: Box<[AtomicU64]>,
     /// One bit per chunk: holds data and holes, so it is backed page by page (`pages`).
     mixed: Box<[AtomicU64]>,
-    /// One bit per page of the image, for the chunks in `mixed`: allocated (set for the
-    /// pages that held data when the chunk was found mixed, and as stores back them).
+    /// One bit per page of the image: known allocated (backed page by page in a chunk in
+    /// `mixed`, found holding data by `mincore`, or allocated alone on a full disk); what
+    /// stores into a chunk in `mixed` and loads from one not in `loadable` ask.
     pages: Box<[AtomicU64]>,
     /// One bit per chunk: known to hold no hole, so a load from it cannot fault (every
     /// chunk off tmpfs, where a load from a hole maps zeros).
     loadable: Box<[AtomicU64]>,
+    /// What [`Shared::room`] measures time from.
+    epoch: std::time::Instant,
+    /// Until when (nanoseconds from `epoch`) the file system is known to have room for
+    /// loads from holes ([`Shared::room`]).
+    room_until: AtomicU64,
     /// Shared by every backing of a chunk (allocation, population and marking it backed),
     /// held alone by a punch ([`Backing::punch`]) across its hole and the clearing of its
     /// chunks' marks: a chunk is never marked backed while a punch left a hole in it, and
@@ -203,23 +222,10 @@ impl Shared {
 
     /// What chunk `[start, start+n)` of the file holds.
     fn layout(&self, start: u64, n: u64) -> Layout {
-        if !self.tmpfs {
+        let Some(v) = self.resident(start, n) else {
             return Layout::Hole;
-        }
-        let pages = n.div_ceil(PAGE) as usize;
-        let mut v = vec![0u8; pages];
-        // SAFETY: `[start, start+n)` lies inside the mapping, whose start is page aligned, as
-        // is `start` (a multiple of the chunk size); `v` has a byte per page of it.
-        let r = unsafe {
-            libc::mincore(
-                (self.base + start as usize) as *mut libc::c_void,
-                n as usize,
-                v.as_mut_ptr(),
-            )
         };
-        if r != 0 {
-            return Layout::Hole;
-        }
+        let pages = v.len();
         let resident = v.iter().filter(|&&b| b & 1 != 0).count();
         if resident == pages {
             Layout::Data
@@ -230,14 +236,38 @@ impl Shared {
         }
     }
 
-    /// Mark chunk `c`, found to hold data and holes (`resident`, a byte per page), mixed,
-    /// with its pages of data known allocated. Called with `punching` held (shared).
-    fn mark_mixed(&self, c: u64, resident: &[u8]) {
-        let first = c * BACK_CHUNK / PAGE;
+    /// A byte per page of `[start, start+n)` (`start` page aligned), bit 0 set where the
+    /// page holds data, as `mincore` tells on tmpfs; `None` elsewhere or when it fails.
+    fn resident(&self, start: u64, n: u64) -> Option<Vec<u8>> {
+        if !self.tmpfs {
+            return None;
+        }
+        let mut v = vec![0u8; n.div_ceil(PAGE) as usize];
+        // SAFETY: `[start, start+n)` lies inside the mapping, whose start is page aligned, as
+        // is `start`; `v` has a byte per page of it.
+        let r = unsafe {
+            libc::mincore(
+                (self.base + start as usize) as *mut libc::c_void,
+                n as usize,
+                v.as_mut_ptr(),
+            )
+        };
+        (r == 0).then_some(v)
+    }
+
+    /// Mark the pages from `first` on that `resident` (a byte per page) says hold data as
+    /// known allocated. Called with `punching` held (shared).
+    fn mark_pages(&self, first: u64, resident: &[u8]) {
         for (i, _) in resident.iter().enumerate().filter(|(_, &b)| b & 1 != 0) {
             let p = first + i as u64;
             set_bits(&self.pages, p, p + 1, true);
         }
+    }
+
+    /// Mark chunk `c`, found to hold data and holes (`resident`, a byte per page), mixed,
+    /// with its pages of data known allocated. Called with `punching` held (shared).
+    fn mark_mixed(&self, c: u64, resident: &[u8]) {
+        self.mark_pages(c * BACK_CHUNK / PAGE, resident);
         set_bits(&self.mixed, c, c + 1, true);
     }
 
@@ -247,26 +277,82 @@ impl Shared {
         set_bits(&self.backed, c, c + 1, true);
     }
 
-    /// Whether `[lo, hi)`, inside chunk `c`, holds no hole, finding out what the chunk holds
-    /// when that is not known yet ([`Backing::loadable`]'s slow path).
-    fn loadable_in(&self, c: u64, lo: u64, hi: u64) -> bool {
-        if test_bit(&self.loadable, c) {
+    /// Whether `[lo, hi)`, inside chunk `c`, is known to hold no hole: the chunk is known
+    /// whole, or each page of the range allocated.
+    fn known_loadable(&self, c: u64, lo: u64, hi: u64) -> bool {
+        test_bit(&self.loadable, c) || all_set(&self.pages, lo / PAGE, hi.div_ceil(PAGE))
+    }
+
+    /// Whether the file system holding the image has room enough that a load from a hole,
+    /// which takes a page there, cannot fail: at least [`ROOM`] free when last looked, less
+    /// than [`ROOM_HOLDS_NS`] ago (one `fstatfs` per that time at most).
+    fn room(&self) -> bool {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        if now < self.room_until.load(Ordering::Relaxed) {
             return true;
         }
-        if !test_bit(&self.mixed, c) {
-            let _no_punch = self.punching.read();
-            let start = c * BACK_CHUNK;
-            match self.layout(start, BACK_CHUNK.min(self.len - start)) {
-                Layout::Data => {
-                    set_bits(&self.loadable, c, c + 1, true);
-                    return true;
-                }
-                // Looked at again by the next load: a store may have backed it meanwhile.
-                Layout::Hole => return false,
-                Layout::Mixed(resident) => self.mark_mixed(c, &resident),
+        // SAFETY: fstatfs fills the zeroed struct for a descriptor `file` owns.
+        let free = unsafe {
+            let mut st: libc::statfs = std::mem::zeroed();
+            if libc::fstatfs(self.file.as_raw_fd(), &mut st) != 0 {
+                return false;
+            }
+            (st.f_bavail as u64).saturating_mul(st.f_bsize as u64)
+        };
+        if free < ROOM {
+            return false;
+        }
+        self.room_until
+            .store(now + ROOM_HOLDS_NS, Ordering::Relaxed);
+        true
+    }
+
+    /// Whether a load from `[off, off+len)` may go through the mapping because the file
+    /// system has room ([`Shared::room`]); its pages are then marked allocated, which the
+    /// load makes them (a page where there was a hole), so the next loads there ask nothing.
+    /// Marked before the load, under `punching`: a punch after it clears the marks again.
+    fn load_with_room(&self, off: u64, len: u64) -> bool {
+        if !self.tmpfs || !self.room() {
+            return false;
+        }
+        let _no_punch = self.punching.read();
+        let end = off + len;
+        set_bits(&self.pages, off / PAGE, end.div_ceil(PAGE), true);
+        for c in off / BACK_CHUNK..end.div_ceil(BACK_CHUNK) {
+            let last = ((c + 1) * BACK_CHUNK).min(self.len).div_ceil(PAGE);
+            if all_set(&self.pages, c * BACK_CHUNK / PAGE, last) {
+                set_bits(&self.loadable, c, c + 1, true);
             }
         }
-        all_set(&self.pages, lo / PAGE, hi.div_ceil(PAGE))
+        true
+    }
+
+    /// Whether `[lo, hi)`, inside chunk `c`, holds no hole, by `mincore` of the
+    /// [`PROBE_PAGES`] pages around it (about 2 µs here; of a whole chunk about 34, and a
+    /// mount reads a word or a block of hundreds of chunks), whose pages of data are marked
+    /// allocated; once every page of the chunk is known so, the chunk is known whole.
+    fn probe(&self, c: u64, lo: u64, hi: u64) -> bool {
+        if self.known_loadable(c, lo, hi) {
+            return true;
+        }
+        if !self.tmpfs {
+            return false;
+        }
+        let (p0, p1) = (lo / PAGE, hi.div_ceil(PAGE));
+        let _no_punch = self.punching.read();
+        let first = c * BACK_CHUNK / PAGE;
+        let last = ((c + 1) * BACK_CHUNK).min(self.len).div_ceil(PAGE);
+        let w0 = p0 / PROBE_PAGES * PROBE_PAGES;
+        let w1 = p1.next_multiple_of(PROBE_PAGES).min(last);
+        let Some(v) = self.resident(w0 * PAGE, (w1 * PAGE).min(self.len) - w0 * PAGE) else {
+            return false;
+        };
+        self.mark_pages(w0, &v);
+        let all = |v: &[u8]| v.iter().all(|&b| b & 1 != 0);
+        if all(&v) && all_set(&self.pages, first, last) {
+            set_bits(&self.loadable, c, c + 1, true);
+        }
+        all(&v[(p0 - w0) as usize..(p1 - w0) as usize])
     }
 
     /// Back chunk `c` whole: allocate it where it is all hole, then (with `populate`) map it
@@ -378,6 +464,8 @@ impl Backing {
             mixed: atomic_bits(chunks),
             pages: atomic_bits(len.div_ceil(PAGE)),
             loadable: atomic_bits(chunks),
+            epoch: std::time::Instant::now(),
+            room_until: AtomicU64::new(0),
             punching: RwLock::new(()),
         });
         if !tmpfs {
@@ -454,10 +542,13 @@ impl Backing {
     fn loadable_slow(&self, off: u64, len: u64) -> bool {
         let s = &*self.shared;
         let end = off + len;
-        (off / BACK_CHUNK..end.div_ceil(BACK_CHUNK)).all(|c| {
-            let (lo, hi) = (off.max(c * BACK_CHUNK), end.min((c + 1) * BACK_CHUNK));
-            s.loadable_in(c, lo, hi)
-        })
+        let each = |f: &dyn Fn(u64, u64, u64) -> bool| {
+            (off / BACK_CHUNK..end.div_ceil(BACK_CHUNK))
+                .all(|c| f(c, off.max(c * BACK_CHUNK), end.min((c + 1) * BACK_CHUNK)))
+        };
+        each(&|c, lo, hi| s.known_loadable(c, lo, hi))
+            || s.load_with_room(off, len)
+            || each(&|c, lo, hi| s.probe(c, lo, hi))
     }
 
     /// Punch `[off, off+len)` out of the file with `punch` ([`super::Medium::discard`]) and

@@ -445,7 +445,16 @@ impl Medium for Pmem {
         }
         // SAFETY: inside the mapping, which lives as long as `&self`; see the module doc for the
         // no-concurrent-writer rule the caller follows.
-        Some(unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(r.start), len) })
+        let view = unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(r.start), len) };
+        // A byte of each page loaded now: where `loadable` let a hole through because the
+        // disk has room (and marked its page allocated), the page is taken here, whatever
+        // the caller goes on to read of the view.
+        let page_starts = ((4096 - off % 4096) as usize..len).step_by(4096);
+        for p in std::iter::once(0).filter(|_| len != 0).chain(page_starts) {
+            // SAFETY: `p < len`, inside the view.
+            unsafe { std::ptr::read_volatile(view.as_ptr().add(p)) };
+        }
+        Some(view)
     }
 
     fn prefetch(&self, off: u64, len: usize, stride: usize) {

@@ -324,3 +324,38 @@ fn a_full_disk_takes_stores_into_space_the_image_holds() {
     holes_read_as_zeros(&Pmem::open_read_only(&path).unwrap());
     holes_read_as_zeros(&Pmem::open(&path).unwrap());
 }
+
+#[test]
+fn loads_from_holes_take_care_once_the_disk_is_short_of_room() {
+    let Some(disk) = crate::media::small_disk::SmallDisk::mount("100M") else {
+        return;
+    };
+    let chunk = BACK_CHUNK;
+    let m = Pmem::create(disk.dir.path().join("img"), 3 * chunk).unwrap();
+    m.write(0, &[1u8; 4096]).unwrap();
+    if !m.discard(4096, chunk - 4096).unwrap() {
+        eprintln!("skipping: this file system cannot punch holes");
+        return;
+    }
+    // With room, a load from a hole goes through the mapping (and takes a page there), and
+    // so does a view of one, whether or not its holder reads it.
+    let mut b = [7u8; 4096];
+    m.read(8192, &mut b).unwrap();
+    assert_eq!(b, [0u8; 4096]);
+    let fd = m.file.as_raw_fd();
+    assert!(crate::media::file_hole(fd, 12288, 4096));
+    assert!(m.direct(12288, 4096).is_some());
+    assert!(
+        !crate::media::file_hole(fd, 12288, 4096),
+        "the page under the view"
+    );
+    // The disk fills: once the last look at its room is old, holes are read from the file.
+    disk.fill();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    for at in [16384, chunk + 4096, 2 * chunk] {
+        let mut b = [7u8; 4096];
+        m.read(at, &mut b).unwrap();
+        assert_eq!(b, [0u8; 4096], "hole at {at}");
+    }
+    assert_eq!(m.read_u64(0).unwrap(), u64::from_le_bytes([1; 8]));
+}
