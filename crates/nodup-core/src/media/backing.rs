@@ -526,13 +526,18 @@ impl Backing {
     /// Whether a load from `[off, off+len)` through the mapping cannot fault: the range is
     /// known to hold no hole (see the module doc). False means: read it another way.
     ///
-    /// Every load of the medium asks (metadata words, entries, blocks), so the usual case —
-    /// one chunk, known whole — is a load and a test inlined into the caller.
+    /// Every load of the medium asks (metadata words, entries, blocks), so the usual cases —
+    /// one chunk known whole, or one page known allocated — are a load or two and a test
+    /// inlined into the caller.
     #[inline]
     pub(super) fn loadable(&self, off: u64, len: u64) -> bool {
         let s = &*self.shared;
-        let c = off / BACK_CHUNK;
-        if len != 0 && c == (off + len - 1) / BACK_CHUNK && test_bit(&s.loadable, c) {
+        let (c, last) = (off / BACK_CHUNK, off.wrapping_add(len).wrapping_sub(1));
+        if len != 0
+            && c == last / BACK_CHUNK
+            && (test_bit(&s.loadable, c)
+                || (off / PAGE == last / PAGE && test_bit(&s.pages, off / PAGE)))
+        {
             return true;
         }
         self.loadable_slow(off, len)
