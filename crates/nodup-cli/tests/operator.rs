@@ -704,6 +704,75 @@ fn a_full_backing_store_gives_enospc_until_there_is_room_again() {
     }
 }
 
+/// A pmem image copied with its zero blocks made holes (`cp --sparse=always`: its save area's,
+/// a file of zeros' data block) onto a disk that is then full: the daemon mounts it and reads
+/// every file (a load from a hole through the mapping would take a page the full tmpfs does
+/// not have: SIGBUS, the daemon gone, at the open or at the read of the zeros), and once there
+/// is room again the image mounts with everything.
+#[test]
+fn a_sparse_copy_of_a_pmem_image_mounts_and_reads_on_a_full_disk() {
+    if !fuse_available() || !is_root() {
+        eprintln!("skipping: needs root for a small tmpfs");
+        return;
+    }
+    let (big, small) = (
+        SmallTmpfs::new("op-sparse-src", "96M"),
+        SmallTmpfs::new("op-sparse-dst", "32M"),
+    );
+    let (src, img) = (big.dir.join("x.img"), small.dir.join("x.img"));
+    let log = scratch("sparse-log").with_extension("log");
+    let mnt = scratch("sparse-mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let (s, i, mp, l) = (
+        src.to_str().unwrap(),
+        img.to_str().unwrap(),
+        mnt.to_str().unwrap(),
+        log.to_str().unwrap(),
+    );
+    ok(nodup(&["mkfs", s, "--size", "64M", "--medium", "pmem"]));
+    ok(nodup(&["mount", s, mp]));
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut data = vec![0u8; 4 << 20];
+    rng.fill(&mut data[..]);
+    let zeros = vec![0u8; 64 << 10];
+    fs::write(mnt.join("data"), &data).unwrap();
+    fs::write(mnt.join("zeros"), &zeros).unwrap();
+    ok(nodup(&["umount", mp]));
+    let cp = Command::new("cp")
+        .args(["--sparse=always", s, i])
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let filler = fs::File::create(small.dir.join("filler")).unwrap();
+    let mut at = 0;
+    for size in [1 << 20, 4096] {
+        while filler.write_all_at(&data[..size], at).is_ok() {
+            at += size as u64;
+        }
+    }
+    ok(nodup(&["mount", i, mp, "--log-file", l]));
+    assert!(fs::read(mnt.join("data")).unwrap() == data);
+    assert!(fs::read(mnt.join("zeros")).unwrap() == zeros);
+    ok(nodup(&["stats", mp]));
+    // No room for the save area the copy left as holes: the unmount may leave the image to
+    // failure recovery (the log says so), but it detaches.
+    let _ = nodup(&["umount", mp]);
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("no room on the disk holding the image"),
+        "{text}"
+    );
+    drop(filler);
+    fs::remove_file(small.dir.join("filler")).unwrap();
+    ok(nodup(&["mount", i, mp]));
+    assert!(fs::read(mnt.join("data")).unwrap() == data);
+    assert!(fs::read(mnt.join("zeros")).unwrap() == zeros);
+    ok(nodup(&["umount", mp]));
+    ok(nodup(&["fsck", i]));
+    let _ = fs::remove_file(&log);
+    let _ = fs::remove_dir(&mnt);
+}
+
 #[test]
 fn fallocate_never_claims_a_reservation() {
     if !fuse_available() {
