@@ -495,7 +495,43 @@ fn spawn_daemon(a: &MountArgs) -> Result<()> {
     } else if let Some(e) = msg.strip_prefix("err ") {
         bail!("{e}")
     } else {
-        bail!("the mount daemon exited before the mount was ready")
+        bail!(
+            "the mount daemon {} before the mount was ready",
+            daemon_end(child)
+        )
+    }
+}
+
+/// How a mount daemon that closed its ready pipe without a word ended: its exit status, or
+/// the signal that killed it, waiting up to a second for it to be gone.
+fn daemon_end(mut child: std::process::Child) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    for _ in 0..100 {
+        match child.try_wait() {
+            Ok(Some(st)) => {
+                return match (st.code(), st.signal()) {
+                    (Some(c), _) => format!("exited with status {c}"),
+                    (None, Some(s)) => format!("was killed by {}", signal_name(s)),
+                    _ => "exited".into(),
+                }
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(_) => break,
+        }
+    }
+    "stopped answering".into()
+}
+
+/// A signal's name, for the signals a daemon dies of.
+fn signal_name(s: i32) -> String {
+    match s {
+        libc::SIGBUS => "SIGBUS".into(),
+        libc::SIGSEGV => "SIGSEGV".into(),
+        libc::SIGKILL => "SIGKILL".into(),
+        libc::SIGABRT => "SIGABRT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGINT => "SIGINT".into(),
+        _ => format!("signal {s}"),
     }
 }
 
