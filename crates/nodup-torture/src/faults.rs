@@ -112,6 +112,9 @@ pub struct Aim {
     /// The fault fails a space reservation with ENOSPC (`nth` counts reservations) instead
     /// of an I/O.
     pub reserve: bool,
+    /// With `reserve`: every reservation of the op fails, not only the `nth` (the disk
+    /// under the image stays full while it runs).
+    pub every: bool,
 }
 
 /// What op `k` of a workload does to the medium: operations a fault can fail, and space
@@ -180,6 +183,7 @@ pub fn trial(seed: u64, spec: &WorkloadSpec, aim: Aim) -> FaultStats {
         unmount,
         block_file,
         reserve,
+        every,
     } = aim;
     let what = format!("fault seed {seed} {aim:?}");
     let ops = generate(seed, spec);
@@ -201,7 +205,9 @@ pub fn trial(seed: u64, spec: &WorkloadSpec, aim: Aim) -> FaultStats {
     let mut allowed: Vec<Snapshot> = vec![model.snapshot()];
     allowed.extend(model.apply_steps(&ops[k]));
     let mut rule = FaultRule::new(FaultOp::Any).nth(nth).once();
-    if reserve {
+    if reserve && every {
+        rule = FaultRule::new(FaultOp::Reserve);
+    } else if reserve {
         rule = FaultRule::new(FaultOp::Reserve).nth(nth).once();
     } else if short {
         rule = rule.short_write((nth as usize * 37) % 4096);
@@ -228,6 +234,11 @@ pub fn trial(seed: u64, spec: &WorkloadSpec, aim: Aim) -> FaultStats {
         match &r {
             Ok(()) => {}
             Err(e) if e.errno() == libc::ENOSPC => st.reserve_enospc += 1,
+            // A short copy (blocks shared, then ENOSPC) is how copy_file_range reports it,
+            // as write(2) does; `run_op` stands it for an EIO.
+            Err(e) if e.errno() == libc::EIO && matches!(ops[k], crate::model::Op::Copy(..)) => {
+                st.reserve_enospc += 1
+            }
             Err(e) => st.violation(format!(
                 "{what}: a failed reservation reaches the caller as {e} (errno {})",
                 e.errno()
@@ -397,21 +408,31 @@ fn op_costs(seed: u64, spec: &WorkloadSpec, block_file: bool) -> Result<Vec<Cost
     Ok(v)
 }
 
-/// Every trial that fails one space reservation of workload `seed` (each reservation of each
-/// op in turn; every other one followed by a clean unmount): the campaign draws from these
-/// only now and then, since few ops take space from the medium.
+/// Every trial that fails space reservations of workload `seed`: each reservation of each op
+/// in turn (every other one followed by a clean unmount), and for each op that reserves,
+/// all of its reservations (followed by more work). The campaign draws from these only now
+/// and then, since few ops take space from the medium.
 pub fn reserve_aims(seed: u64, spec: &WorkloadSpec) -> Result<Vec<Aim>, String> {
     let block_file = seed % BLOCKFILE_EVERY == 1;
     let costs = op_costs(seed, spec, block_file)?;
     let aims = costs.iter().enumerate().flat_map(|(k, c)| {
-        (1..=c.reserves).map(move |nth| Aim {
+        let one = (1..=c.reserves).map(move |nth| Aim {
             k,
             nth,
             block_file,
             reserve: true,
             unmount: nth % 2 == 0,
             ..Aim::default()
-        })
+        });
+        let every = (c.reserves > 0).then_some(Aim {
+            k,
+            nth: 1,
+            block_file,
+            reserve: true,
+            every: true,
+            ..Aim::default()
+        });
+        one.chain(every)
     });
     Ok(aims.collect())
 }
@@ -437,7 +458,7 @@ pub fn campaign(seed: u64, spec: &WorkloadSpec, deadline: Instant, max_trials: u
                 break;
             }
             let k = rng.gen_range(0..costs.len());
-            // One trial in four, where the op reserves space at all, fails a reservation.
+            // One trial in four, where the op reserves space at all, fails reservations.
             let reserve = costs[k].reserves > 0 && rng.gen_bool(0.25);
             let n = if reserve {
                 costs[k].reserves
@@ -455,6 +476,8 @@ pub fn campaign(seed: u64, spec: &WorkloadSpec, deadline: Instant, max_trials: u
                 unmount: rng.gen_bool(0.25),
                 block_file,
                 reserve,
+                // A third of them fail every reservation of the op (a disk that stays full).
+                every: reserve && rng.gen_bool(1.0 / 3.0),
             };
             total.merge(trial(wseed, spec, aim));
         }

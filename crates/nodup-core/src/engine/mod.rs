@@ -614,14 +614,23 @@ impl Engine {
             return Ok(());
         }
         let zero = vec![0u8; BLOCK_SIZE];
+        let mut got = vec![0u8; BLOCK_SIZE];
         for b in start..start + n {
             let off = b * BLOCK_SIZE as u64;
-            if let Some(s) = self.meta_medium.direct(off, BLOCK_SIZE) {
-                if s.iter().all(|&x| x == 0) {
-                    continue;
+            // Looked at in place where the medium lends a view, else read (a mapped image
+            // lends none of a block that may be a hole, which reads as zeros): a block of
+            // zeros is not written again (nor given a page where it is a hole).
+            let zeros = match self.meta_medium.direct(off, BLOCK_SIZE) {
+                Some(s) => s.iter().all(|&x| x == 0),
+                None if self.meta_medium.direct(0, 0).is_some() => {
+                    self.meta_medium.read(off, &mut got)?;
+                    got.iter().all(|&x| x == 0)
                 }
+                None => false,
+            };
+            if !zeros {
+                self.meta.write(t, off, &zero)?;
             }
-            self.meta.write(t, off, &zero)?;
         }
         self.meta
             .flush(start * BLOCK_SIZE as u64, n * BLOCK_SIZE as u64);

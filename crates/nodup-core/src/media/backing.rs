@@ -31,11 +31,14 @@
 //! wrote, which holds its space, but an image copied with its zero blocks made holes (`cp
 //! --sparse=always`) has holes where it reads zeros: its save area, zero data blocks. So a
 //! load asks first whether its range can hold a hole ([`Backing::loadable`]): a bit per chunk
-//! known to have none, or per page known allocated; else whether the tmpfs has room for a
-//! page (then a load from a hole takes one, as it always did); else `mincore` of the pages
-//! around it. Where the range may hold a hole, the medium reads it with `pread`, which
-//! returns zeros for one and allocates nothing. Elsewhere a load from a hole maps zeros and
-//! every range is loadable. A tmpfs quota (`EDQUOT` on a page) is not seen by the room check.
+//! known to have none, or per page known allocated; else its pages are mapped in for reading
+//! (`MADV_POPULATE_READ`: a hole then takes a page, as a load always did, and where the file
+//! system has none the call fails where the load would have been a SIGBUS); else `mincore` of
+//! the pages around it. Where the range may still hold a hole, the medium reads it with
+//! `pread`, which returns zeros for one and allocates nothing. Elsewhere a load from a hole
+//! maps zeros and every range is loadable. As for stores, a range being given back
+//! ([`Backing::punch`]) is not read meanwhile: the engine discards only blocks nothing
+//! references.
 
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
@@ -52,8 +55,8 @@ pub const BACK_CHUNK: u64 = 2 << 20;
 /// Chunks backed ahead of the last one a writer needed.
 const AHEAD: u64 = 4;
 
-/// Bytes per bit of the page map of chunks with holes (a block, and a page).
-const PAGE: u64 = 4096;
+/// Bytes per bit of the page map (a block, and a page).
+pub(super) const PAGE: u64 = 4096;
 
 /// Pages of a chunk with holes allocated at least, from the first one a store needs: the
 /// allocator hands out free blocks in address order, so the next stores land in those, and
@@ -63,14 +66,6 @@ pub(super) const PAGES_AHEAD: u64 = 32;
 /// Pages around a load not known to be loadable that `mincore` looks at (aligned): as many
 /// as the kernel maps around a fault.
 const PROBE_PAGES: u64 = 16;
-
-/// Free space on the file system holding the image from which loads take no care of holes
-/// ([`Shared::room`]): a load from a hole then takes a page, as it always did.
-const ROOM: u64 = 64 << 20;
-
-/// How long a look at the free space holds, in nanoseconds: [`ROOM`] filled within it would
-/// be 64 GB/s of writes, several times what this memory takes.
-const ROOM_HOLDS_NS: u64 = 1_000_000;
 
 /// `statfs` magic of tmpfs.
 const TMPFS_MAGIC: i64 = 0x0102_1994;
@@ -107,17 +102,13 @@ struct Shared {
     /// One bit per chunk: holds data and holes, so it is backed page by page (`pages`).
     mixed: Box<[AtomicU64]>,
     /// One bit per page of the image: known allocated (backed page by page in a chunk in
-    /// `mixed`, found holding data by `mincore`, or allocated alone on a full disk); what
-    /// stores into a chunk in `mixed` and loads from one not in `loadable` ask.
+    /// `mixed`, found holding data by `mincore`, mapped in for a load, or allocated alone on
+    /// a full disk); what stores into a chunk in `mixed` and loads from one not in
+    /// `loadable` ask.
     pages: Box<[AtomicU64]>,
     /// One bit per chunk: known to hold no hole, so a load from it cannot fault (every
     /// chunk off tmpfs, where a load from a hole maps zeros).
     loadable: Box<[AtomicU64]>,
-    /// What [`Shared::room`] measures time from.
-    epoch: std::time::Instant,
-    /// Until when (nanoseconds from `epoch`) the file system is known to have room for
-    /// loads from holes ([`Shared::room`]).
-    room_until: AtomicU64,
     /// Shared by every backing of a chunk (allocation, population and marking it backed),
     /// held alone by a punch ([`Backing::punch`]) across its hole and the clearing of its
     /// chunks' marks: a chunk is never marked backed while a punch left a hole in it, and
@@ -283,42 +274,30 @@ impl Shared {
         test_bit(&self.loadable, c) || all_set(&self.pages, lo / PAGE, hi.div_ceil(PAGE))
     }
 
-    /// Whether the file system holding the image has room enough that a load from a hole,
-    /// which takes a page there, cannot fail: at least [`ROOM`] free when last looked, less
-    /// than [`ROOM_HOLDS_NS`] ago (one `fstatfs` per that time at most).
-    fn room(&self) -> bool {
-        let now = self.epoch.elapsed().as_nanos() as u64;
-        if now < self.room_until.load(Ordering::Relaxed) {
-            return true;
-        }
-        // SAFETY: fstatfs fills the zeroed struct for a descriptor `file` owns.
-        let free = unsafe {
-            let mut st: libc::statfs = std::mem::zeroed();
-            if libc::fstatfs(self.file.as_raw_fd(), &mut st) != 0 {
-                return false;
-            }
-            (st.f_bavail as u64).saturating_mul(st.f_bsize as u64)
-        };
-        if free < ROOM {
-            return false;
-        }
-        self.room_until
-            .store(now + ROOM_HOLDS_NS, Ordering::Relaxed);
-        true
-    }
-
-    /// Whether a load from `[off, off+len)` may go through the mapping because the file
-    /// system has room ([`Shared::room`]); its pages are then marked allocated, which the
-    /// load makes them (a page where there was a hole), so the next loads there ask nothing.
-    /// Marked before the load, under `punching`: a punch after it clears the marks again.
-    fn load_with_room(&self, off: u64, len: u64) -> bool {
-        if !self.tmpfs || !self.room() {
-            return false;
-        }
+    /// Map the pages of `[off, off+len)` in for reading (`MADV_POPULATE_READ`), as the
+    /// load's own faults would, and mark them allocated: true when that worked. Where a page
+    /// is a hole the file system must give it a page, and when it cannot (a full tmpfs) the
+    /// call fails with EFAULT where the load would have been a SIGBUS. False too on kernels
+    /// without it (before 5.14). Under `punching`, so a punch comes before it (and the pages
+    /// are mapped again) or after the marks (and clears them).
+    fn populate_read(&self, off: u64, len: u64) -> bool {
+        let (p0, p1) = (off / PAGE, (off + len).div_ceil(PAGE));
         let _no_punch = self.punching.read();
-        let end = off + len;
-        set_bits(&self.pages, off / PAGE, end.div_ceil(PAGE), true);
-        for c in off / BACK_CHUNK..end.div_ceil(BACK_CHUNK) {
+        let (at, n) = (p0 * PAGE, (p1 * PAGE).min(self.len) - p0 * PAGE);
+        // SAFETY: `[at, at+n)` lies inside the mapping (page aligned from its page-aligned
+        // start, clipped to its length); populating changes no byte of it.
+        let r = unsafe {
+            libc::madvise(
+                (self.base + at as usize) as *mut libc::c_void,
+                n as usize,
+                libc::MADV_POPULATE_READ,
+            )
+        };
+        if r != 0 {
+            return false;
+        }
+        set_bits(&self.pages, p0, p1, true);
+        for c in off / BACK_CHUNK..(off + len).div_ceil(BACK_CHUNK) {
             let last = ((c + 1) * BACK_CHUNK).min(self.len).div_ceil(PAGE);
             if all_set(&self.pages, c * BACK_CHUNK / PAGE, last) {
                 set_bits(&self.loadable, c, c + 1, true);
@@ -464,8 +443,6 @@ impl Backing {
             mixed: atomic_bits(chunks),
             pages: atomic_bits(len.div_ceil(PAGE)),
             loadable: atomic_bits(chunks),
-            epoch: std::time::Instant::now(),
-            room_until: AtomicU64::new(0),
             punching: RwLock::new(()),
         });
         if !tmpfs {
@@ -523,8 +500,9 @@ impl Backing {
         self.ensure_slow(off, len)
     }
 
-    /// Whether a load from `[off, off+len)` through the mapping cannot fault: the range is
-    /// known to hold no hole (see the module doc). False means: read it another way.
+    /// Whether a load from `[off, off+len)` through the mapping cannot fault: every page of
+    /// the range is known allocated, or now is (see the module doc); an empty range always.
+    /// False means: read it another way.
     ///
     /// Every load of the medium asks (metadata words, entries, blocks), so the usual cases —
     /// one chunk known whole, or one page known allocated — are a load or two and a test
@@ -533,14 +511,23 @@ impl Backing {
     pub(super) fn loadable(&self, off: u64, len: u64) -> bool {
         let s = &*self.shared;
         let (c, last) = (off / BACK_CHUNK, off.wrapping_add(len).wrapping_sub(1));
-        if len != 0
-            && c == last / BACK_CHUNK
-            && (test_bit(&s.loadable, c)
-                || (off / PAGE == last / PAGE && test_bit(&s.pages, off / PAGE)))
+        if len == 0
+            || (c == last / BACK_CHUNK
+                && (test_bit(&s.loadable, c)
+                    || (off / PAGE == last / PAGE && test_bit(&s.pages, off / PAGE))))
         {
             return true;
         }
         self.loadable_slow(off, len)
+    }
+
+    /// Whether the page holding `off` is known allocated (its chunk whole, or the page):
+    /// every page a store went to is ([`Backing::ensure`] marks it first), so a page that is
+    /// not holds nothing of this mapping's to write back.
+    #[inline]
+    pub(super) fn known_page(&self, off: u64) -> bool {
+        let s = &*self.shared;
+        test_bit(&s.loadable, off / BACK_CHUNK) || test_bit(&s.pages, off / PAGE)
     }
 
     #[inline(never)]
@@ -551,8 +538,9 @@ impl Backing {
             (off / BACK_CHUNK..end.div_ceil(BACK_CHUNK))
                 .all(|c| f(c, off.max(c * BACK_CHUNK), end.min((c + 1) * BACK_CHUNK)))
         };
-        each(&|c, lo, hi| s.known_loadable(c, lo, hi))
-            || s.load_with_room(off, len)
+        len == 0
+            || each(&|c, lo, hi| s.known_loadable(c, lo, hi))
+            || (s.tmpfs && s.populate_read(off, len))
             || each(&|c, lo, hi| s.probe(c, lo, hi))
     }
 
