@@ -31,11 +31,13 @@
 //! wrote, which holds its space, but an image copied with its zero blocks made holes (`cp
 //! --sparse=always`) has holes where it reads zeros: its save area, zero data blocks. So a
 //! load asks first whether its range can hold a hole ([`Backing::loadable`]): a bit per chunk
-//! known to have none, or per page known allocated; else its pages are mapped in for reading
-//! (`MADV_POPULATE_READ`: a hole then takes a page, as a load always did, and where the file
-//! system has none the call fails where the load would have been a SIGBUS); else `mincore` of
-//! the pages around it. Where the range may still hold a hole, the medium reads it with
-//! `pread`, which returns zeros for one and allocates nothing. Elsewhere a load from a hole
+//! known to have none, or per page known allocated; else whether the tmpfs has room for a
+//! page (then the load goes through and its pages are marked: a hole takes a page, as a
+//! load always did); else `mincore` of the pages around it. Where the range may still hold
+//! a hole, the medium reads it with `pread`, which returns zeros for one and allocates
+//! nothing. `MADV_POPULATE_READ` (which fails where a load would fault) would need no trust
+//! in the room, but cost a system call per page a mount or a reader first touches: cold
+//! reads 0.80 ×, recovery 1.10 × (`docs/results/load-guard-ab.md`). Elsewhere a load from a hole
 //! maps zeros and every range is loadable. As for stores, a range being given back
 //! ([`Backing::punch`]) is not read meanwhile: the engine discards only blocks nothing
 //! references.
@@ -66,6 +68,16 @@ pub(super) const PAGES_AHEAD: u64 = 32;
 /// Pages around a load not known to be loadable that `mincore` looks at (aligned): as many
 /// as the kernel maps around a fault.
 const PROBE_PAGES: u64 = 16;
+
+/// Free space on the tmpfs holding the image from which loads take no care of holes
+/// ([`Shared::room`]): a load from a hole then takes a page, as it always did.
+const ROOM: u64 = 64 << 20;
+
+/// How long a look at the free space holds, in nanoseconds. What it trusts: that 64 MiB are
+/// not taken within it while a load from a hole is under way. Writes would need 64 GB/s; a
+/// concurrent `fallocate` (or a huge-page tmpfs, where a hole takes 2 MiB) can do it, and
+/// then such a load is a SIGBUS: the one gap left (see `docs/results/load-guard-ab.md`).
+const ROOM_HOLDS_NS: u64 = 1_000_000;
 
 /// `statfs` magic of tmpfs.
 const TMPFS_MAGIC: i64 = 0x0102_1994;
@@ -102,13 +114,18 @@ struct Shared {
     /// One bit per chunk: holds data and holes, so it is backed page by page (`pages`).
     mixed: Box<[AtomicU64]>,
     /// One bit per page of the image: known allocated (backed page by page in a chunk in
-    /// `mixed`, found holding data by `mincore`, mapped in for a load, or allocated alone on
-    /// a full disk); what stores into a chunk in `mixed` and loads from one not in
+    /// `mixed`, found holding data by `mincore`, about to be loaded with room, or allocated
+    /// alone on a full disk); what stores into a chunk in `mixed` and loads from one not in
     /// `loadable` ask.
     pages: Box<[AtomicU64]>,
     /// One bit per chunk: known to hold no hole, so a load from it cannot fault (every
     /// chunk off tmpfs, where a load from a hole maps zeros).
     loadable: Box<[AtomicU64]>,
+    /// What [`Shared::room`] measures time from.
+    epoch: std::time::Instant,
+    /// The last look at the room: when (nanoseconds from `epoch`, shifted left by one) and
+    /// what it found (the lowest bit); 0 before the first.
+    room_look: AtomicU64,
     /// Shared by every backing of a chunk (allocation, population and marking it backed),
     /// held alone by a punch ([`Backing::punch`]) across its hole and the clearing of its
     /// chunks' marks: a chunk is never marked backed while a punch left a hole in it, and
@@ -274,30 +291,42 @@ impl Shared {
         test_bit(&self.loadable, c) || all_set(&self.pages, lo / PAGE, hi.div_ceil(PAGE))
     }
 
-    /// Map the pages of `[off, off+len)` in for reading (`MADV_POPULATE_READ`), as the
-    /// load's own faults would, and mark them allocated: true when that worked. Where a page
-    /// is a hole the file system must give it a page, and when it cannot (a full tmpfs) the
-    /// call fails with EFAULT where the load would have been a SIGBUS. False too on kernels
-    /// without it (before 5.14). Under `punching`, so a punch comes before it (and the pages
-    /// are mapped again) or after the marks (and clears them).
-    fn populate_read(&self, off: u64, len: u64) -> bool {
-        let (p0, p1) = (off / PAGE, (off + len).div_ceil(PAGE));
-        let _no_punch = self.punching.read();
-        let (at, n) = (p0 * PAGE, (p1 * PAGE).min(self.len) - p0 * PAGE);
-        // SAFETY: `[at, at+n)` lies inside the mapping (page aligned from its page-aligned
-        // start, clipped to its length); populating changes no byte of it.
-        let r = unsafe {
-            libc::madvise(
-                (self.base + at as usize) as *mut libc::c_void,
-                n as usize,
-                libc::MADV_POPULATE_READ,
-            )
+    /// Whether the file system holding the image has room enough that a load from a hole,
+    /// which takes a page there, finds one: at least [`ROOM`] free (or no size limit) when
+    /// last looked, less than [`ROOM_HOLDS_NS`] ago. One `fstatfs` per that time at most,
+    /// whatever it found.
+    fn room(&self) -> bool {
+        let now = (self.epoch.elapsed().as_nanos() as u64).max(1);
+        let last = self.room_look.load(Ordering::Relaxed);
+        if last != 0 && now < (last >> 1) + ROOM_HOLDS_NS {
+            return last & 1 == 1;
+        }
+        // SAFETY: fstatfs fills the zeroed struct for a descriptor `file` owns.
+        let roomy = unsafe {
+            let mut st: libc::statfs = std::mem::zeroed();
+            libc::fstatfs(self.file.as_raw_fd(), &mut st) == 0
+                && (st.f_blocks == 0
+                    || (st.f_bavail as u64).saturating_mul(st.f_bsize as u64) >= ROOM)
         };
-        if r != 0 {
+        self.room_look
+            .store((now << 1) | u64::from(roomy), Ordering::Relaxed);
+        roomy
+    }
+
+    /// Whether a load from `[off, off+len)` (`len > 0`) may go through the mapping because
+    /// the file system has room ([`Shared::room`]); its pages are then marked allocated,
+    /// which the load makes them (a page where there was a hole), so the next loads there
+    /// ask nothing. Marked before the load, under `punching`: a punch after it clears the
+    /// marks again. (`Pmem::direct` loads a byte of each page of the view it lends, so its
+    /// marks hold too.)
+    fn load_with_room(&self, off: u64, len: u64) -> bool {
+        if !self.room() {
             return false;
         }
-        set_bits(&self.pages, p0, p1, true);
-        for c in off / BACK_CHUNK..(off + len).div_ceil(BACK_CHUNK) {
+        let _no_punch = self.punching.read();
+        let end = off + len;
+        set_bits(&self.pages, off / PAGE, end.div_ceil(PAGE), true);
+        for c in off / BACK_CHUNK..end.div_ceil(BACK_CHUNK) {
             let last = ((c + 1) * BACK_CHUNK).min(self.len).div_ceil(PAGE);
             if all_set(&self.pages, c * BACK_CHUNK / PAGE, last) {
                 set_bits(&self.loadable, c, c + 1, true);
@@ -443,6 +472,8 @@ impl Backing {
             mixed: atomic_bits(chunks),
             pages: atomic_bits(len.div_ceil(PAGE)),
             loadable: atomic_bits(chunks),
+            epoch: std::time::Instant::now(),
+            room_look: AtomicU64::new(0),
             punching: RwLock::new(()),
         });
         if !tmpfs {
@@ -500,34 +531,28 @@ impl Backing {
         self.ensure_slow(off, len)
     }
 
-    /// Whether a load from `[off, off+len)` through the mapping cannot fault: every page of
-    /// the range is known allocated, or now is (see the module doc); an empty range always.
-    /// False means: read it another way.
+    /// Whether a load from `[off, off+len)` may go through the mapping: every page of the
+    /// range is known allocated, or the file system has room for those that are holes (see
+    /// the module doc); an empty range always. False means: read it another way.
     ///
     /// Every load of the medium asks (metadata words, entries, blocks), so the usual cases —
     /// one chunk known whole, or one page known allocated — are a load or two and a test
     /// inlined into the caller.
     #[inline]
     pub(super) fn loadable(&self, off: u64, len: u64) -> bool {
+        self.known(off, len) || self.loadable_slow(off, len)
+    }
+
+    /// [`Backing::loadable`]'s inline part: the range is empty, or lies in one chunk known
+    /// whole, or in one page known allocated.
+    #[inline]
+    pub(super) fn known(&self, off: u64, len: u64) -> bool {
         let s = &*self.shared;
         let (c, last) = (off / BACK_CHUNK, off.wrapping_add(len).wrapping_sub(1));
-        if len == 0
+        len == 0
             || (c == last / BACK_CHUNK
                 && (test_bit(&s.loadable, c)
                     || (off / PAGE == last / PAGE && test_bit(&s.pages, off / PAGE))))
-        {
-            return true;
-        }
-        self.loadable_slow(off, len)
-    }
-
-    /// Whether the page holding `off` is known allocated (its chunk whole, or the page):
-    /// every page a store went to is ([`Backing::ensure`] marks it first), so a page that is
-    /// not holds nothing of this mapping's to write back.
-    #[inline]
-    pub(super) fn known_page(&self, off: u64) -> bool {
-        let s = &*self.shared;
-        test_bit(&s.loadable, off / BACK_CHUNK) || test_bit(&s.pages, off / PAGE)
     }
 
     #[inline(never)]
@@ -540,7 +565,7 @@ impl Backing {
         };
         len == 0
             || each(&|c, lo, hi| s.known_loadable(c, lo, hi))
-            || (s.tmpfs && s.populate_read(off, len))
+            || (s.tmpfs && s.load_with_room(off, len))
             || each(&|c, lo, hi| s.probe(c, lo, hi))
     }
 

@@ -366,15 +366,8 @@ impl Medium for Pmem {
         #[cfg(target_arch = "x86_64")]
         if self.instr != FlushInstr::Msync {
             let base = self.map.as_ptr();
-            let page = super::backing::PAGE;
             let mut line = start;
             while line < end {
-                // A page not known allocated holds no store of this mapping (a flush of a
-                // hole would take a page, and fault on a full tmpfs): skipped.
-                if (line.is_multiple_of(page) || line == start) && !self.backing.known_page(line) {
-                    line = (line / page + 1) * page;
-                    continue;
-                }
                 // SAFETY: `line < end <= len`, so the line start is inside the mapping.
                 unsafe { flush_line(self.instr, base.add(line as usize)) };
                 line += CACHE_LINE;
@@ -447,18 +440,22 @@ impl Medium for Pmem {
 
     fn direct(&self, off: u64, len: usize) -> Option<&[u8]> {
         let r = check_range(off, len, self.len).ok()?;
-        if len != 0 && !self.backing.loadable(off, len as u64) {
-            return None;
-        }
         // SAFETY: inside the mapping, which lives as long as `&self`; see the module doc for the
         // no-concurrent-writer rule the caller follows.
         let view = unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(r.start), len) };
-        // A byte of each page loaded now, so the view's pages are mapped whatever the
-        // caller goes on to read of it (`loadable` has made sure they can be).
+        if self.backing.known(off, len as u64) {
+            return Some(view);
+        }
+        if !self.backing.loadable(off, len as u64) {
+            return None;
+        }
+        // The range was let through with its pages marked allocated before any load of
+        // them: a byte of each is loaded now, so the marks hold whatever the caller goes on
+        // to read of the view.
         let page = super::backing::PAGE;
         let page_starts = ((page - off % page) as usize..len).step_by(page as usize);
-        for p in std::iter::once(0).filter(|_| len != 0).chain(page_starts) {
-            // SAFETY: `p < len`, inside the view.
+        for p in std::iter::once(0).chain(page_starts) {
+            // SAFETY: `p < len` (`len > 0`: an empty range is known), inside the view.
             unsafe { std::ptr::read_volatile(view.as_ptr().add(p)) };
         }
         Some(view)
