@@ -615,6 +615,7 @@ impl Engine {
         }
         let zero = vec![0u8; BLOCK_SIZE];
         let mut got = vec![0u8; BLOCK_SIZE];
+        let mapped = self.meta_medium.direct(0, 0).is_some();
         for b in start..start + n {
             let off = b * BLOCK_SIZE as u64;
             // Looked at in place where the medium lends a view, else read (a mapped image
@@ -622,7 +623,7 @@ impl Engine {
             // zeros is not written again (nor given a page where it is a hole).
             let zeros = match self.meta_medium.direct(off, BLOCK_SIZE) {
                 Some(s) => s.iter().all(|&x| x == 0),
-                None if self.meta_medium.direct(0, 0).is_some() => {
+                None if mapped => {
                     self.meta_medium.read(off, &mut got)?;
                     got.iter().all(|&x| x == 0)
                 }

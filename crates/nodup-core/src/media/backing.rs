@@ -37,8 +37,8 @@
 //! a hole, the medium reads it with `pread`, which returns zeros for one and allocates
 //! nothing. `MADV_POPULATE_READ` (which fails where a load would fault) would need no trust
 //! in the room, but cost a system call per page a mount or a reader first touches: cold
-//! reads 0.80 ×, recovery 1.10 × (`docs/results/load-guard-ab.md`). Elsewhere a load from a hole
-//! maps zeros and every range is loadable. As for stores, a range being given back
+//! reads 0.80 ×, recovery 1.10 × (`docs/results/load-guard-ab.md`). Elsewhere a load from a
+//! hole maps zeros and every range is loadable. As for stores, a range being given back
 //! ([`Backing::punch`]) is not read meanwhile: the engine discards only blocks nothing
 //! references.
 
@@ -275,8 +275,22 @@ impl Shared {
     /// Mark chunk `c`, found to hold data and holes (`resident`, a byte per page), mixed,
     /// with its pages of data known allocated. Called with `punching` held (shared).
     fn mark_mixed(&self, c: u64, resident: &[u8]) {
-        self.mark_pages(c * BACK_CHUNK / PAGE, resident);
+        self.mark_pages(self.chunk_pages(c).0, resident);
         set_bits(&self.mixed, c, c + 1, true);
+    }
+
+    /// Pages `[first, last)` of chunk `c` (the last chunk may be short).
+    fn chunk_pages(&self, c: u64) -> (u64, u64) {
+        let last = ((c + 1) * BACK_CHUNK).min(self.len).div_ceil(PAGE);
+        (c * BACK_CHUNK / PAGE, last)
+    }
+
+    /// Mark chunk `c` known whole for loads once every page of it is known allocated.
+    fn loadable_if_all_pages(&self, c: u64) {
+        let (first, last) = self.chunk_pages(c);
+        if all_set(&self.pages, first, last) {
+            set_bits(&self.loadable, c, c + 1, true);
+        }
     }
 
     /// Mark chunk `c` allocated whole: stores into it and loads from it need nothing more.
@@ -327,10 +341,7 @@ impl Shared {
         let end = off + len;
         set_bits(&self.pages, off / PAGE, end.div_ceil(PAGE), true);
         for c in off / BACK_CHUNK..end.div_ceil(BACK_CHUNK) {
-            let last = ((c + 1) * BACK_CHUNK).min(self.len).div_ceil(PAGE);
-            if all_set(&self.pages, c * BACK_CHUNK / PAGE, last) {
-                set_bits(&self.loadable, c, c + 1, true);
-            }
+            self.loadable_if_all_pages(c);
         }
         true
     }
@@ -343,22 +354,18 @@ impl Shared {
         if self.known_loadable(c, lo, hi) {
             return true;
         }
-        if !self.tmpfs {
-            return false;
-        }
         let (p0, p1) = (lo / PAGE, hi.div_ceil(PAGE));
         let _no_punch = self.punching.read();
-        let first = c * BACK_CHUNK / PAGE;
-        let last = ((c + 1) * BACK_CHUNK).min(self.len).div_ceil(PAGE);
         let w0 = p0 / PROBE_PAGES * PROBE_PAGES;
-        let w1 = p1.next_multiple_of(PROBE_PAGES).min(last);
+        let w1 = p1.next_multiple_of(PROBE_PAGES).min(self.chunk_pages(c).1);
+        // None off tmpfs (where every chunk is known whole anyway) or when mincore fails.
         let Some(v) = self.resident(w0 * PAGE, (w1 * PAGE).min(self.len) - w0 * PAGE) else {
             return false;
         };
         self.mark_pages(w0, &v);
         let all = |v: &[u8]| v.iter().all(|&b| b & 1 != 0);
-        if all(&v) && all_set(&self.pages, first, last) {
-            set_bits(&self.loadable, c, c + 1, true);
+        if all(&v) {
+            self.loadable_if_all_pages(c);
         }
         all(&v[(p0 - w0) as usize..(p1 - w0) as usize])
     }
@@ -416,8 +423,7 @@ impl Shared {
         if all_set(&self.pages, p0, p1) {
             return Ok(());
         }
-        let first = c * BACK_CHUNK / PAGE;
-        let last = ((c + 1) * BACK_CHUNK).min(self.len).div_ceil(PAGE);
+        let (first, last) = self.chunk_pages(c);
         let p1 = p1.max(p0 + PAGES_AHEAD).min(last);
         let _no_punch = self.punching.read();
         let (at, n) = (p0 * PAGE, (p1 * PAGE).min(self.len) - p0 * PAGE);
@@ -563,8 +569,7 @@ impl Backing {
             (off / BACK_CHUNK..end.div_ceil(BACK_CHUNK))
                 .all(|c| f(c, off.max(c * BACK_CHUNK), end.min((c + 1) * BACK_CHUNK)))
         };
-        len == 0
-            || each(&|c, lo, hi| s.known_loadable(c, lo, hi))
+        each(&|c, lo, hi| s.known_loadable(c, lo, hi))
             || (s.tmpfs && s.load_with_room(off, len))
             || each(&|c, lo, hi| s.probe(c, lo, hi))
     }

@@ -2,6 +2,7 @@
 //! store, reopening, the store modes, concurrent writers.
 
 use super::*;
+use crate::media::small_disk::SmallDisk;
 use std::sync::Arc;
 
 #[test]
@@ -262,26 +263,33 @@ fn concurrent_disjoint_writers() {
     }
 }
 
+/// A three-chunk image on a small tmpfs of `size` (root only), its first page written with
+/// ones and `[hole, chunk)` given back; `None` (with a line) when that cannot be set up.
+fn image_with_a_hole(size: &str, hole: u64) -> Option<(SmallDisk, Pmem)> {
+    let disk = SmallDisk::mount(size)?;
+    // Three chunks: fewer than a store asks to have backed ahead of it, so no background
+    // backing runs (one failing after the disk was filled gives its pages back, and a store
+    // into a hole could then find room).
+    let m = Pmem::create(disk.dir.path().join("img"), 3 * BACK_CHUNK).unwrap();
+    m.write(0, &[1u8; 4096]).unwrap();
+    if !m.discard(hole, BACK_CHUNK - hole).unwrap() {
+        eprintln!("skipping: this file system cannot punch holes");
+        return None;
+    }
+    Some((disk, m))
+}
+
 /// On a full disk (a small tmpfs, root only): a range reserved before takes stores, and so
 /// does a page with data in a chunk with holes (given back), although the pages after it
 /// cannot be allocated; a store into a hole gets ENOSPC and stores nothing.
 #[test]
 fn a_full_disk_takes_stores_into_space_the_image_holds() {
-    let Some(disk) = crate::media::small_disk::SmallDisk::mount("8M") else {
+    let Some((disk, m)) = image_with_a_hole("8M", 8192) else {
         return;
     };
     let chunk = BACK_CHUNK;
-    // Three chunks: fewer than a store asks to have backed ahead of it, so no background
-    // backing runs (one failing after the disk was filled gives its pages back, and a store
-    // into a hole could then find room).
-    let m = Pmem::create(disk.dir.path().join("img"), 3 * chunk).unwrap();
-    m.write(0, &[1u8; 4096]).unwrap();
     let reserved = 2 * chunk + 4096;
     m.reserve(reserved, 4096).unwrap();
-    if !m.discard(8192, chunk - 8192).unwrap() {
-        eprintln!("skipping: this file system cannot punch holes");
-        return;
-    }
     disk.fill();
     let no_space =
         |r: Result<()>| matches!(r, Err(Error::Io(e)) if e.raw_os_error() == Some(libc::ENOSPC));
@@ -327,16 +335,10 @@ fn a_full_disk_takes_stores_into_space_the_image_holds() {
 
 #[test]
 fn a_hole_read_with_room_takes_a_page_and_a_punch_forgets_it() {
-    let Some(disk) = crate::media::small_disk::SmallDisk::mount("100M") else {
+    let Some((disk, m)) = image_with_a_hole("100M", 4096) else {
         return;
     };
     let chunk = BACK_CHUNK;
-    let m = Pmem::create(disk.dir.path().join("img"), 3 * chunk).unwrap();
-    m.write(0, &[1u8; 4096]).unwrap();
-    if !m.discard(4096, chunk - 4096).unwrap() {
-        eprintln!("skipping: this file system cannot punch holes");
-        return;
-    }
     let fd = m.file.as_raw_fd();
     // With room, a load from a hole goes through the mapping and takes a page, and so does a
     // view of one, whether or not its holder reads it.
