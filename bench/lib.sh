@@ -13,6 +13,13 @@ bench_tree() {
 median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 # median_of "N N ...": the median of a space-separated list.
 median_of() { tr ' ' '\n' <<<"${1:-}" | grep . | median; }
+# median_col SIDE N ROW...: the median of field N of the rows (space-separated) whose first
+# field is SIDE (an A/B script's "A 3 31.2 ..." lines).
+median_col() {
+  local side=$1 n=$2
+  shift 2
+  printf '%s\n' "$@" | awk -v s="$side" -v n="$n" '$1 == s {print $n}' | median
+}
 
 # small_files MNT: 100 directories of 1 000 files of 4 KiB of unique data each under MNT.
 small_files() {

@@ -5,6 +5,7 @@
 # and `nodup umount`, the recovery time the mount reports) and the medians and B/A.
 # Usage: bench/mount-ab.sh OLD_BINARY NEW_BINARY   (RUNS=7 SIZE=16G DATA=512)
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 A=${1:?old binary}; B=${2:?new binary}
 RUNS=${RUNS:-7}; SIZE=${SIZE:-16G}; DATA=${DATA:-512}
@@ -27,11 +28,8 @@ for r in $(seq "$RUNS"); do
     echo "$row"; rows+=("$row")
   done
 done
-printf '%s\n' "${rows[@]}" | awk '
-  { m[$1] = m[$1] " " $3; u[$1] = u[$1] " " $4; c[$1] = c[$1] " " $5 }
-  function med(s,   a, n, i, j, t) { n = split(s, a, " ");
-    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-    return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-  END { printf "median ms: mount A %.1f B %.1f (B/A %.3f); umount A %.1f B %.1f (%.3f); recovery A %.2f B %.2f (%.3f)\n",
-    med(m["A"]), med(m["B"]), med(m["B"]) / med(m["A"]), med(u["A"]), med(u["B"]), med(u["B"]) / med(u["A"]),
-    med(c["A"]), med(c["B"]), med(c["B"]) / med(c["A"]) }'
+med() { median_col "$1" "$2" "${rows[@]}"; }
+awk -v ma="$(med A 3)" -v mb="$(med B 3)" -v ua="$(med A 4)" -v ub="$(med B 4)" \
+  -v ca="$(med A 5)" -v cb="$(med B 5)" \
+  'BEGIN { printf "median ms: mount A %.1f B %.1f (B/A %.3f); umount A %.1f B %.1f (%.3f); recovery A %.2f B %.2f (%.3f)\n",
+    ma, mb, mb / ma, ua, ub, ub / ua, ca, cb, cb / ca }'

@@ -7,6 +7,7 @@
 # (cold: a new mount has no cached pages). Prints every run (MiB/s) and the medians and B/A.
 # Usage: bench/read-ab.sh OLD_BINARY NEW_BINARY   (RUNS=7 SIZE=4G DATA=1024)
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^[^#]/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
 A=${1:?old binary}; B=${2:?new binary}
 RUNS=${RUNS:-7}; SIZE=${SIZE:-4G}; DATA=${DATA:-1024}
@@ -36,9 +37,5 @@ for r in $(seq "$RUNS"); do
     echo "$row"; rows+=("$row")
   done
 done
-printf '%s\n' "${rows[@]}" | awk '
-  { v[$1] = v[$1] " " $3 }
-  function med(s,   a, n, i, j, t) { n = split(s, a, " ");
-    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-    return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-  END { printf "median MiB/s of a cold read: A %.0f B %.0f (B/A %.3f)\n", med(v["A"]), med(v["B"]), med(v["B"]) / med(v["A"]) }'
+a=$(median_col A 3 "${rows[@]}"); b=$(median_col B 3 "${rows[@]}")
+awk -v a="$a" -v b="$b" 'BEGIN { printf "median MiB/s of a cold read: A %.0f B %.0f (B/A %.3f)\n", a, b, b / a }'
