@@ -14,6 +14,10 @@ command -v git >/dev/null 2>&1 || need+=(git)
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 # setfacl/getfacl for the POSIX ACL test.
 command -v setfacl >/dev/null 2>&1 || need+=(acl)
+# An ext4 on a loop device whose write-back fails (the media's failed write-back tests).
+command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
+command -v losetup >/dev/null 2>&1 || need+=(mount)
+command -v fstrim >/dev/null 2>&1 || need+=(util-linux)
 if ((${#need[@]})); then
   echo "deps: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -132,6 +132,16 @@ fn open_medium(
 ) -> Result<(Arc<dyn Medium>, MediumKind, bool)> {
     let (sb, _, _) = superblock::probe_file(path)?;
     let kind = sb.medium_kind();
+    let failed_before = |what: Option<&str>| {
+        if let Some(e) = what {
+            crate::logging::warn(&format!(
+                "{}: a write-back of the image failed before this open ({e}): the last \
+                 changes of the run that wrote it may not have reached it; this open reads \
+                 what did",
+                path.display()
+            ));
+        }
+    };
     Ok(match (kind, read_only) {
         (MediumKind::Pmem, false) => {
             let opts = PmemOptions {
@@ -139,16 +149,23 @@ fn open_medium(
                 ..PmemOptions::default()
             };
             let p = Pmem::open_with(path, opts)?;
+            failed_before(p.write_back_failed_before_open());
             let streams = p.streams_data();
             (Arc::new(p), kind, streams)
         }
-        (MediumKind::Pmem, true) => (Arc::new(Pmem::open_read_only(path)?), kind, false),
+        (MediumKind::Pmem, true) => {
+            let p = Pmem::open_read_only(path)?;
+            failed_before(p.write_back_failed_before_open());
+            (Arc::new(p), kind, false)
+        }
         (MediumKind::BlockFile, ro) => {
             let opts = BlockFileOptions {
                 read_only: ro,
                 ..BlockFileOptions::default()
             };
-            (Arc::new(BlockFile::open(path, opts)?), kind, false)
+            let b = BlockFile::open(path, opts)?;
+            failed_before(b.write_back_failed_before_open());
+            (Arc::new(b), kind, false)
         }
     })
 }

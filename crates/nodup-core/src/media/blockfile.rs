@@ -136,6 +136,7 @@ impl BlockFile {
     pub fn open(path: impl AsRef<Path>, opts: BlockFileOptions) -> Result<BlockFile> {
         let path = path.as_ref();
         let file = open_opts_for(&opts).open(path)?;
+        let write_back = WriteBack::open(&file);
         let meta = file.metadata()?;
         let regular = meta.file_type().is_file();
         let len = if regular {
@@ -154,7 +155,7 @@ impl BlockFile {
             len,
             opts,
             rmw: Mutex::new(()),
-            write_back: WriteBack::default(),
+            write_back,
             // A block device has no holes to fill.
             prealloc: (regular && !opts.read_only).then(|| Preallocated::new(len)),
         })
@@ -163,6 +164,13 @@ impl BlockFile {
     /// Path of the file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// A write-back of the file that failed before this open and that no one had been told
+    /// of (a run that died before its next fence): that run's last stores may not all be in
+    /// the file, which the open reads as the disk holds it (`media/write_back.rs`).
+    pub fn write_back_failed_before_open(&self) -> Option<&str> {
+        self.write_back.failed_before_open()
     }
 
     /// The options this medium was opened with.

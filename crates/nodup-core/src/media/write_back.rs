@@ -8,7 +8,15 @@
 //! for as long as the image stays open, and a fence that succeeded beside a failing one fails
 //! too: the mount can still be read, but nothing it does is called durable, and its unmount
 //! cannot be clean. The next open runs failure recovery from what did reach the image.
+//!
+//! "What did reach the image" needs one more step at that open: the pages the kernel could not
+//! write back stay in its page cache, clean, holding bytes the disk never got, so an open on
+//! the same boot would read them (and a failure recovery would build on them; after the next
+//! reboot they are gone). Every open of an image file therefore asks the kernel to drop the
+//! file's cached pages first ([`forget_cached_pages`]).
 
+use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
 
 use parking_lot::RwLock;
@@ -20,12 +28,29 @@ use crate::{Error, Result};
 pub(crate) struct WriteBack {
     /// The first failure, as it was reported.
     failed: OnceLock<String>,
+    /// A failure of a write-back before this open, reported to it ([`WriteBack::open`]).
+    before_open: Option<String>,
     /// Held shared by every write-back while it runs; taken alone by one that succeeded, to
     /// wait until those beside it are done and have recorded any failure.
     running: RwLock<()>,
 }
 
 impl WriteBack {
+    /// The state of an image file being opened: its cached pages are dropped first
+    /// ([`forget_cached_pages`]), so do this before anything reads or maps it.
+    pub(crate) fn open(file: &File) -> WriteBack {
+        WriteBack {
+            before_open: forget_cached_pages(file),
+            ..WriteBack::default()
+        }
+    }
+
+    /// A write-back of the file that failed before this open and that no one had been told
+    /// of: the run that wrote the image last may not have all its stores on it.
+    pub(crate) fn failed_before_open(&self) -> Option<&str> {
+        self.before_open.as_deref()
+    }
+
     /// Run `sync` (a write-back of the image) unless an earlier one failed; a failure is
     /// remembered, and a success counts only when no write-back running beside it failed.
     pub(crate) fn run(&self, sync: impl FnOnce() -> Result<()>) -> Result<()> {
@@ -59,10 +84,127 @@ impl WriteBack {
     }
 }
 
+/// Drop the kernel's cached pages of an image file that is being opened, before anything
+/// reads or maps it, so the open reads what reached the disk (module doc). Pages a previous
+/// run left dirty are written back first; a failure of that, or one of that run's write-backs
+/// that nobody was told of (it died before its next fence), is returned as text: the kernel
+/// reports it once, to this call, and it says that run's last stores may not all be on the
+/// disk. tmpfs and DAX files ignore the advice (their pages are the only copy). Best effort
+/// otherwise: a file the advice cannot apply to has no page cache to mislead.
+fn forget_cached_pages(file: &File) -> Option<String> {
+    let earlier = file.sync_data().err().map(|e| e.to_string());
+    // SAFETY: posix_fadvise on a descriptor `file` owns; it reads no memory of ours.
+    let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    earlier
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::media::small_disk::FailingExt4;
+    use crate::media::{BlockFile, BlockFileOptions, Medium, Pmem};
     use std::sync::mpsc;
+
+    /// An open on the same boot after a failed write-back reads what reached the disk, on both
+    /// media over files: without dropping the cached pages it read the bytes that were lost,
+    /// which a failure recovery would have built on.
+    #[test]
+    fn an_open_after_a_failed_write_back_reads_what_reached_the_disk() {
+        let Some(ext4) = FailingExt4::mount(48) else {
+            return;
+        };
+        let (kept, lost) = (vec![0x5au8; 64 << 10], vec![0xa5u8; 64 << 10]);
+        for pmem in [false, true] {
+            let path = ext4
+                .dir
+                .path()
+                .join(if pmem { "pmem" } else { "blockfile" });
+            let open = |create: bool| -> Box<dyn Medium> {
+                let opts = BlockFileOptions::default();
+                match (pmem, create) {
+                    (true, true) => Box::new(Pmem::create(&path, 16 << 20).unwrap()),
+                    (true, false) => Box::new(Pmem::open(&path).unwrap()),
+                    (false, true) => Box::new(BlockFile::create(&path, 16 << 20, opts).unwrap()),
+                    (false, false) => Box::new(BlockFile::open(&path, opts).unwrap()),
+                }
+            };
+            // A whole sync: a mapped image's fence is a store fence unless it needs msync.
+            let store = |m: &dyn Medium, off: u64, data: &[u8]| {
+                m.write(off, data).unwrap();
+                m.flush(off, data.len() as u64);
+                m.sync_all()
+            };
+            let m = open(true);
+            store(&*m, 0, &kept).unwrap();
+            ext4.disk.fill();
+            // Into a hole of the image: ext4 takes new blocks, whose write-back fails.
+            let e = store(&*m, 8 << 20, &lost).unwrap_err();
+            assert!(m.write_back_failed().is_some(), "pmem {pmem}: {e}");
+            drop(m);
+            ext4.disk.unfill();
+            let m = open(false);
+            let mut got = vec![0u8; 64 << 10];
+            m.read(0, &mut got).unwrap();
+            assert!(got == kept, "pmem {pmem}: the durable write is gone");
+            m.read(8 << 20, &mut got).unwrap();
+            assert!(
+                got.iter().all(|&b| b == 0),
+                "pmem {pmem}: the reopened image reads bytes that never reached the disk"
+            );
+            assert_eq!(m.write_back_failed(), None);
+        }
+    }
+
+    /// A run that died before its next fence never heard that the kernel could not write its
+    /// last stores back; the kernel tells the next open of the file, once. The open takes that
+    /// as news of the past (the medium opens, reads what reached the disk, and says so), not
+    /// as a failure of its own first fence.
+    #[test]
+    fn an_open_hears_of_a_write_back_that_failed_after_the_last_run() {
+        let Some(ext4) = FailingExt4::mount(48) else {
+            return;
+        };
+        let lost = vec![0xa5u8; 64 << 10];
+        for pmem in [false, true] {
+            let path = ext4
+                .dir
+                .path()
+                .join(if pmem { "pmem" } else { "blockfile" });
+            let file = File::create(&path).unwrap();
+            file.set_len(16 << 20).unwrap();
+            file.sync_all().unwrap();
+            ext4.disk.fill();
+            // Stored, never synced; the kernel's write-back of it fails.
+            std::os::unix::fs::FileExt::write_all_at(&file, &lost, 8 << 20).unwrap();
+            drop(file);
+            // SAFETY: sync(2) takes no arguments; it waits for the write-back, whatever it gives.
+            unsafe { libc::sync() };
+            ext4.disk.unfill();
+            let earlier = |first: bool| {
+                let m: Box<dyn Medium> = if pmem {
+                    let m = Pmem::open(&path).unwrap();
+                    assert_eq!(m.write_back_failed_before_open().is_some(), first, "pmem");
+                    Box::new(m)
+                } else {
+                    let m = BlockFile::open(&path, BlockFileOptions::default()).unwrap();
+                    assert_eq!(
+                        m.write_back_failed_before_open().is_some(),
+                        first,
+                        "blockfile"
+                    );
+                    Box::new(m)
+                };
+                let mut got = vec![1u8; 64 << 10];
+                m.read(8 << 20, &mut got).unwrap();
+                assert!(got.iter().all(|&b| b == 0), "pmem {pmem}: reads lost bytes");
+                m.write(0, &lost).unwrap();
+                m.flush(0, lost.len() as u64);
+                m.sync_all().unwrap();
+            };
+            earlier(true);
+            earlier(false);
+        }
+    }
 
     /// After one failure every later write-back fails without being tried, even one that
     /// would succeed; the first error is the one its caller gets, and the later ones name it.

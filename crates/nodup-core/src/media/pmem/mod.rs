@@ -152,6 +152,7 @@ impl Pmem {
     }
 
     fn map_file(file: File, path: &Path, opts: PmemOptions, read_only: bool) -> Result<Pmem> {
+        let write_back = WriteBack::open(&file);
         let len = file.metadata()?.len();
         if len == 0 {
             return Err(Error::Invalid(format!(
@@ -189,8 +190,14 @@ impl Pmem {
             opts,
             instr,
             pending_sync: Mutex::new(Vec::new()),
-            write_back: WriteBack::default(),
+            write_back,
         })
+    }
+
+    /// A write-back of the file that failed before this open and that no one had been told
+    /// of: see [`super::BlockFile::write_back_failed_before_open`].
+    pub fn write_back_failed_before_open(&self) -> Option<&str> {
+        self.write_back.failed_before_open()
     }
 
     /// The flush instruction in use.
