@@ -150,6 +150,14 @@ fn open_medium(
             };
             let p = Pmem::open_with(path, opts)?;
             failed_before(p.write_back_failed_before_open());
+            if p.syncs_on_fence() && p.flush_instr() != nodup_core::media::FlushInstr::Msync {
+                crate::logging::info(&format!(
+                    "{}: a pmem image on a file system with a page cache (not tmpfs or DAX): \
+                     every fence is an msync, so what an fsync answers for is on the disk \
+                     (blockfile is the medium made for disks)",
+                    path.display()
+                ));
+            }
             let streams = p.streams_data();
             (Arc::new(p), kind, streams)
         }

@@ -80,7 +80,7 @@ const ROOM: u64 = 64 << 20;
 const ROOM_HOLDS_NS: u64 = 1_000_000;
 
 /// `statfs` magic of tmpfs.
-const TMPFS_MAGIC: i64 = 0x0102_1994;
+pub(super) const TMPFS_MAGIC: i64 = 0x0102_1994;
 
 /// What a chunk of the image file holds, as `mincore` tells on tmpfs.
 enum Layout {

@@ -9,8 +9,10 @@
 //!   per process from CPUID (leaf 7 EBX bit 24 = clwb, bit 23 = clflushopt; leaf 1 EDX bit 19 =
 //!   clflush);
 //! - `fence()` is `sfence`. With [`PmemOptions::sync_on_fence`] the fence also `msync`s the pages
-//!   flushed since the previous fence, for non-DAX files where a flushed line is only in the
-//!   page cache and durability on disk is wanted;
+//!   flushed since the previous fence (and `flush` issues no cache-line instructions: the
+//!   `msync` writes the pages whole). An open turns it on for a file on a file system with a
+//!   page cache in front of a disk (not tmpfs, ramfs or DAX), where a flushed line is only in
+//!   that cache;
 //! - `sync_all()` `msync`s the whole mapping.
 //!
 //! Builds for other architectures have no cache-line instructions: there `flush` remembers the
@@ -58,8 +60,11 @@ use crate::{Error, Result};
 /// Options of a [`Pmem`] medium.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PmemOptions {
-    /// Also `msync` the flushed pages at every `fence` (non-DAX files when durability on disk is
-    /// wanted). Off by default: on tmpfs/`/dev/shm` and on DAX the cache-line flush is enough.
+    /// Also `msync` the flushed pages at every `fence`. Whatever this says, an open turns it
+    /// on for a file whose pages live in a page cache in front of a disk (any file system but
+    /// tmpfs, ramfs or DAX): there a flushed line reaches only that cache, and a fence that
+    /// does not `msync` makes nothing durable. On tmpfs/`/dev/shm` and on DAX the cache-line
+    /// flush is enough.
     pub sync_on_fence: bool,
     /// Pre-fault the whole mapping at open (`MAP_POPULATE`), so that page-fault costs of a fresh
     /// tmpfs file do not land in measurements (real pmem has none).
@@ -153,6 +158,10 @@ impl Pmem {
 
     fn map_file(file: File, path: &Path, opts: PmemOptions, read_only: bool) -> Result<Pmem> {
         let write_back = WriteBack::open(&file);
+        let opts = PmemOptions {
+            sync_on_fence: opts.sync_on_fence || !flushed_lines_suffice(&file),
+            ..opts
+        };
         let len = file.metadata()?.len();
         if len == 0 {
             return Err(Error::Invalid(format!(
@@ -198,6 +207,13 @@ impl Pmem {
     /// of: see [`super::BlockFile::write_back_failed_before_open`].
     pub fn write_back_failed_before_open(&self) -> Option<&str> {
         self.write_back.failed_before_open()
+    }
+
+    /// Every fence `msync`s what was flushed since the last one (the file lives in a page
+    /// cache in front of a disk, [`PmemOptions::sync_on_fence`], or the CPU has no cache-line
+    /// instruction).
+    pub fn syncs_on_fence(&self) -> bool {
+        self.needs_msync()
     }
 
     /// The flush instruction in use.
@@ -333,6 +349,30 @@ impl Pmem {
     }
 }
 
+/// A cache-line flush is all a store to `file`'s mapping needs: the file lives in memory
+/// (tmpfs, ramfs: nothing behind it to reach) or on DAX (the flush reaches the media). Any
+/// other file system keeps the mapping's pages in its page cache, written back to its disk only
+/// by `msync` (or whenever the kernel likes). Unknown (a failed `fstatfs`/`statx`) counts as
+/// not enough.
+fn flushed_lines_suffice(file: &File) -> bool {
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let fd = file.as_raw_fd();
+    // SAFETY: fstatfs fills the zeroed struct for a descriptor `file` owns.
+    let in_memory = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::fstatfs(fd, &mut st) == 0
+            && matches!(st.f_type as i64, super::backing::TMPFS_MAGIC | RAMFS_MAGIC)
+    };
+    // SAFETY: statx of the descriptor itself (empty path, AT_EMPTY_PATH) into a zeroed struct.
+    let dax = unsafe {
+        let mut st: libc::statx = std::mem::zeroed();
+        libc::statx(fd, c"".as_ptr(), libc::AT_EMPTY_PATH, 0, &mut st) == 0
+            && st.stx_attributes_mask & libc::STATX_ATTR_DAX as u64 != 0
+            && st.stx_attributes & libc::STATX_ATTR_DAX as u64 != 0
+    };
+    in_memory || dax
+}
+
 /// Durability on this mapping comes from msync (asked for, or no cache-line instruction).
 fn needs_msync(opts: &PmemOptions, instr: FlushInstr) -> bool {
     opts.sync_on_fence || instr == FlushInstr::Msync
@@ -371,7 +411,7 @@ impl Medium for Pmem {
         let end = off.saturating_add(len).min(self.len);
         let start = off & !(CACHE_LINE - 1);
         #[cfg(target_arch = "x86_64")]
-        if self.instr != FlushInstr::Msync {
+        if self.instr != FlushInstr::Msync && !self.opts.sync_on_fence {
             let base = self.map.as_ptr();
             let mut line = start;
             while line < end {

@@ -2,7 +2,7 @@
 //! store, reopening, the store modes, concurrent writers.
 
 use super::*;
-use crate::media::small_disk::SmallDisk;
+use crate::media::small_disk::{FailingExt4, SmallDisk};
 use std::sync::Arc;
 
 #[test]
@@ -192,7 +192,8 @@ fn reopen_persists() {
 
 #[test]
 fn fill_with_stores_survive_reopen_in_every_store_mode() {
-    let dir = tempfile::tempdir().unwrap();
+    // On tmpfs: on a disk's file system every fence is an msync, and nothing streams.
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let p = dir.path().join("img");
     let block: Vec<u8> = (0..4096u32).map(|i| (i * 13 + 5) as u8).collect();
     for (stream_data, sync_on_fence) in [(false, false), (true, false), (false, true)] {
@@ -365,4 +366,37 @@ fn a_hole_read_with_room_takes_a_page_and_a_punch_forgets_it() {
         assert!(m.direct(at, 4096).is_none(), "a view of the hole at {at}");
     }
     assert_eq!(m.read_u64(0).unwrap(), u64::from_le_bytes([1; 8]));
+}
+
+/// A pmem image on a file system with a page cache (ext4 here) fences by `msync`: a fence
+/// writes the store back, so on a disk that cannot take it the fence fails, where an `sfence`
+/// alone succeeded and left the store in the cache. On tmpfs a fence stays a store fence.
+#[test]
+fn a_fence_on_a_disk_file_system_writes_the_store_back() {
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let m = Pmem::create(shm.path().join("img"), 1 << 20).unwrap();
+    assert_eq!(m.syncs_on_fence(), m.flush_instr() == FlushInstr::Msync);
+    let Some(ext4) = FailingExt4::mount(48) else {
+        return;
+    };
+    let m = Pmem::create(ext4.dir.path().join("img"), 16 << 20).unwrap();
+    assert!(m.syncs_on_fence());
+    assert!(!m.streams_data());
+    let data = vec![0x3cu8; 64 << 10];
+    m.write(0, &data).unwrap();
+    m.flush(0, data.len() as u64);
+    m.fence().unwrap();
+    ext4.disk.fill();
+    m.write(8 << 20, &data).unwrap();
+    m.flush(8 << 20, data.len() as u64);
+    assert!(
+        m.fence().is_err(),
+        "the fence left the store in the page cache"
+    );
+    drop(m);
+    ext4.disk.unfill();
+    let m = Pmem::open(ext4.dir.path().join("img")).unwrap();
+    let mut got = vec![0u8; data.len()];
+    m.read(0, &mut got).unwrap();
+    assert!(got == data);
 }
