@@ -1449,3 +1449,56 @@ fn the_mount_helper_names_the_o_options_typed() {
         assert!(!e.contains("--"), "{o}: a command-line flag named in {e:?}");
     }
 }
+
+/// A pmem image on a disk's file system (here /var/tmp, skipped where that is tmpfs) mounts,
+/// says in its log that every fence is an msync, keeps what a writer fsynced, and checks clean.
+#[test]
+fn a_pmem_image_on_a_disk_file_system_fences_by_msync() {
+    if !fuse_available() {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let st = statfs_magic(dir.path());
+    if st == 0x0102_1994 {
+        eprintln!("skipping: /var/tmp is a tmpfs");
+        return;
+    }
+    let (img, mnt, log) = (
+        dir.path().join("x.img"),
+        dir.path().join("mnt"),
+        dir.path().join("log"),
+    );
+    fs::create_dir(&mnt).unwrap();
+    let (i, mp, l) = (
+        img.to_str().unwrap(),
+        mnt.to_str().unwrap(),
+        log.to_str().unwrap(),
+    );
+    ok(nodup(&["mkfs", i, "--size", "64M", "--medium", "pmem"]));
+    ok(nodup(&["mount", i, mp, "--log-file", l]));
+    let data: Vec<u8> = (0..(1u32 << 20)).map(|n| (n * 31 % 251) as u8).collect();
+    {
+        let mut f = fs::File::create(mnt.join("f")).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+    }
+    ok(nodup(&["umount", mp]));
+    let said = fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains("written back by msync at every fence"),
+        "{said}"
+    );
+    ok(nodup(&["mount", i, mp]));
+    assert!(fs::read(mnt.join("f")).unwrap() == data);
+    ok(nodup(&["umount", mp]));
+    assert!(ok(nodup(&["fsck", i])).contains("consistent"));
+}
+
+/// The file-system type (statfs f_type) of `p`.
+fn statfs_magic(p: &Path) -> i64 {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `c` is NUL terminated; `st` is a plain C struct filled by the call.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut st) }, 0);
+    st.f_type as i64
+}

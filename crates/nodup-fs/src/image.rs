@@ -108,12 +108,44 @@ pub fn open(path: &Path) -> Result<(Arc<dyn Medium>, MediumKind)> {
 /// [`open`] for a mount: with `stream_data`, a pmem image's new data blocks are written with
 /// non-temporal stores instead of stores + cache-line flushes (`PmemOptions::stream_data`;
 /// `nodup mount --stream-data`, docs/choices.md). Block-file images ignore it. The third value
-/// says whether the medium streams (false where the CPU or the mapping cannot).
+/// says how a pmem image's new data reaches the medium (for the mount's log).
 pub fn open_for_mount(
     path: &Path,
     stream_data: bool,
-) -> Result<(Arc<dyn Medium>, MediumKind, bool)> {
+) -> Result<(Arc<dyn Medium>, MediumKind, PmemStores)> {
     open_medium(path, false, stream_data)
+}
+
+/// How a pmem image's stores reach the medium.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PmemStores {
+    /// Not a pmem image.
+    None,
+    /// New data blocks with non-temporal stores (`--stream-data`).
+    Streaming,
+    /// Ordinary stores and cache-line flushes.
+    Flushed,
+    /// Ordinary stores, written back by `msync` at each fence: the image lives in a page cache
+    /// in front of a disk, or the CPU has no cache-line instruction.
+    Msynced,
+}
+
+impl PmemStores {
+    /// What the mount's log says about it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            PmemStores::None => "",
+            PmemStores::Streaming => "non-temporal stores (--stream-data)",
+            PmemStores::Flushed => {
+                "stores + cache-line flushes (--stream-data=false, or not available here)"
+            }
+            PmemStores::Msynced => {
+                "stores, written back by msync at every fence: the image is on a file system \
+                 with a page cache (not tmpfs or DAX), so what an fsync answers for is on the \
+                 disk (blockfile is the medium made for disks)"
+            }
+        }
+    }
 }
 
 /// [`open`], read-only when `read_only` (the file is opened without write access and every
@@ -124,12 +156,12 @@ pub fn open_with(path: &Path, read_only: bool) -> Result<(Arc<dyn Medium>, Mediu
 }
 
 /// The image's medium as its superblock records it, read-only or not, pmem streaming new data
-/// when asked ([`open_for_mount`]'s third value says whether it does).
+/// when asked ([`open_for_mount`]'s third value says how its stores reach it).
 fn open_medium(
     path: &Path,
     read_only: bool,
     stream_data: bool,
-) -> Result<(Arc<dyn Medium>, MediumKind, bool)> {
+) -> Result<(Arc<dyn Medium>, MediumKind, PmemStores)> {
     let (sb, _, _) = superblock::probe_file(path)?;
     let kind = sb.medium_kind();
     let failed_before = |what: Option<&str>| {
@@ -150,21 +182,19 @@ fn open_medium(
             };
             let p = Pmem::open_with(path, opts)?;
             failed_before(p.write_back_failed_before_open());
-            if p.syncs_on_fence() && p.flush_instr() != nodup_core::media::FlushInstr::Msync {
-                crate::logging::info(&format!(
-                    "{}: a pmem image on a file system with a page cache (not tmpfs or DAX): \
-                     every fence is an msync, so what an fsync answers for is on the disk \
-                     (blockfile is the medium made for disks)",
-                    path.display()
-                ));
-            }
-            let streams = p.streams_data();
-            (Arc::new(p), kind, streams)
+            let stores = if p.streams_data() {
+                PmemStores::Streaming
+            } else if p.syncs_on_fence() {
+                PmemStores::Msynced
+            } else {
+                PmemStores::Flushed
+            };
+            (Arc::new(p), kind, stores)
         }
         (MediumKind::Pmem, true) => {
             let p = Pmem::open_read_only(path)?;
             failed_before(p.write_back_failed_before_open());
-            (Arc::new(p), kind, false)
+            (Arc::new(p), kind, PmemStores::None)
         }
         (MediumKind::BlockFile, ro) => {
             let opts = BlockFileOptions {
@@ -173,7 +203,7 @@ fn open_medium(
             };
             let b = BlockFile::open(path, opts)?;
             failed_before(b.write_back_failed_before_open());
-            (Arc::new(b), kind, false)
+            (Arc::new(b), kind, PmemStores::None)
         }
     })
 }

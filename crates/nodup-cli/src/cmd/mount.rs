@@ -585,16 +585,12 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
     // measured slower than encrypting straight into the mapping (docs/choices.md). A key file
     // is given exactly for an encrypted image: the engine refuses the mount otherwise.
     let stream_data = a.stream_data.unwrap_or(a.encrypt_key_file.is_none());
-    let (medium, kind, streams) =
+    let (medium, kind, stores) =
         image::open_for_mount(&a.image, stream_data).map_err(|e| anyhow!("{img}: {e}"))?;
     if kind == MediumKind::Pmem {
         logging::info(&format!(
             "{img}: new data blocks written with {}",
-            if streams {
-                "non-temporal stores (--stream-data)"
-            } else {
-                "stores + cache-line flushes (--stream-data=false, or not available here)"
-            }
+            stores.describe()
         ));
     }
     if a.async_writes {
