@@ -90,8 +90,12 @@ impl Harness {
                 stream_data,
                 ..PmemOptions::default()
             };
-            let dir = tempfile::tempdir().unwrap();
+            let dir = tempfile::tempdir_in("/dev/shm").unwrap();
             let p = Pmem::create_with(dir.path().join("img"), 2 << 20, opts).unwrap();
+            assert_eq!(
+                p.streams_data(),
+                stream_data && cfg!(target_arch = "x86_64")
+            );
             (Arc::new(p), Some(dir))
         } else {
             (Arc::new(MemMedium::new(2 << 20)), None)

@@ -44,7 +44,7 @@ fn mark(e: &Engine) -> (u64, u64, u64) {
 
 #[test]
 fn alternating_runs_stop_wasting_staged_copies() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let e = engine(&dir);
     let mut ctx = WriteCtx::default();
     let old: Vec<Vec<u8>> = (0..1024).map(block).collect();
@@ -84,7 +84,7 @@ fn alternating_runs_stop_wasting_staged_copies() {
 
 #[test]
 fn a_stream_of_new_data_wastes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let e = engine(&dir);
     let mut ctx = WriteCtx::default();
     let m = mark(&e);

@@ -108,41 +108,44 @@ pub fn open(path: &Path) -> Result<(Arc<dyn Medium>, MediumKind)> {
 /// [`open`] for a mount: with `stream_data`, a pmem image's new data blocks are written with
 /// non-temporal stores instead of stores + cache-line flushes (`PmemOptions::stream_data`;
 /// `nodup mount --stream-data`, docs/choices.md). Block-file images ignore it. The third value
-/// says how a pmem image's new data reaches the medium (for the mount's log).
+/// says how a pmem image's stores reach it (for the mount's log).
 pub fn open_for_mount(
     path: &Path,
     stream_data: bool,
-) -> Result<(Arc<dyn Medium>, MediumKind, PmemStores)> {
-    open_medium(path, false, stream_data)
+) -> Result<(Arc<dyn Medium>, MediumKind, Option<PmemStores>)> {
+    let o = open_medium(path, false, stream_data)?;
+    log_failed_before(path, o.failed_before.as_deref());
+    Ok((o.medium, o.kind, o.stores))
 }
 
 /// How a pmem image's stores reach the medium.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PmemStores {
-    /// Not a pmem image.
-    None,
     /// New data blocks with non-temporal stores (`--stream-data`).
     Streaming,
     /// Ordinary stores and cache-line flushes.
     Flushed,
-    /// Ordinary stores, written back by `msync` at each fence: the image lives in a page cache
-    /// in front of a disk, or the CPU has no cache-line instruction.
-    Msynced,
+    /// Ordinary stores, written back by `msync` at each fence (`page_cache`: the image is on a
+    /// file system with a page cache in front of a disk; else the CPU has no flush instruction).
+    Msynced { page_cache: bool },
 }
 
 impl PmemStores {
     /// What the mount's log says about it.
     pub fn describe(self) -> &'static str {
         match self {
-            PmemStores::None => "",
             PmemStores::Streaming => "non-temporal stores (--stream-data)",
             PmemStores::Flushed => {
                 "stores + cache-line flushes (--stream-data=false, or not available here)"
             }
-            PmemStores::Msynced => {
+            PmemStores::Msynced { page_cache: true } => {
                 "stores, written back by msync at every fence: the image is on a file system \
                  with a page cache (not tmpfs or DAX), so what an fsync answers for is on the \
                  disk (blockfile is the medium made for disks)"
+            }
+            PmemStores::Msynced { page_cache: false } => {
+                "stores, written back by msync at every fence (this CPU has no cache-line \
+                 flush instruction)"
             }
         }
     }
@@ -151,50 +154,77 @@ impl PmemStores {
 /// [`open`], read-only when `read_only` (the file is opened without write access and every
 /// store is refused), for checks that must leave the image byte-identical.
 pub fn open_with(path: &Path, read_only: bool) -> Result<(Arc<dyn Medium>, MediumKind)> {
-    let (m, kind, _) = open_medium(path, read_only, false)?;
-    Ok((m, kind))
+    let o = open_medium(path, read_only, false)?;
+    log_failed_before(path, o.failed_before.as_deref());
+    Ok((o.medium, o.kind))
+}
+
+/// [`open_with`] for a command without a log: the third value is the warning line about a
+/// write-back that failed before this open (`media/write_back.rs`), for it to print.
+pub fn open_reporting(
+    path: &Path,
+    read_only: bool,
+) -> Result<(Arc<dyn Medium>, MediumKind, Option<String>)> {
+    let o = open_medium(path, read_only, false)?;
+    let line = o
+        .failed_before
+        .as_deref()
+        .map(|e| failed_before_line(path, e));
+    Ok((o.medium, o.kind, line))
+}
+
+/// An image's medium, opened.
+struct Opened {
+    medium: Arc<dyn Medium>,
+    kind: MediumKind,
+    stores: Option<PmemStores>,
+    /// A write-back of the file that failed before this open, as the kernel reported it.
+    failed_before: Option<String>,
+}
+
+fn failed_before_line(path: &Path, e: &str) -> String {
+    format!(
+        "{}: a write-back of the image failed before this open ({e}): the last changes of the \
+         run that wrote it may not have reached it; this open reads what did",
+        path.display()
+    )
+}
+
+fn log_failed_before(path: &Path, e: Option<&str>) {
+    if let Some(e) = e {
+        crate::logging::warn(&failed_before_line(path, e));
+    }
 }
 
 /// The image's medium as its superblock records it, read-only or not, pmem streaming new data
-/// when asked ([`open_for_mount`]'s third value says how its stores reach it).
-fn open_medium(
-    path: &Path,
-    read_only: bool,
-    stream_data: bool,
-) -> Result<(Arc<dyn Medium>, MediumKind, PmemStores)> {
+/// when asked.
+fn open_medium(path: &Path, read_only: bool, stream_data: bool) -> Result<Opened> {
+    // Only the medium kind, fixed at mkfs, is taken from this read through the page cache.
     let (sb, _, _) = superblock::probe_file(path)?;
     let kind = sb.medium_kind();
-    let failed_before = |what: Option<&str>| {
-        if let Some(e) = what {
-            crate::logging::warn(&format!(
-                "{}: a write-back of the image failed before this open ({e}): the last \
-                 changes of the run that wrote it may not have reached it; this open reads \
-                 what did",
-                path.display()
-            ));
-        }
-    };
-    Ok(match (kind, read_only) {
+    let (medium, stores, failed_before): (Arc<dyn Medium>, _, _) = match (kind, read_only) {
         (MediumKind::Pmem, false) => {
             let opts = PmemOptions {
                 stream_data,
                 ..PmemOptions::default()
             };
             let p = Pmem::open_with(path, opts)?;
-            failed_before(p.write_back_failed_before_open());
             let stores = if p.streams_data() {
                 PmemStores::Streaming
             } else if p.syncs_on_fence() {
-                PmemStores::Msynced
+                PmemStores::Msynced {
+                    page_cache: p.flush_instr() != nodup_core::media::FlushInstr::Msync,
+                }
             } else {
                 PmemStores::Flushed
             };
-            (Arc::new(p), kind, stores)
+            let failed = p.write_back_failed_before_open().map(str::to_owned);
+            (Arc::new(p), Some(stores), failed)
         }
         (MediumKind::Pmem, true) => {
             let p = Pmem::open_read_only(path)?;
-            failed_before(p.write_back_failed_before_open());
-            (Arc::new(p), kind, PmemStores::None)
+            let failed = p.write_back_failed_before_open().map(str::to_owned);
+            (Arc::new(p), None, failed)
         }
         (MediumKind::BlockFile, ro) => {
             let opts = BlockFileOptions {
@@ -202,10 +232,32 @@ fn open_medium(
                 ..BlockFileOptions::default()
             };
             let b = BlockFile::open(path, opts)?;
-            failed_before(b.write_back_failed_before_open());
-            (Arc::new(b), kind, PmemStores::None)
+            let failed = b.write_back_failed_before_open().map(str::to_owned);
+            (Arc::new(b), None, failed)
         }
+    };
+    Ok(Opened {
+        medium,
+        kind,
+        stores,
+        failed_before,
     })
+}
+
+/// The engine superblock at the start of an image file, read without opening its medium: for
+/// what mkfs fixed (policy, recorded memory budget), before a command takes the image's lock
+/// (opening the medium writes back and drops the file's cached pages, which a mount that holds
+/// the image would feel).
+pub fn probe_engine_file(path: &Path) -> Result<nodup_core::engine::superblock::Superblock> {
+    let len = match block_device_len(path)? {
+        Some(len) => len,
+        None => std::fs::metadata(path)?.len(),
+    };
+    let mut head = vec![0u8; nodup_core::engine::superblock::SB_SIZE];
+    File::open(path)?.read_exact(&mut head)?;
+    Ok(nodup_core::engine::superblock::Superblock::decode(
+        &head, len,
+    )?)
 }
 
 /// What a path given to mkfs holds.

@@ -63,8 +63,11 @@ fn open_unmounted(
 
 /// The file system of an image whose lock the caller holds (see [`open_unmounted`]).
 fn open_locked(path: &Path, write: bool, key: Option<&Path>, fsck: bool) -> Result<FileSystem> {
-    let (medium, _) =
-        image::open_with(path, !write).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let (medium, _, failed_before) =
+        image::open_reporting(path, !write).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    if let Some(line) = failed_before {
+        eprintln!("nodup: warning: {line}");
+    }
     let mut opts = FsOptions {
         read_only: !write,
         fsck,

@@ -158,10 +158,8 @@ pub fn parse_budget(s: &str) -> Result<u64> {
 /// is more than this machine's memory: the store's allocation would abort the process (an
 /// image made on a larger machine, or a forged superblock). Other policies record none.
 pub fn check_recorded_budget(path: &Path) -> Result<()> {
-    let (medium, _) =
-        nodup_fs::image::open_with(path, true).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    let sb = nodup_core::engine::superblock::Superblock::load(&*medium)
-        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let sb =
+        nodup_fs::image::probe_engine_file(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     let budget = sb.params.mem_budget;
     if sb.policy != PolicyKind::Smart {
         return Ok(());

@@ -587,7 +587,7 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
     let stream_data = a.stream_data.unwrap_or(a.encrypt_key_file.is_none());
     let (medium, kind, stores) =
         image::open_for_mount(&a.image, stream_data).map_err(|e| anyhow!("{img}: {e}"))?;
-    if kind == MediumKind::Pmem {
+    if let Some(stores) = stores {
         logging::info(&format!(
             "{img}: new data blocks written with {}",
             stores.describe()
@@ -696,10 +696,14 @@ pub fn mounted_image(mp: &Path) -> Option<PathBuf> {
 /// Whether the unmounted image at `img` was left clean: its file-system superblock pair and
 /// the engine's superblock (block 0, whose flag the engine's own save at the end of a clean
 /// shutdown sets, after the final checkpoint) both say so; both are in the clear on an
-/// encrypted image too. `None` when they cannot be read.
+/// encrypted image too. Read through the opened medium, which reads what reached the disk, not
+/// a cached page whose write-back failed. `None` when they cannot be read.
 fn image_clean(img: &Path) -> Option<bool> {
-    let (sb, _, _) = nodup_fs::superblock::probe_file(img).ok()?;
-    let (m, _) = nodup_fs::image::open_with(img, true).ok()?;
+    let (m, _, failed_before) = nodup_fs::image::open_reporting(img, true).ok()?;
+    if let Some(line) = failed_before {
+        eprintln!("nodup: warning: {line}");
+    }
+    let (sb, _, _) = nodup_fs::superblock::probe_medium(&*m).ok()?;
     let esb = nodup_core::engine::superblock::Superblock::load(&*m).ok()?;
     Some(sb.is_clean() && esb.clean)
 }

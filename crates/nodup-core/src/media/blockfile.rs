@@ -120,6 +120,8 @@ impl BlockFile {
             .create(true)
             .truncate(true)
             .open(path)?;
+        // Over an old image: a failure of its last write-back is not this medium's.
+        let write_back = WriteBack::open(&file);
         file.set_len(len)?;
         Ok(BlockFile {
             file,
@@ -127,7 +129,7 @@ impl BlockFile {
             len,
             opts,
             rmw: Mutex::new(()),
-            write_back: WriteBack::default(),
+            write_back,
             prealloc: (!opts.read_only).then(|| Preallocated::new(len)),
         })
     }
@@ -166,9 +168,10 @@ impl BlockFile {
         &self.path
     }
 
-    /// A write-back of the file that failed before this open and that no one had been told
-    /// of (a run that died before its next fence): that run's last stores may not all be in
-    /// the file, which the open reads as the disk holds it (`media/write_back.rs`).
+    /// A write-back of the file that failed before this open, unreported until then.
+    ///
+    /// A run that died before its next fence: its last stores may not all be in the file, which
+    /// this open reads as the disk holds it (`media/write_back.rs`).
     pub fn write_back_failed_before_open(&self) -> Option<&str> {
         self.write_back.failed_before_open()
     }

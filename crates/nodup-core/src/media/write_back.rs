@@ -36,8 +36,9 @@ pub(crate) struct WriteBack {
 }
 
 impl WriteBack {
-    /// The state of an image file being opened: its cached pages are dropped first
-    /// ([`forget_cached_pages`]), so do this before anything reads or maps it.
+    /// The state of an image file being opened, after dropping its cached pages.
+    ///
+    /// See [`forget_cached_pages`]: call it before anything reads or maps the file.
     pub(crate) fn open(file: &File) -> WriteBack {
         WriteBack {
             before_open: forget_cached_pages(file),
@@ -45,8 +46,7 @@ impl WriteBack {
         }
     }
 
-    /// A write-back of the file that failed before this open and that no one had been told
-    /// of: the run that wrote the image last may not have all its stores on it.
+    /// A write-back of the file that failed before this open, unreported until then.
     pub(crate) fn failed_before_open(&self) -> Option<&str> {
         self.before_open.as_deref()
     }
@@ -84,15 +84,27 @@ impl WriteBack {
     }
 }
 
-/// Drop the kernel's cached pages of an image file that is being opened, before anything
-/// reads or maps it, so the open reads what reached the disk (module doc). Pages a previous
-/// run left dirty are written back first; a failure of that, or one of that run's write-backs
-/// that nobody was told of (it died before its next fence), is returned as text: the kernel
-/// reports it once, to this call, and it says that run's last stores may not all be on the
-/// disk. tmpfs and DAX files ignore the advice (their pages are the only copy). Best effort
-/// otherwise: a file the advice cannot apply to has no page cache to mislead.
+/// Write back, then drop, the cached pages of an image file being opened (module doc).
+///
+/// Call it before anything reads or maps the file. A failure of that write-back, or one of a
+/// previous run's write-backs that nobody was told of (it died before its next fence), is
+/// returned as text: the kernel reports it once, to this call, and it says that run's last
+/// stores may not all be on the disk. The advice drops clean pages that nobody maps (tmpfs and
+/// DAX ignore it: their pages are the only copy). Best effort: a file it cannot apply to has
+/// no page cache to mislead.
 fn forget_cached_pages(file: &File) -> Option<String> {
-    let earlier = file.sync_data().err().map(|e| e.to_string());
+    // Only what a failed write-back gives: a file system without fsync (EINVAL) or one that is
+    // read-only now (EROFS) lost nothing.
+    let earlier = file
+        .sync_data()
+        .err()
+        .filter(|e| {
+            matches!(
+                e.raw_os_error(),
+                Some(libc::EIO | libc::ENOSPC | libc::EDQUOT)
+            )
+        })
+        .map(|e| e.to_string());
     // SAFETY: posix_fadvise on a descriptor `file` owns; it reads no memory of ours.
     let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     earlier

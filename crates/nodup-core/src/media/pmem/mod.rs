@@ -60,11 +60,10 @@ use crate::{Error, Result};
 /// Options of a [`Pmem`] medium.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PmemOptions {
-    /// Also `msync` the flushed pages at every `fence`. Whatever this says, an open turns it
-    /// on for a file whose pages live in a page cache in front of a disk (any file system but
-    /// tmpfs, ramfs or DAX): there a flushed line reaches only that cache, and a fence that
-    /// does not `msync` makes nothing durable. On tmpfs/`/dev/shm` and on DAX the cache-line
-    /// flush is enough.
+    /// Also `msync` the flushed pages at every `fence`.
+    ///
+    /// Whatever this says, an open turns it on for a file on a disk's file system (any but
+    /// tmpfs, ramfs or DAX), where a flushed line reaches only the page cache.
     pub sync_on_fence: bool,
     /// Pre-fault the whole mapping at open (`MAP_POPULATE`), so that page-fault costs of a fresh
     /// tmpfs file do not land in measurements (real pmem has none).
@@ -203,15 +202,17 @@ impl Pmem {
         })
     }
 
-    /// A write-back of the file that failed before this open and that no one had been told
-    /// of: see [`super::BlockFile::write_back_failed_before_open`].
+    /// A write-back of the file that failed before this open, unreported until then.
+    ///
+    /// See [`super::BlockFile::write_back_failed_before_open`].
     pub fn write_back_failed_before_open(&self) -> Option<&str> {
         self.write_back.failed_before_open()
     }
 
-    /// Every fence `msync`s what was flushed since the last one (the file lives in a page
-    /// cache in front of a disk, [`PmemOptions::sync_on_fence`], or the CPU has no cache-line
-    /// instruction).
+    /// Every fence `msync`s what was flushed since the last one.
+    ///
+    /// The file is on a disk's file system, [`PmemOptions::sync_on_fence`] asked for it, or the
+    /// CPU has no cache-line instruction.
     pub fn syncs_on_fence(&self) -> bool {
         self.needs_msync()
     }

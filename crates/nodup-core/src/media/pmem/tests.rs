@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 #[test]
 fn round_trip_and_direct() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let m = Pmem::create(dir.path().join("img"), 1 << 20).unwrap();
     assert_eq!(m.len(), 1 << 20);
     let data: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
@@ -32,7 +32,7 @@ fn round_trip_and_direct() {
 /// again backs it again (the store lands, and the range is data once more).
 #[test]
 fn a_discard_punches_a_hole_and_stores_back_it_again() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let m = Pmem::create(dir.path().join("img"), 8 << 20).unwrap();
     let at = 3 << 20;
     m.write(at, &[7u8; 4096]).unwrap();
@@ -113,7 +113,7 @@ fn a_chunk_with_holes_is_backed_page_by_page() {
 
 #[test]
 fn bounds_are_errors() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let m = Pmem::create(dir.path().join("img"), 8192).unwrap();
     let mut b = [0u8; 16];
     assert!(matches!(m.read(8190, &mut b), Err(Error::Invalid(_))));
@@ -130,7 +130,7 @@ fn bounds_are_errors() {
 
 #[test]
 fn word_and_entry_accesses_match_the_byte_ones() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let m = Pmem::create(dir.path().join("img"), 8192).unwrap();
     let bytes: Vec<u8> = (0..40u8).map(|i| i.wrapping_mul(37) ^ 0x5A).collect();
     m.write(8100, &bytes).unwrap();
@@ -159,7 +159,7 @@ fn word_and_entry_accesses_match_the_byte_ones() {
 
 #[test]
 fn reopen_persists() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let p = dir.path().join("img");
     for opts in [
         PmemOptions {
@@ -239,7 +239,7 @@ fn fill_with_stores_survive_reopen_in_every_store_mode() {
 
 #[test]
 fn concurrent_disjoint_writers() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let m = Arc::new(Pmem::create(dir.path().join("img"), 8 * 4096).unwrap());
     let handles: Vec<_> = (0..8u8)
         .map(|t| {

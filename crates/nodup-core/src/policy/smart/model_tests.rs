@@ -65,7 +65,7 @@ fn fp_of(k: u8) -> u64 {
 
 fn run(ops: Vec<Op>, ev: Eviction, mapped: bool) -> Result<(), TestCaseError> {
     let budget = 24 << 10;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let (mut s, mut a, mut m) = if mapped {
         let pm = Pmem::create(dir.path().join("img"), BLOCKS * BLOCK_SIZE as u64).unwrap();
         store_on(Arc::new(pm), budget, 6, ev)

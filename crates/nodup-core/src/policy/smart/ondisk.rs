@@ -653,7 +653,7 @@ mod tests {
 
     #[test]
     fn mapped_lookups_search_in_place_and_agree_with_whole_reads() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let mut mapped = mapped_io(&dir);
         let mut whole = io();
         let p = 0x5a;
@@ -720,7 +720,7 @@ mod tests {
             let key = |i: u64| ((p as u64) << 56) | (i * 3);
             let mut recs: Vec<Rec> = keys.iter().map(|&(k, l)| (key(k), l)).collect();
             recs.sort_unstable();
-            let dir = tempfile::tempdir().unwrap();
+            let dir = tempfile::tempdir_in("/dev/shm").unwrap();
             let mut mapped = mapped_io(&dir);
             let mut whole = io();
             let chain = rewrite(&mut mapped, p, Vec::new(), &recs);
