@@ -1479,7 +1479,13 @@ fn a_pmem_image_on_a_disk_file_system_fences_by_msync() {
         mnt.to_str().unwrap(),
         log.to_str().unwrap(),
     );
-    ok(nodup(&["mkfs", i, "--size", "64M", "--medium", "pmem"]));
+    let mk = nodup(&["mkfs", i, "--size", "64M", "--medium", "pmem"]);
+    assert!(mk.status.success(), "{mk:?}");
+    let note = String::from_utf8_lossy(&mk.stderr);
+    assert!(
+        note.contains("pmem image on a file system with a page cache"),
+        "{note}"
+    );
     ok(nodup(&["mount", i, mp, "--log-file", l]));
     let data: Vec<u8> = (0..(1u32 << 20)).map(|n| (n * 31 % 251) as u8).collect();
     {

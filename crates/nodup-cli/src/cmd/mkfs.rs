@@ -354,6 +354,13 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
         let what = if existed { "overwriting" } else { "creating" };
         bail!("{what} {img}: {}", super::plain_error(&e));
     }
+    if kind == MediumKind::Pmem && nodup_core::media::Pmem::would_sync_on_fence(&a.image) {
+        eprintln!(
+            "nodup: note: {img} is a pmem image on a file system with a page cache (not tmpfs \
+             or DAX): every write is made durable before it returns by msync, which makes small \
+             writes slow (docs/operating.md); blockfile is the medium made for disks"
+        );
+    }
     println!(
         "nodup: made {img} ({}{}{rounded}, policy {}, fingerprint {}, layout {}, medium {}{})",
         if device.is_some() {

@@ -217,6 +217,12 @@ impl Pmem {
         self.needs_msync()
     }
 
+    /// Whether a pmem image file at `path` would fence by `msync` for want of a memory or DAX
+    /// file system under it (what an open decides; false when the file cannot be opened).
+    pub fn would_sync_on_fence(path: &Path) -> bool {
+        File::open(path).is_ok_and(|f| !flushed_lines_suffice(&f))
+    }
+
     /// The flush instruction in use.
     pub fn flush_instr(&self) -> FlushInstr {
         self.instr
