@@ -116,13 +116,14 @@ impl FailingExt4 {
     }
 }
 
+/// Detach what is mounted on `dir`, lazily: a test that failed may still hold a file open there.
+fn umount_lazy(dir: &std::path::Path) {
+    let _ = Command::new("umount").arg("-l").arg(dir).status();
+}
+
 impl Drop for FailingExt4 {
     fn drop(&mut self) {
-        // Lazy, as a test that failed may still hold a file open there.
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
+        umount_lazy(self.dir.path());
         let _ = Command::new("losetup")
             .args(["-d", &self.loop_dev])
             .status();
@@ -131,9 +132,6 @@ impl Drop for FailingExt4 {
 
 impl Drop for SmallDisk {
     fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
+        umount_lazy(self.dir.path());
     }
 }
