@@ -1542,6 +1542,7 @@ fn fsck_reports_a_write_back_that_failed_before_it_opened_the_image() {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
     else {
         eprintln!("skipping: no mkfs.ext4 or loop device here");
+        let _ = fs::remove_dir(&ext4);
         return;
     };
     struct Detach(PathBuf, String);
@@ -1549,6 +1550,7 @@ fn fsck_reports_a_write_back_that_failed_before_it_opened_the_image() {
         fn drop(&mut self) {
             let _ = Command::new("umount").arg("-l").arg(&self.0).status();
             let _ = Command::new("losetup").args(["-d", &self.1]).status();
+            let _ = fs::remove_dir(&self.0);
         }
     }
     let _detach = Detach(ext4.clone(), dev.clone());
