@@ -18,6 +18,8 @@ command -v setfacl >/dev/null 2>&1 || need+=(acl)
 command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
 command -v losetup >/dev/null 2>&1 || need+=(mount)
 command -v fstrim >/dev/null 2>&1 || need+=(util-linux)
+# strace shows mkfs fsyncing the new image's directory (no power loss can be staged here).
+command -v strace >/dev/null 2>&1 || need+=(strace)
 if ((${#need[@]})); then
   echo "deps: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -229,9 +229,16 @@ fn open_medium(path: &Path, read_only: bool, stream_data: bool) -> Result<Opened
         (MediumKind::BlockFile, ro) => {
             let opts = BlockFileOptions {
                 read_only: ro,
+                keep_cache: true,
                 ..BlockFileOptions::default()
             };
             let b = BlockFile::open(path, opts)?;
+            // A cleanly closed image's cached pages are what its disk holds (see
+            // `media/write_back.rs`): a remount keeps them warm. Any other image's are
+            // dropped, so that its recovery reads what reached the disk.
+            if !closed_cleanly(&b) {
+                b.forget_cached_pages();
+            }
             let failed = b.write_back_failed_before_open().map(str::to_owned);
             (Arc::new(b), None, failed)
         }
@@ -242,6 +249,13 @@ fn open_medium(path: &Path, read_only: bool, stream_data: bool) -> Result<Opened
         stores,
         failed_before,
     })
+}
+
+/// Whether both clean flags of the image on `m` say its last close was clean (the file
+/// system's, set last, and the engine's), as read through the page cache.
+fn closed_cleanly(m: &dyn Medium) -> bool {
+    superblock::probe_medium(m).is_ok_and(|(sb, _, _)| sb.is_clean())
+        && nodup_core::engine::superblock::Superblock::load(m).is_ok_and(|e| e.clean)
 }
 
 /// The engine superblock at the start of an image file, read without opening its medium: for

@@ -358,7 +358,8 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
         eprintln!(
             "nodup: note: {img} is a pmem image on a file system with a page cache (not tmpfs \
              or DAX): every write is made durable before it returns by msync, which makes small \
-             writes slow (docs/operating.md); blockfile is the medium made for disks"
+             writes slow unless it is mounted with --writeback-cache (docs/operating.md); \
+             blockfile is the medium made for disks"
         );
     }
     println!(

@@ -33,6 +33,10 @@ pub struct BlockFileOptions {
     pub direct: bool,
     /// Open for reading only (checks that must leave the image byte-identical).
     pub read_only: bool,
+    /// Keep the file's cached pages at open unless a failed write-back is reported to it; the
+    /// caller drops them when the image was not closed cleanly
+    /// ([`BlockFile::forget_cached_pages`], `media/write_back.rs`).
+    pub keep_cache: bool,
 }
 
 /// A heap buffer aligned to [`DIRECT_ALIGN`].
@@ -121,8 +125,9 @@ impl BlockFile {
             .truncate(true)
             .open(path)?;
         // Over an old image: a failure of its last write-back is not this medium's.
-        let write_back = WriteBack::open(&file);
+        let write_back = WriteBack::open(&file, false);
         file.set_len(len)?;
+        super::sync_dir_of(path)?;
         Ok(BlockFile {
             file,
             path: path.to_path_buf(),
@@ -138,7 +143,7 @@ impl BlockFile {
     pub fn open(path: impl AsRef<Path>, opts: BlockFileOptions) -> Result<BlockFile> {
         let path = path.as_ref();
         let file = open_opts_for(&opts).open(path)?;
-        let write_back = WriteBack::open(&file);
+        let write_back = WriteBack::open(&file, opts.keep_cache);
         let meta = file.metadata()?;
         let regular = meta.file_type().is_file();
         let len = if regular {
@@ -161,6 +166,13 @@ impl BlockFile {
             // A block device has no holes to fill.
             prealloc: (regular && !opts.read_only).then(|| Preallocated::new(len)),
         })
+    }
+
+    /// Drop the file's cached pages, so what is read next comes from the disk: for a caller
+    /// that opened with [`BlockFileOptions::keep_cache`] and found the image not closed
+    /// cleanly (`media/write_back.rs`).
+    pub fn forget_cached_pages(&self) {
+        self.write_back.forget_cached_pages();
     }
 
     /// Path of the file.

@@ -97,6 +97,21 @@ pub trait Medium: Send + Sync {
 /// block it was given back shows (a real device's discarded blocks need not read as zeros).
 pub const DISCARDED: u8 = 0xdb;
 
+/// Make the name of a file just created durable: fsync its directory. A file's own fsync
+/// does not cover the entry that names it, so a power loss after `mkfs` returned could leave
+/// no image under that name (ext4 commits the entry with its next transaction, seconds
+/// later). File systems that cannot fsync a directory (EINVAL) have nothing to give.
+pub(crate) fn sync_dir_of(path: &std::path::Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    match std::fs::File::open(dir)?.sync_all() {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
+        r => Ok(r?),
+    }
+}
+
 /// Punch `[off, off+len)` out of the file (or block device) behind `fd`, keeping its size:
 /// [`Medium::discard`] for the media over a file. `Ok(false)` when that file system or device
 /// cannot.

@@ -9,14 +9,22 @@
 //! too: the mount can still be read, but nothing it does is called durable, and its unmount
 //! cannot be clean. The next open runs failure recovery from what did reach the image.
 //!
-//! "What did reach the image" needs one more step at that open: the pages the kernel could not
-//! write back stay in its page cache, clean, holding bytes the disk never got, so an open on
-//! the same boot would read them (and a failure recovery would build on them; after the next
-//! reboot they are gone). Every open of an image file therefore asks the kernel to drop the
-//! file's cached pages first ([`forget_cached_pages`]).
+//! "What did reach the image" needs one more step: the pages the kernel could not write back
+//! stay in its page cache, clean, holding bytes the disk never got, so an open on the same boot
+//! would read them (and a failure recovery would build on them; after the next reboot they are
+//! gone). So whoever learns of a failure drops the file's cached pages at once
+//! ([`forget_cached_pages`]): a write-back of this open that fails, and an open that the kernel
+//! tells of a failure nobody heard of (a run that died before its next fence). After that the
+//! cache holds only what is on the disk, or dirty pages whose own write-back will report to
+//! the next fence or open. An open told of nothing may therefore keep the cache
+//! ([`WriteBack::open`] with `keep_cache`) when the image says it was closed cleanly: a clean
+//! close ends with a fence that succeeded, so its cached pages are what the disk holds. A run
+//! killed between a failed fence and its drop leaves a window; an unclean image is one, so the
+//! caller drops the cache for those too. Other programs that fsync the image file take the
+//! kernel's report from us; nothing here can see that.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::OnceLock;
 
 use parking_lot::RwLock;
@@ -33,16 +41,32 @@ pub(crate) struct WriteBack {
     /// Held shared by every write-back while it runs; taken alone by one that succeeded, to
     /// wait until those beside it are done and have recorded any failure.
     running: RwLock<()>,
+    /// The image file, owned by the medium that owns this state (none in unit tests).
+    fd: Option<RawFd>,
 }
 
 impl WriteBack {
-    /// The state of an image file being opened, after dropping its cached pages.
+    /// The state of an image file being opened: its earlier write-backs are finished (a
+    /// failure nobody heard of is reported here), and its cached pages dropped when there was
+    /// one, or unless `keep_cache` (the caller then decides: see the module doc).
     ///
-    /// See [`forget_cached_pages`]: call it before anything reads or maps the file.
-    pub(crate) fn open(file: &File) -> WriteBack {
+    /// Call it before anything reads or maps the file.
+    pub(crate) fn open(file: &File, keep_cache: bool) -> WriteBack {
+        let before_open = earlier_failure(file);
+        if before_open.is_some() || !keep_cache {
+            forget_cached_pages(file.as_raw_fd());
+        }
         WriteBack {
-            before_open: forget_cached_pages(file),
+            before_open,
+            fd: Some(file.as_raw_fd()),
             ..WriteBack::default()
+        }
+    }
+
+    /// Drop the file's cached pages (see [`forget_cached_pages`]).
+    pub(crate) fn forget_cached_pages(&self) {
+        if let Some(fd) = self.fd {
+            forget_cached_pages(fd);
         }
     }
 
@@ -58,7 +82,10 @@ impl WriteBack {
         {
             let _running = self.running.read();
             sync().inspect_err(|e| {
-                let _ = self.failed.set(e.to_string());
+                if self.failed.set(e.to_string()).is_ok() {
+                    // Ours is the kernel's one report: nobody after us will hear of it.
+                    self.forget_cached_pages();
+                }
             })?;
         }
         // The kernel may have told a write-back beside this one of a failure that covers
@@ -84,19 +111,14 @@ impl WriteBack {
     }
 }
 
-/// Write back, then drop, the cached pages of an image file being opened (module doc).
-///
-/// Call it before anything reads or maps the file. A failure of that write-back, or one of a
-/// previous run's write-backs that nobody was told of (it died before its next fence), is
-/// returned as text: the kernel reports it once, to this call, and it says that run's last
-/// stores may not all be on the disk. The advice drops clean pages that nobody maps (tmpfs and
-/// DAX ignore it: their pages are the only copy). Best effort: a file it cannot apply to has
-/// no page cache to mislead.
-fn forget_cached_pages(file: &File) -> Option<String> {
+/// Write back what an image file being opened still has dirty, and return a failure of that
+/// write-back, or of a previous run's that nobody was told of (it died before its next
+/// fence), as text: the kernel reports it once, to this call, and it says that run's last
+/// stores may not all be on the disk.
+fn earlier_failure(file: &File) -> Option<String> {
     // Only what a failed write-back gives: a file system without fsync (EINVAL) or one that is
     // read-only now (EROFS) lost nothing.
-    let earlier = file
-        .sync_data()
+    file.sync_data()
         .err()
         .filter(|e| {
             matches!(
@@ -104,10 +126,16 @@ fn forget_cached_pages(file: &File) -> Option<String> {
                 Some(libc::EIO | libc::ENOSPC | libc::EDQUOT)
             )
         })
-        .map(|e| e.to_string());
-    // SAFETY: posix_fadvise on a descriptor `file` owns; it reads no memory of ours.
-    let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    earlier
+        .map(|e| e.to_string())
+}
+
+/// Drop the cached pages of the image file `fd` (module doc), so that what is read next comes
+/// from the disk. The advice drops clean pages that nobody maps (tmpfs and DAX ignore it:
+/// their pages are the only copy). Best effort: a file it cannot apply to has no page cache
+/// to mislead.
+fn forget_cached_pages(fd: RawFd) {
+    // SAFETY: posix_fadvise on a descriptor the caller's medium owns; it reads no memory of ours.
+    let _ = unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
 }
 
 #[cfg(test)]
@@ -119,20 +147,25 @@ mod tests {
 
     /// An open on the same boot after a failed write-back reads what reached the disk, on both
     /// media over files: without dropping the cached pages it read the bytes that were lost,
-    /// which a failure recovery would have built on.
+    /// which a failure recovery would have built on. A block file opened with `keep_cache`
+    /// (which the kernel tells nothing: the failed fence took the one report) reads them too:
+    /// the failed fence dropped the cache.
     #[test]
     fn an_open_after_a_failed_write_back_reads_what_reached_the_disk() {
         let Some(ext4) = FailingExt4::mount(48) else {
             return;
         };
         let (kept, lost) = (vec![0x5au8; 64 << 10], vec![0xa5u8; 64 << 10]);
-        for pmem in [false, true] {
+        for (pmem, keep_cache) in [(false, false), (false, true), (true, false)] {
             let path = ext4
                 .dir
                 .path()
                 .join(if pmem { "pmem" } else { "blockfile" });
             let open = |create: bool| -> Box<dyn Medium> {
-                let opts = BlockFileOptions::default();
+                let opts = BlockFileOptions {
+                    keep_cache,
+                    ..BlockFileOptions::default()
+                };
                 match (pmem, create) {
                     (true, true) => Box::new(Pmem::create(&path, 16 << 20).unwrap()),
                     (true, false) => Box::new(Pmem::open(&path).unwrap()),
@@ -161,7 +194,8 @@ mod tests {
             m.read(8 << 20, &mut got).unwrap();
             assert!(
                 got.iter().all(|&b| b == 0),
-                "pmem {pmem}: the reopened image reads bytes that never reached the disk"
+                "pmem {pmem} keep_cache {keep_cache}: the reopened image reads bytes that \
+                 never reached the disk"
             );
             assert_eq!(m.write_back_failed(), None);
         }
@@ -198,7 +232,12 @@ mod tests {
                     assert_eq!(m.write_back_failed_before_open().is_some(), first, "pmem");
                     Box::new(m)
                 } else {
-                    let m = BlockFile::open(&path, BlockFileOptions::default()).unwrap();
+                    // Kept or not, the cache goes: the open is the one told of the failure.
+                    let opts = BlockFileOptions {
+                        keep_cache: true,
+                        ..BlockFileOptions::default()
+                    };
+                    let m = BlockFile::open(&path, opts).unwrap();
                     assert_eq!(
                         m.write_back_failed_before_open().is_some(),
                         first,

@@ -129,6 +129,7 @@ impl Pmem {
             .truncate(true)
             .open(path)?;
         file.set_len(len)?;
+        super::sync_dir_of(path)?;
         Pmem::map(file, path, opts)
     }
 
@@ -156,7 +157,9 @@ impl Pmem {
     }
 
     fn map_file(file: File, path: &Path, opts: PmemOptions, read_only: bool) -> Result<Pmem> {
-        let write_back = WriteBack::open(&file);
+        // Mapped pages cannot be dropped while mapped, so the drop at a failed msync may
+        // leave some: every open drops the cache.
+        let write_back = WriteBack::open(&file, false);
         let opts = PmemOptions {
             sync_on_fence: opts.sync_on_fence || !flushed_lines_suffice(&file),
             ..opts
