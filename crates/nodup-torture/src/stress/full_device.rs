@@ -1,6 +1,6 @@
 //! A device filled to ENOSPC, half emptied, and filled again.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use nodup_fs::{Caller, FileSystem, FsOptions, MediumKind};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use super::{content, final_check, LibTarget, StressStats, StressTarget};
+use super::{content, final_check, LibTarget, Retired, StressStats, StressTarget};
 use crate::verify::check_invariants;
 
 /// Full device: fill a small image with unique data until ENOSPC, check everything written is
@@ -38,7 +38,7 @@ pub fn full_device(seed: u64, ticks: bool) -> StressStats {
     if !w.fill(&t, &mut model, &mut st, 0) {
         return st;
     }
-    final_check(&t, &model, &BTreeSet::new(), &mut st);
+    final_check(&t, &model, &Retired::default(), &mut st);
     let names: Vec<String> = model.keys().cloned().collect();
     for n in names.iter().step_by(2) {
         match t.unlink(n) {
@@ -52,7 +52,7 @@ pub fn full_device(seed: u64, ticks: bool) -> StressStats {
     if w.fill(&t, &mut model, &mut st, 1) && model.len() <= before {
         st.bad("no file could be written after deleting half".into());
     }
-    final_check(&t, &model, &BTreeSet::new(), &mut st);
+    final_check(&t, &model, &Retired::default(), &mut st);
     if let Err(e) = check_invariants(&fs) {
         st.bad(format!("invariants on a full device: {e}"));
     }
@@ -65,7 +65,12 @@ pub fn full_device(seed: u64, ticks: bool) -> StressStats {
     drop(fs);
     let m: Arc<dyn Medium> = Arc::new(MemMedium::from_bytes(mem.snapshot()));
     match FileSystem::open(m, &FsOptions::default()) {
-        Ok(fs) => final_check(&LibTarget(Arc::new(fs)), &model, &BTreeSet::new(), &mut st),
+        Ok(fs) => final_check(
+            &LibTarget(Arc::new(fs)),
+            &model,
+            &Retired::default(),
+            &mut st,
+        ),
         Err(e) => st.bad(format!("reopen of a full device: {e}")),
     }
     st

@@ -5,7 +5,7 @@
 //! disk has room again the same file system writes on until its own image is full, shuts down
 //! cleanly, and reopens with every file. Root only: it mounts the tmpfs.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use nodup_core::FormatOptions;
 use nodup_fs::{Caller, FileSystem, FsOptions, MediumKind};
 
 use super::full_device::Filler;
-use super::{final_check, LibTarget, StressStats, StressTarget};
+use super::{final_check, LibTarget, Retired, StressStats, StressTarget};
 use crate::verify::check_invariants;
 
 /// A tmpfs of a given size on a directory of its own, unmounted and removed on drop.
@@ -111,7 +111,7 @@ fn still_full(t: &LibTarget, model: &mut BTreeMap<String, Vec<u8>>, st: &mut Str
     if t.0.live_recoveries() != (0, 0) {
         st.bad("the engine gave up its live state on a full disk".into());
     }
-    final_check(t, model, &BTreeSet::new(), st);
+    final_check(t, model, &Retired::default(), st);
 }
 
 /// Make the save area of a 64 MiB image of `kind` on a 48 MiB tmpfs sparse, fill the tmpfs
@@ -202,7 +202,7 @@ pub fn host_full(seed: u64, kind: MediumKind) -> Option<StressStats> {
                 t.0.live_recoveries()
             ));
         }
-        final_check(&t, &model, &BTreeSet::new(), &mut st);
+        final_check(&t, &model, &Retired::default(), &mut st);
         if let Err(e) = check_invariants(&t.0) {
             st.bad(format!("round {round}: invariants: {e}"));
         }
@@ -250,7 +250,7 @@ pub fn host_full(seed: u64, kind: MediumKind) -> Option<StressStats> {
                         t.0.recovery().kind
                     ));
                 }
-                final_check(&t, &model, &BTreeSet::new(), &mut st);
+                final_check(&t, &model, &Retired::default(), &mut st);
                 still_full(&t, &mut model, &mut st);
             }
         }
@@ -264,7 +264,12 @@ pub fn host_full(seed: u64, kind: MediumKind) -> Option<StressStats> {
             if fs.recovery().kind != "clean" {
                 st.bad(format!("the reopen was a {} recovery", fs.recovery().kind));
             }
-            final_check(&LibTarget(Arc::new(fs)), &model, &BTreeSet::new(), &mut st);
+            final_check(
+                &LibTarget(Arc::new(fs)),
+                &model,
+                &Retired::default(),
+                &mut st,
+            );
         }
         Err(e) => st.bad(format!("reopen: {e}")),
     }

@@ -1,6 +1,6 @@
 //! Threads on the library file system, with and without media faults.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,7 +12,7 @@ use nodup_fs::{Caller, FileSystem, FsOptions, MediumKind};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{final_check, run_workers, LibTarget, StressStats, StressTarget};
+use super::{final_check, run_workers, LibTarget, Retired, StressStats, StressTarget};
 use crate::verify::check_invariants;
 use crate::workload::pattern_block;
 
@@ -262,12 +262,12 @@ fn library_run(
 /// removed. A long run (one with a budget of 1500 s gives this run 74 s) retires names faster
 /// than it reuses space: seed 65 left 4 451 such files filling the 64 MiB image, so every new
 /// file after the faults met ENOSPC, which is the image being full, not the file system failing.
-fn drop_unknown(t: &dyn StressTarget, unknown: &BTreeSet<String>, st: &mut StressStats) {
+fn drop_unknown(t: &dyn StressTarget, unknown: &Retired, st: &mut StressStats) {
     let names = match t.list() {
         Ok(n) => n,
         Err(e) => return st.bad(format!("after the faults, list: {e}")),
     };
-    for n in names.iter().filter(|n| unknown.contains(*n)) {
+    for n in names.iter().filter(|n| unknown.contains(n)) {
         if let Err(e) = t.unlink(n) {
             st.bad(format!("after the faults, unlink {n}: {e}"));
         }

@@ -21,7 +21,7 @@ pub use self::host_full::host_full;
 pub use self::library::{library, library_faults, library_smart, FAULT_ONE_IN};
 pub use self::mount::mount_stress;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -218,7 +218,47 @@ fn content(rng: &mut StdRng, blocks: usize, unique: &AtomicU64) -> Vec<u8> {
 
 /// A worker's outcome: its final model, the names whose state an EIO left unknown (they may
 /// exist or not, with either content), and its counts.
-type WorkerEnd = (BTreeMap<String, Vec<u8>>, BTreeSet<String>, StressStats);
+type WorkerEnd = (BTreeMap<String, Vec<u8>>, Retired, StressStats);
+
+/// The names an EIO retired: their state is unknown (they may exist or not, with either
+/// content), and no worker uses them again. Worker `id` retires slot `k`'s names in order of
+/// generation, so `t<id>-<k>-<g>` is retired exactly when `g` is below the slot's current
+/// generation: a counter per slot instead of a set of names (once the file system refuses
+/// every change, a worker retires a name per operation: millions in a long run).
+#[derive(Debug, Default, Clone)]
+pub struct Retired {
+    /// (worker, slot) -> how many of the slot's generations are retired.
+    below: BTreeMap<(usize, usize), u32>,
+}
+
+impl Retired {
+    /// Whether `name` is a retired name.
+    pub fn contains(&self, name: &str) -> bool {
+        let parse = || -> Option<(usize, usize, u32)> {
+            let mut it = name.strip_prefix('t')?.split('-');
+            let r = (
+                it.next()?.parse().ok()?,
+                it.next()?.parse().ok()?,
+                it.next()?.parse().ok()?,
+            );
+            it.next().is_none().then_some(r)
+        };
+        parse().is_some_and(|(id, k, g)| self.below.get(&(id, k)).is_some_and(|&b| g < b))
+    }
+
+    /// Record that slot `k` of worker `id` has retired every generation below `gen`.
+    fn note(&mut self, id: usize, k: usize, gen: u32) {
+        self.below.insert((id, k), gen);
+    }
+
+    /// Take in another worker's retired names.
+    fn merge(&mut self, other: Retired) {
+        for (slot, b) in other.below {
+            let e = self.below.entry(slot).or_insert(0);
+            *e = (*e).max(b);
+        }
+    }
+}
 
 /// One worker: random operations on its own names. With `eio`, an operation failing with EIO
 /// (injected media faults) is allowed: the names it touched leave the model as unknown, and
@@ -235,16 +275,15 @@ fn worker(
 ) -> WorkerEnd {
     let mut rng = StdRng::seed_from_u64(seed ^ (id as u64).wrapping_mul(0x9E37_79B9));
     let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-    let mut unknown = BTreeSet::new();
+    let mut unknown = Retired::default();
     let mut st = StressStats::default();
     // Slot k's current name; an EIO retires it for the next generation.
     let mut gen = [0u32; 6];
     let name = |k: usize, gen: &[u32; 6]| format!("t{id}-{k}-{}", gen[k]);
     let mut retire = |k: usize, gen: &mut [u32; 6], model: &mut BTreeMap<String, Vec<u8>>| {
-        let n = name(k, gen);
-        model.remove(&n);
-        unknown.insert(n);
+        model.remove(&name(k, gen));
         gen[k] += 1;
+        unknown.note(id, k, gen[k]);
     };
     let is_eio = |e: &std::io::Error| eio && e.raw_os_error() == Some(libc::EIO);
     // A failed reservation of metadata space (the injected full disk): nothing changed.
@@ -332,7 +371,7 @@ fn worker(
 pub fn final_check(
     t: &dyn StressTarget,
     model: &BTreeMap<String, Vec<u8>>,
-    unknown: &BTreeSet<String>,
+    unknown: &Retired,
     st: &mut StressStats,
 ) {
     match t.list() {
@@ -360,7 +399,7 @@ pub fn final_check(
 }
 
 /// What [`run_workers`] ends with: the stats, the final model and the unknown names.
-pub type Outcome = (StressStats, BTreeMap<String, Vec<u8>>, BTreeSet<String>);
+pub type Outcome = (StressStats, BTreeMap<String, Vec<u8>>, Retired);
 
 /// Run `threads` workers on `t` until `deadline` (with `eio`, EIO is allowed, see [`worker`]);
 /// returns the stats, the final model and the names an EIO left unknown.
@@ -382,13 +421,13 @@ pub fn run_workers(
         .collect();
     let mut st = StressStats::default();
     let mut model = BTreeMap::new();
-    let mut unknown = BTreeSet::new();
+    let mut unknown = Retired::default();
     for h in handles {
         match h.join() {
             Ok((m, u, s)) => {
                 st.merge(s);
                 model.extend(m);
-                unknown.extend(u);
+                unknown.merge(u);
             }
             Err(_) => st.bad("a worker panicked".into()),
         }
@@ -397,4 +436,36 @@ pub fn run_workers(
         final_check(&*t, &model, &unknown, &mut st);
     }
     (st, model, unknown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A slot's retired names are exactly its generations below the current one; other
+    /// names (another slot's, the after-the-faults files, malformed ones) are not retired.
+    #[test]
+    fn retired_names_are_the_generations_below_each_slot() {
+        let mut a = Retired::default();
+        a.note(1, 2, 3);
+        let mut b = Retired::default();
+        b.note(1, 2, 1);
+        b.note(0, 5, 1);
+        a.merge(b);
+        for (n, want) in [
+            ("t1-2-0", true),
+            ("t1-2-2", true),
+            ("t1-2-3", false),
+            ("t0-5-0", true),
+            ("t0-5-1", false),
+            ("t0-4-0", false),
+            ("t2-2-0", false),
+            ("tafter-0", false),
+            ("t1-2", false),
+            ("t1-2-0-1", false),
+            ("x1-2-0", false),
+        ] {
+            assert_eq!(a.contains(n), want, "{n}");
+        }
+    }
 }
