@@ -1567,6 +1567,55 @@ fn mkfs_makes_the_new_image_name_durable() {
     }
 }
 
+/// An image on a file system that cannot allocate ahead (here a nodup mount, which refuses
+/// plain `fallocate` as a deduplicating copy-on-write store must) is named as such by mkfs and
+/// in the mount's log, and works all the same; an image in /dev/shm is not.
+#[test]
+fn an_image_where_fallocate_is_unsupported_is_named_at_mkfs_and_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let says = "cannot allocate space ahead of a write";
+    let (outer, a, b) = (scratch("nf.img"), scratch("nf.a"), scratch("nf.b"));
+    fs::create_dir(&a).unwrap();
+    fs::create_dir(&b).unwrap();
+    let (o, am, bm) = (
+        outer.to_str().unwrap(),
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    );
+    let mk = nodup(&["mkfs", o, "--size", "256M"]);
+    assert!(mk.status.success(), "{mk:?}");
+    assert!(!String::from_utf8_lossy(&mk.stderr).contains(says));
+    ok(nodup(&["mount", o, am]));
+    let inner = a.join("inner.img");
+    let (i, log) = (inner.to_str().unwrap(), outer.with_extension("log"));
+    let mk = nodup(&["mkfs", i, "--size", "32M"]);
+    assert!(mk.status.success(), "{mk:?}");
+    let note = String::from_utf8_lossy(&mk.stderr);
+    assert!(note.contains(says), "{note}");
+    ok(nodup(&[
+        "mount",
+        i,
+        bm,
+        "--log-file",
+        log.to_str().unwrap(),
+    ]));
+    fs::write(b.join("f"), b"kept").unwrap();
+    ok(nodup(&["umount", bm]));
+    let said = fs::read_to_string(&log).unwrap();
+    assert!(said.contains(says), "{said}");
+    ok(nodup(&["mount", i, bm]));
+    assert_eq!(fs::read(b.join("f")).unwrap(), b"kept");
+    ok(nodup(&["umount", bm]));
+    ok(nodup(&["umount", am]));
+    for p in [&outer, &log] {
+        let _ = fs::remove_file(p);
+    }
+    let _ = fs::remove_dir(&a);
+    let _ = fs::remove_dir(&b);
+}
+
 /// The file-system type (statfs f_type) of `p`.
 fn statfs_magic(p: &Path) -> i64 {
     let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();

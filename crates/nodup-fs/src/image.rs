@@ -295,6 +295,36 @@ pub enum Target {
 /// lie within it.
 const DEVICE_HEAD: usize = 1 << 20;
 
+/// Whether the file system holding the image file at `path` can allocate space ahead of a
+/// write (`fallocate` mode 0): where it cannot, a full disk meets the image's writes as they
+/// are written back instead of failing them up front, and what an unmount writes has no
+/// space kept for it (docs/operating.md). Probed on the image's first block, which is
+/// allocated already (so nothing changes). `None` when it cannot be told (the file cannot be
+/// opened for writing, another error); a block device needs no allocating (`Some(true)`).
+pub fn allocates_ahead(path: &Path) -> Option<bool> {
+    if block_device_len(path).ok()?.is_some() {
+        return Some(true);
+    }
+    let f = std::fs::OpenOptions::new().write(true).open(path).ok()?;
+    // SAFETY: fallocate on a descriptor `f` owns, inside the file's first block: its size
+    // does not change.
+    let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, BLOCK_SIZE as i64) };
+    if r == 0 {
+        return Some(true);
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EOPNOTSUPP | libc::ENOSYS) => Some(false),
+        _ => None,
+    }
+}
+
+/// What `nodup mkfs` and the mount say about an image whose file system cannot allocate
+/// ahead ([`allocates_ahead`]).
+pub const NO_ALLOCATE_AHEAD: &str = "the file system holding the image cannot allocate space \
+    ahead of a write (fallocate is not supported there): on a full disk a write can fail only \
+    when it is written back, which stops changes until the next mount, and an unmount may be \
+    left to failure recovery (docs/operating.md)";
+
 /// The length in bytes of the block device at `path` (following a link such as
 /// /dev/disk/by-id/…), or `None` when `path` is not a block device.
 pub fn block_device_len(path: &Path) -> Result<Option<u64>> {

@@ -354,6 +354,9 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
         let what = if existed { "overwriting" } else { "creating" };
         bail!("{what} {img}: {}", super::plain_error(&e));
     }
+    if image::allocates_ahead(&a.image) == Some(false) {
+        eprintln!("nodup: note: {img}: {}", image::NO_ALLOCATE_AHEAD);
+    }
     if kind == MediumKind::Pmem && nodup_core::media::Pmem::would_sync_on_fence(&a.image) {
         eprintln!(
             "nodup: note: {img} is a pmem image on a file system with a page cache (not tmpfs \
