@@ -251,8 +251,10 @@ fn open_medium(path: &Path, read_only: bool, stream_data: bool) -> Result<Opened
     })
 }
 
-/// Whether both clean flags of the image on `m` say its last close was clean (the file
-/// system's, set last, and the engine's), as read through the page cache.
+/// Whether both clean flags of the image on `m` say its last close was clean, as read through
+/// the page cache: the file system's, and the engine's, which is set last at a close and
+/// cleared first at an open (the file system's stays set into a mount until its first
+/// checkpoint), so it is the one that catches a killed run.
 fn closed_cleanly(m: &dyn Medium) -> bool {
     superblock::probe_medium(m).is_ok_and(|(sb, _, _)| sb.is_clean())
         && nodup_core::engine::superblock::Superblock::load(m).is_ok_and(|e| e.clean)

@@ -659,11 +659,16 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
     ));
     if stores == Some(image::PmemStores::Msynced { page_cache: true }) && !mopts.writeback_cache {
         // pmem's promise (durable when the call returns) stays the default; on a disk it costs
-        // two msyncs per request, which --writeback-cache spreads over gathered writes.
+        // msyncs in every write, which --writeback-cache spreads over gathered writes.
         logging::info(&format!(
-            "{img}: every request is on the disk when it returns, two msyncs each, so small \
-             writes are slow here; --writeback-cache gathers them into large requests, \
-             durable at fsync (docs/operating.md)"
+            "{img}: every write syncs the disk before it is answered{}, so small writes are \
+             slow here; --writeback-cache gathers them into large requests, durable at fsync \
+             (docs/operating.md)",
+            if mopts.async_writes {
+                " (or, with --async-writes, before fsync for large ones)"
+            } else {
+                ""
+            }
         ));
     }
     let fs = Arc::new(fs);

@@ -99,6 +99,16 @@ impl std::fmt::Debug for BlockFile {
     }
 }
 
+impl Drop for BlockFile {
+    /// After a failed write-back the page cache may hold bytes the disk never got: the next
+    /// open of the file on this boot must not read them (`media/write_back.rs`).
+    fn drop(&mut self) {
+        if self.write_back.failure().is_some() {
+            self.write_back.forget_cached_pages();
+        }
+    }
+}
+
 fn open_opts_for(opts: &BlockFileOptions) -> OpenOptions {
     let mut o = OpenOptions::new();
     o.read(true).write(!opts.read_only);

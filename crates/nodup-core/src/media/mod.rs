@@ -106,9 +106,18 @@ pub(crate) fn sync_dir_of(path: &std::path::Path) -> Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => std::path::Path::new("."),
     };
-    match std::fs::File::open(dir)?.sync_all() {
+    let named = |e: std::io::Error| {
+        Error::Io(std::io::Error::new(
+            e.kind(),
+            format!(
+                "making the new file's name durable (fsync of {}): {e}",
+                dir.display()
+            ),
+        ))
+    };
+    match std::fs::File::open(dir).and_then(|d| d.sync_all()) {
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
-        r => Ok(r?),
+        r => r.map_err(named),
     }
 }
 

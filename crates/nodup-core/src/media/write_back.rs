@@ -1,9 +1,10 @@
 //! Failed write-back of an image held in a file. A [`BlockFile`](super::BlockFile) fence is
 //! `fdatasync` and a [`Pmem`](super::Pmem) fence can be `msync`: both ask the kernel to write
 //! back dirty pages. When that fails, Linux may have dropped the pages it could not write
-//! (they are marked clean) and reports the error once, to whichever call on the file checks
-//! first, so a fence after a failed one, or one that ran beside it, promises nothing about the
-//! stores before it; retrying it and trusting the answer is how data goes missing.
+//! (they are marked clean) and reports the error once per open file description (to each one
+//! open when it happened, at its next sync; to an open made later only while nobody has heard
+//! of it), so a fence after a failed one, or one that ran beside it, promises nothing about
+//! the stores before it; retrying it and trusting the answer is how data goes missing.
 //! [`WriteBack`] remembers the first failure and fails every later fence and sync the same way
 //! for as long as the image stays open, and a fence that succeeded beside a failing one fails
 //! too: the mount can still be read, but nothing it does is called durable, and its unmount
@@ -12,16 +13,24 @@
 //! "What did reach the image" needs one more step: the pages the kernel could not write back
 //! stay in its page cache, clean, holding bytes the disk never got, so an open on the same boot
 //! would read them (and a failure recovery would build on them; after the next reboot they are
-//! gone). So whoever learns of a failure drops the file's cached pages at once
-//! ([`forget_cached_pages`]): a write-back of this open that fails, and an open that the kernel
-//! tells of a failure nobody heard of (a run that died before its next fence). After that the
-//! cache holds only what is on the disk, or dirty pages whose own write-back will report to
-//! the next fence or open. An open told of nothing may therefore keep the cache
-//! ([`WriteBack::open`] with `keep_cache`) when the image says it was closed cleanly: a clean
-//! close ends with a fence that succeeded, so its cached pages are what the disk holds. A run
-//! killed between a failed fence and its drop leaves a window; an unclean image is one, so the
-//! caller drops the cache for those too. Other programs that fsync the image file take the
-//! kernel's report from us; nothing here can see that.
+//! gone). So the file's cached pages are dropped ([`forget_cached_pages`]) by:
+//! - the close of a block file that learnt of a failure (its `Drop`; not at the failure
+//!   itself, so the failed mount goes on reading what it wrote, not a mix of that and the
+//!   disk's older blocks);
+//! - an open that the kernel tells of a failure nobody heard of (a run that died before its
+//!   next fence), and every pmem open (a process's mapped pages cannot be dropped, so its
+//!   close could not);
+//! - an open, through its caller, of an image whose last close was not clean: a run killed
+//!   after a failed fence and before its close, whose image is unclean, since a clean flag
+//!   is stored only after fences that succeeded. (The one exception is the fence of the
+//!   engine's clean flag itself: its cached block says clean, the disk's not, and every other
+//!   block is on the disk; the next mount rewrites that block.)
+//!
+//! An open told of nothing may therefore keep the cache ([`WriteBack::open`] with
+//! `keep_cache`) when the image says it was closed cleanly: a clean close ends with a fence
+//! that succeeded, so its cached pages are what the disk holds. Another program that fsyncs
+//! the image file, or a copy of it changed outside this machine's page cache (a network file
+//! system), is beyond what this can see.
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
@@ -63,7 +72,8 @@ impl WriteBack {
         }
     }
 
-    /// Drop the file's cached pages (see [`forget_cached_pages`]).
+    /// Drop the file's cached pages (see [`forget_cached_pages`]); the caller makes sure no
+    /// write-back of this open runs.
     pub(crate) fn forget_cached_pages(&self) {
         if let Some(fd) = self.fd {
             forget_cached_pages(fd);
@@ -82,10 +92,7 @@ impl WriteBack {
         {
             let _running = self.running.read();
             sync().inspect_err(|e| {
-                if self.failed.set(e.to_string()).is_ok() {
-                    // Ours is the kernel's one report: nobody after us will hear of it.
-                    self.forget_cached_pages();
-                }
+                let _ = self.failed.set(e.to_string());
             })?;
         }
         // The kernel may have told a write-back beside this one of a failure that covers
@@ -148,8 +155,8 @@ mod tests {
     /// An open on the same boot after a failed write-back reads what reached the disk, on both
     /// media over files: without dropping the cached pages it read the bytes that were lost,
     /// which a failure recovery would have built on. A block file opened with `keep_cache`
-    /// (which the kernel tells nothing: the failed fence took the one report) reads them too:
-    /// the failed fence dropped the cache.
+    /// (which the kernel tells nothing: the failed fence took the report) reads it too: the
+    /// close of the medium whose fence failed dropped the cache.
     #[test]
     fn an_open_after_a_failed_write_back_reads_what_reached_the_disk() {
         let Some(ext4) = FailingExt4::mount(48) else {
