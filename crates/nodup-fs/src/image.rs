@@ -460,7 +460,9 @@ pub fn free_space(path: &Path) -> Result<u64> {
     // SAFETY: `c` is NUL terminated; `st` is a plain C struct filled by the call.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error().into());
+        let e = std::io::Error::last_os_error();
+        // Say which directory: the image's own name is what the caller prints.
+        return Err(std::io::Error::new(e.kind(), format!("{}: {e}", dir.display())).into());
     }
     let own = std::fs::metadata(path)
         .map(|m| m.blocks() * 512)

@@ -7,8 +7,8 @@ mod common;
 use common::{block, create};
 
 use nodup_core::media::{FaultMedium, FaultOp, FaultRule, MemMedium};
-use nodup_core::{FormatOptions, BLOCK_SIZE};
-use nodup_fs::{fsck, Caller, FileSystem, FsOptions, MediumKind};
+use nodup_core::BLOCK_SIZE;
+use nodup_fs::{fsck, FileSystem, FsOptions, MediumKind};
 use std::sync::Arc;
 
 /// 64 MiB: segments of 64 KiB (1/1024 of the image).
@@ -41,14 +41,7 @@ fn ckpt(fs: &FileSystem) -> serde_json::Value {
 fn a_cut_failing_halfway_leaves_the_previous_checkpoint_and_loses_nothing() {
     let mem = Arc::new(MemMedium::new(IMAGE));
     let faulty = Arc::new(FaultMedium::new(mem.clone(), 7));
-    let fs = FileSystem::format(
-        faulty.clone(),
-        MediumKind::Pmem,
-        &FormatOptions::default(),
-        &FsOptions::default(),
-        Caller::default(),
-    )
-    .unwrap();
+    let fs = common::format(faulty.clone(), MediumKind::Pmem);
     let inos: Vec<u64> = (0..FILES)
         .map(|i| {
             let ino = create(&fs, &format!("f{i}"));

@@ -13,9 +13,9 @@ mod common;
 use common::{block, create};
 
 use nodup_core::media::{FaultMedium, FaultOp, FaultRule, Medium, MemMedium};
-use nodup_core::{FormatOptions, BLOCK_SIZE};
+use nodup_core::BLOCK_SIZE;
 use nodup_fs::inode::ROOT_INO;
-use nodup_fs::{fsck, Caller, FileSystem, FsOptions, MediumKind};
+use nodup_fs::{fsck, FileSystem, FsOptions, MediumKind};
 use std::sync::Arc;
 
 const IMAGE: u64 = 16 << 20;
@@ -37,14 +37,7 @@ struct Faulted {
 fn faulted(kind: MediumKind, op: FaultOp, nth: u64, landed: bool) -> Option<Faulted> {
     let mem = Arc::new(MemMedium::new(IMAGE));
     let faulty = Arc::new(FaultMedium::new(mem.clone(), nth));
-    let fs = FileSystem::format(
-        faulty.clone(),
-        kind,
-        &FormatOptions::default(),
-        &FsOptions::default(),
-        Caller::default(),
-    )
-    .unwrap();
+    let fs = common::format(faulty.clone(), kind);
     let ino = create(&fs, "f");
     fs.write(ino, 0, &block(1)).unwrap();
     fs.sync().unwrap();

@@ -4,8 +4,9 @@
 //! the image as it was. fsck reports it without writing, and with --repair ends the log
 //! before it. The same image without the forgery recovers normally.
 
+mod common;
+
 use nodup_core::media::MemMedium;
-use nodup_core::FormatOptions;
 use nodup_fs::inode::{Kind, ROOT_INO};
 use nodup_fs::log::record::{find_frames, Record};
 use nodup_fs::{fsck, Caller, FileSystem, FsError, FsOptions, MediumKind};
@@ -35,14 +36,7 @@ fn reframe(
 /// A new 16 MiB pmem file system in memory.
 fn fresh() -> (Arc<MemMedium>, FileSystem) {
     let medium = Arc::new(MemMedium::new(16 << 20));
-    let fs = FileSystem::format(
-        medium.clone(),
-        MediumKind::Pmem,
-        &FormatOptions::default(),
-        &FsOptions::default(),
-        Caller::default(),
-    )
-    .unwrap();
+    let fs = common::format(medium.clone(), MediumKind::Pmem);
     (medium, fs)
 }
 

@@ -296,14 +296,7 @@ fn suspected_leaks_are_freed_when_idle_and_at_unmount() {
             "when idle"
         };
         let mem = Arc::new(MemMedium::new(16 << 20));
-        let fs = FileSystem::format(
-            mem.clone(),
-            MediumKind::Pmem,
-            &FormatOptions::default(),
-            &FsOptions::default(),
-            Caller::default(),
-        )
-        .unwrap();
+        let fs = common::format(mem.clone(), MediumKind::Pmem);
         let mut model = Model::new();
         put(&fs, &mut model, "a", (0..40).chain(0..10).collect());
         let mut pool = 0;

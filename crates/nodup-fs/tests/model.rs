@@ -1,8 +1,10 @@
 //! Random operations on the file system (no FUSE, MemMedium) against a simple in-memory model,
 //! with clean reopen and crash reopen (failure recovery) in between; fsck after each reopen.
 
+mod common;
+
 use nodup_core::media::{Medium, MemMedium};
-use nodup_core::{FormatOptions, BLOCK_SIZE};
+use nodup_core::BLOCK_SIZE;
 use nodup_fs::fs::falloc;
 use nodup_fs::inode::{Kind, ROOT_INO};
 use nodup_fs::{fsck, Caller, FileSystem, FsOptions, MediumKind};
@@ -128,14 +130,7 @@ fn content(off: u64, len: usize, pat: u8, random: bool, salt: u64) -> Vec<u8> {
 }
 
 fn fresh(medium: &Arc<MemMedium>) -> FileSystem {
-    FileSystem::format(
-        medium.clone(),
-        MediumKind::Pmem,
-        &FormatOptions::default(),
-        &FsOptions::default(),
-        Caller::default(),
-    )
-    .unwrap()
+    common::format(medium.clone(), MediumKind::Pmem)
 }
 
 fn check(fs: &FileSystem, m: &Model) {
@@ -508,14 +503,7 @@ fn clean_open_time_many_files() {
         std::process::id()
     ));
     let medium = nodup_fs::image::create(&path, 4 << 30, MediumKind::Pmem).unwrap();
-    let fs = FileSystem::format(
-        medium,
-        MediumKind::Pmem,
-        &FormatOptions::default(),
-        &FsOptions::default(),
-        Caller::default(),
-    )
-    .unwrap();
+    let fs = common::format(medium, MediumKind::Pmem);
     let t0 = std::time::Instant::now();
     let mut dir = ROOT_INO;
     for i in 0..160_000u64 {

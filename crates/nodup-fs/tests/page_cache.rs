@@ -6,8 +6,7 @@
 mod common;
 
 use common::{block, create};
-use nodup_core::FormatOptions;
-use nodup_fs::{image, Caller, FileSystem, FsOptions, MediumKind};
+use nodup_fs::{image, FileSystem, FsOptions, MediumKind};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
@@ -62,14 +61,7 @@ fn an_open_keeps_the_cache_of_a_cleanly_closed_image_only() {
     }
     let path = dir.path().join("img");
     let m = image::create(&path, 64 << 20, MediumKind::BlockFile).unwrap();
-    let fs = FileSystem::format(
-        m,
-        MediumKind::BlockFile,
-        &FormatOptions::default(),
-        &FsOptions::default(),
-        Caller::default(),
-    )
-    .unwrap();
+    let fs = common::format(m, MediumKind::BlockFile);
     let ino = create(&fs, "f");
     fs.write(ino, 0, &block(1)).unwrap();
     fs.shutdown().unwrap();

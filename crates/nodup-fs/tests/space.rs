@@ -5,21 +5,14 @@ mod common;
 use common::block;
 
 use nodup_core::media::{CrashSim, Medium, MemMedium};
-use nodup_core::{FormatOptions, BLOCK_SIZE};
+use nodup_core::BLOCK_SIZE;
 use nodup_fs::inode::{Kind, ROOT_INO};
 use nodup_fs::{fsck, Caller, FileSystem, FsOptions, MediumKind};
 use std::sync::Arc;
 
 fn format(bytes: u64) -> (Arc<MemMedium>, FileSystem) {
     let m = Arc::new(MemMedium::new(bytes));
-    let fs = FileSystem::format(
-        m.clone(),
-        MediumKind::Pmem,
-        &FormatOptions::default(),
-        &FsOptions::default(),
-        Caller::default(),
-    )
-    .unwrap();
+    let fs = common::format(m.clone(), MediumKind::Pmem);
     (m, fs)
 }
 
@@ -27,14 +20,7 @@ fn format(bytes: u64) -> (Arc<MemMedium>, FileSystem) {
 /// the file system takes for durable on return, as pmem.
 fn format_blockfile(bytes: u64) -> (Arc<CrashSim>, FileSystem) {
     let m = Arc::new(CrashSim::new(bytes));
-    let fs = FileSystem::format(
-        m.clone(),
-        MediumKind::BlockFile,
-        &FormatOptions::default(),
-        &FsOptions::default(),
-        Caller::default(),
-    )
-    .unwrap();
+    let fs = common::format(m.clone(), MediumKind::BlockFile);
     (m, fs)
 }
 

@@ -1,9 +1,11 @@
 //! Helpers shared by the file-system integration tests (each test file uses some of them).
 #![allow(dead_code)]
 
-use nodup_core::BLOCK_SIZE;
+use nodup_core::media::Medium;
+use nodup_core::{FormatOptions, BLOCK_SIZE};
 use nodup_fs::inode::{Kind, ROOT_INO};
-use nodup_fs::{Caller, FileSystem};
+use nodup_fs::{Caller, FileSystem, FsOptions, MediumKind};
+use std::sync::Arc;
 
 /// A pseudo-random 4 KiB block, a function of `seed` (xorshift64).
 pub fn block(seed: u64) -> Vec<u8> {
@@ -31,4 +33,16 @@ pub fn create(fs: &FileSystem, name: &str) -> u64 {
     )
     .unwrap()
     .0
+}
+
+/// A new file system on `m` as `kind`, every option at its default.
+pub fn format(m: Arc<dyn Medium>, kind: MediumKind) -> FileSystem {
+    FileSystem::format(
+        m,
+        kind,
+        &FormatOptions::default(),
+        &FsOptions::default(),
+        Caller::default(),
+    )
+    .unwrap()
 }
