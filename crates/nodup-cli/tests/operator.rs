@@ -1584,6 +1584,20 @@ fn an_image_where_fallocate_is_unsupported_is_named_at_mkfs_and_mount() {
     let (outer, a, b) = (scratch("nf.img"), scratch("nf.a"), scratch("nf.b"));
     fs::create_dir(&a).unwrap();
     fs::create_dir(&b).unwrap();
+    // Whatever happens, the inner mount goes first, then the outer one and the files.
+    struct Cleanup(PathBuf, PathBuf, PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            detach(&self.2);
+            detach(&self.1);
+            let _ = fs::remove_dir(&self.2);
+            let _ = fs::remove_dir(&self.1);
+            wait_unlocked(&self.0);
+            let _ = fs::remove_file(&self.0);
+            let _ = fs::remove_file(self.0.with_extension("log"));
+        }
+    }
+    let _cleanup = Cleanup(outer.clone(), a.clone(), b.clone());
     let (o, am, bm) = (
         outer.to_str().unwrap(),
         a.to_str().unwrap(),
@@ -1614,11 +1628,6 @@ fn an_image_where_fallocate_is_unsupported_is_named_at_mkfs_and_mount() {
     assert_eq!(fs::read(b.join("f")).unwrap(), b"kept");
     ok(nodup(&["umount", bm]));
     ok(nodup(&["umount", am]));
-    for p in [&outer, &log] {
-        let _ = fs::remove_file(p);
-    }
-    let _ = fs::remove_dir(&a);
-    let _ = fs::remove_dir(&b);
 }
 
 /// The file-system type (statfs f_type) of `p`.

@@ -301,7 +301,9 @@ const DEVICE_HEAD: usize = 1 << 20;
 /// write (`fallocate` mode 0): where it cannot, a full disk meets the image's writes as they
 /// are written back instead of failing them up front, and what an unmount writes has no
 /// space kept for it (docs/operating.md). Probed on the image's first block, which is
-/// allocated already (so nothing changes). `None` when it cannot be told (the file cannot be
+/// allocated already (no data changes; ext4 and xfs update the file's times). It says whether
+/// the call is supported, not whether a rewrite needs new space: on a copy-on-write file
+/// system (btrfs, ZFS) it does anyway. `None` when it cannot be told (the file cannot be
 /// opened for writing, another error); a block device needs no allocating (`Some(true)`).
 pub fn allocates_ahead(path: &Path) -> Option<bool> {
     if block_device_len(path).ok()?.is_some() {
@@ -323,9 +325,9 @@ pub fn allocates_ahead(path: &Path) -> Option<bool> {
 /// What `nodup mkfs` and the mount say about an image whose file system cannot allocate
 /// ahead ([`allocates_ahead`]).
 pub const NO_ALLOCATE_AHEAD: &str = "the file system holding the image cannot allocate space \
-    ahead of a write (fallocate is not supported there): on a full disk a write can fail only \
-    when it is written back, which stops changes until the next mount, and an unmount may be \
-    left to failure recovery (docs/operating.md)";
+    ahead of a write (fallocate is not supported there): a full disk is met by the writes \
+    themselves or at write-back, which stops changes until the next mount, and an unmount may \
+    be left to failure recovery (docs/operating.md)";
 
 /// The length in bytes of the block device at `path` (following a link such as
 /// /dev/disk/by-id/…), or `None` when `path` is not a block device.

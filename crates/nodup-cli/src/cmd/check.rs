@@ -535,6 +535,8 @@ pub fn fsck(a: FsckArgs) -> Result<()> {
         rep.repaired.insert(0, what);
     }
     fs.shutdown()?;
+    // The medium is closed before the lock goes (its close may drop the image's cache).
+    drop(fs);
     drop((lock, claim));
     fsck_report(&a, &rep)
 }

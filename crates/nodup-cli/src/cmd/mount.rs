@@ -713,8 +713,8 @@ pub fn mounted_image(mp: &Path) -> Option<PathBuf> {
 /// Whether the unmounted image at `img` was left clean: its file-system superblock pair and
 /// the engine's superblock (block 0, whose flag the engine's own save at the end of a clean
 /// shutdown sets, after the final checkpoint) both say so; both are in the clear on an
-/// encrypted image too. Read through the opened medium, which reads what reached the disk, not
-/// a cached page whose write-back failed. `None` when they cannot be read.
+/// encrypted image too. Read through the opened medium, which drops the image's cached pages
+/// when they may differ from the disk (`media/write_back.rs`). `None` when they cannot be read.
 fn image_clean(img: &Path) -> Option<bool> {
     let (m, _, failed_before) = nodup_fs::image::open_reporting(img, true).ok()?;
     if let Some(line) = failed_before {

@@ -15,8 +15,11 @@
 //! would read them (and a failure recovery would build on them; after the next reboot they are
 //! gone). So the file's cached pages are dropped ([`forget_cached_pages`]) by:
 //! - the close of a block file that learnt of a failure (its `Drop`; not at the failure
-//!   itself, so the failed mount goes on reading what it wrote, not a mix of that and the
-//!   disk's older blocks);
+//!   itself, so the failed mount goes on reading what it wrote rather than a mix of that and
+//!   the disk's older blocks, as far as the kernel keeps those clean pages: memory pressure
+//!   or the file system may still evict some). A close that does not run (the daemon killed,
+//!   or its serving threads outliving `main`) leaves the image unclean, which the next
+//!   point covers;
 //! - an open that the kernel tells of a failure nobody heard of (a run that died before its
 //!   next fence), and every pmem open (a process's mapped pages cannot be dropped, so its
 //!   close could not);
@@ -28,9 +31,11 @@
 //!
 //! An open told of nothing may therefore keep the cache ([`WriteBack::open`] with
 //! `keep_cache`) when the image says it was closed cleanly: a clean close ends with a fence
-//! that succeeded, so its cached pages are what the disk holds. Another program that fsyncs
-//! the image file, or a copy of it changed outside this machine's page cache (a network file
-//! system), is beyond what this can see.
+//! that succeeded, so its cached pages are what the disk holds. The drops assume the medium
+//! is the file's only user (the image lock sees to it for the command line): the cache is
+//! the inode's, so a second handle in the same process would lose it too. Another program
+//! that fsyncs the image file, or a copy of it changed outside this machine's page cache (a
+//! network file system), is beyond what this can see.
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};

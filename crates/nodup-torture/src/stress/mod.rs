@@ -243,7 +243,10 @@ impl Retired {
             );
             it.next().is_none().then_some(r)
         };
-        parse().is_some_and(|(id, k, g)| self.below.get(&(id, k)).is_some_and(|&b| g < b))
+        // Only the names a worker writes (`t1-2-0`, not `t01-2-0` or `t+1-2-0`).
+        parse().is_some_and(|(id, k, g)| {
+            name == format!("t{id}-{k}-{g}") && self.below.get(&(id, k)).is_some_and(|&b| g < b)
+        })
     }
 
     /// Record that slot `k` of worker `id` has retired every generation below `gen`.
@@ -464,6 +467,8 @@ mod tests {
             ("t1-2", false),
             ("t1-2-0-1", false),
             ("x1-2-0", false),
+            ("t01-2-0", false),
+            ("t+1-2-0", false),
         ] {
             assert_eq!(a.contains(n), want, "{n}");
         }

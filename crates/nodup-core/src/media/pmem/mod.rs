@@ -157,8 +157,8 @@ impl Pmem {
     }
 
     fn map_file(file: File, path: &Path, opts: PmemOptions, read_only: bool) -> Result<Pmem> {
-        // Mapped pages cannot be dropped while mapped, so the drop at a failed msync may
-        // leave some: every open drops the cache.
+        // A process's mapped pages cannot be dropped at its close, so a failed msync's may
+        // stay cached: every open drops the cache.
         let write_back = WriteBack::open(&file, false);
         let opts = PmemOptions {
             sync_on_fence: opts.sync_on_fence || !flushed_lines_suffice(&file),
