@@ -20,6 +20,8 @@ command -v losetup >/dev/null 2>&1 || need+=(mount)
 command -v fstrim >/dev/null 2>&1 || need+=(util-linux)
 # strace shows mkfs fsyncing the new image's directory (no power loss can be staged here).
 command -v strace >/dev/null 2>&1 || need+=(strace)
+# A btrfs on a loop device: an image on a copy-on-write file system is named as such.
+command -v mkfs.btrfs >/dev/null 2>&1 || need+=(btrfs-progs)
 if ((${#need[@]})); then
   echo "deps: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -322,6 +322,39 @@ pub fn allocates_ahead(path: &Path) -> Option<bool> {
     }
 }
 
+/// The copy-on-write file system holding the image file at `path` (btrfs, ZFS, bcachefs), if
+/// it is on one: there even a rewrite of a stored block needs new space when the kernel
+/// writes it back, so a full disk can fail a write-back that no reservation foresaw (which
+/// stops changes until the next mount). `None` elsewhere, for a block device, or when it
+/// cannot be told.
+pub fn copy_on_write_host(path: &Path) -> Option<&'static str> {
+    if block_device_len(path).ok()?.is_some() {
+        return None;
+    }
+    let f = File::open(path).ok()?;
+    // SAFETY: fstatfs fills the zeroed struct for a descriptor `f` owns.
+    let kind = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        if libc::fstatfs(f.as_raw_fd(), &mut st) != 0 {
+            return None;
+        }
+        st.f_type as i64
+    };
+    match kind {
+        0x9123_683e => Some("btrfs"),
+        0x2fc1_2fc1 => Some("ZFS"),
+        0xca45_1a4e => Some("bcachefs"),
+        _ => None,
+    }
+}
+
+/// What `nodup mkfs` and the mount say about an image on a copy-on-write file system
+/// ([`copy_on_write_host`]), after its name.
+pub const COPY_ON_WRITE_HOST: &str = "a copy-on-write file system: even a rewrite of data the \
+    image holds needs new space there when it is written back, so a full disk can fail a \
+    write-back, which stops changes until the next mount; keep room free there \
+    (docs/operating.md)";
+
 /// What `nodup mkfs` and the mount say about an image whose file system cannot allocate
 /// ahead ([`allocates_ahead`]).
 pub const NO_ALLOCATE_AHEAD: &str = "the file system holding the image cannot allocate space \

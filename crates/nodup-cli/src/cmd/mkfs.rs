@@ -357,6 +357,12 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
     if image::allocates_ahead(&a.image) == Some(false) {
         eprintln!("nodup: note: {img}: {}", image::NO_ALLOCATE_AHEAD);
     }
+    if let Some(cow) = image::copy_on_write_host(&a.image) {
+        eprintln!(
+            "nodup: note: {img} is on {cow}, {}",
+            image::COPY_ON_WRITE_HOST
+        );
+    }
     if kind == MediumKind::Pmem && nodup_core::media::Pmem::would_sync_on_fence(&a.image) {
         eprintln!(
             "nodup: note: {img} is a pmem image on a file system with a page cache (not tmpfs \

@@ -590,6 +590,9 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
     if image::allocates_ahead(&a.image) == Some(false) {
         logging::warn(&format!("{img}: {}", image::NO_ALLOCATE_AHEAD));
     }
+    if let Some(cow) = image::copy_on_write_host(&a.image) {
+        logging::warn(&format!("{img} is on {cow}, {}", image::COPY_ON_WRITE_HOST));
+    }
     if let Some(stores) = stores {
         logging::info(&format!(
             "{img}: new data blocks written with {}",
