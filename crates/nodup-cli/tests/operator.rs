@@ -1647,43 +1647,37 @@ fn an_image_on_a_copy_on_write_file_system_is_named_at_mkfs_and_mount() {
     if statfs_magic(plain.path()) != 0x9123_683e {
         assert!(!String::from_utf8_lossy(&mk.stderr).contains(says));
     }
-    let run = |cmd: &mut Command| cmd.output().map(|o| o.status.success()).unwrap_or(false);
     let (file, dir, mnt) = (scratch("cow.disk"), scratch("cow.fs"), scratch("cow.mnt"));
-    struct Cleanup(PathBuf, PathBuf, PathBuf, Option<String>);
-    impl Drop for Cleanup {
+    // Undone in reverse: the nodup mount, the btrfs and its loop device, then the file.
+    struct Remove(PathBuf);
+    impl Drop for Remove {
         fn drop(&mut self) {
-            detach(&self.2);
-            let _ = Command::new("umount").arg("-l").arg(&self.1).status();
-            if let Some(dev) = &self.3 {
-                let _ = Command::new("losetup").args(["-d", dev]).status();
-            }
-            let _ = fs::remove_dir(&self.2);
-            let _ = fs::remove_dir(&self.1);
             let _ = fs::remove_file(&self.0);
         }
     }
-    let mut cleanup = Cleanup(file.clone(), dir.clone(), mnt.clone(), None);
+    let _file = Remove(file.clone());
     fs::File::create(&file).unwrap().set_len(256 << 20).unwrap();
-    fs::create_dir_all(&dir).unwrap();
-    fs::create_dir_all(&mnt).unwrap();
-    if !run(Command::new("mkfs.btrfs").arg("-q").arg(&file)) {
+    let made = Command::new("mkfs.btrfs")
+        .arg("-q")
+        .arg(&file)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !made {
         eprintln!("skipping: no mkfs.btrfs here");
         return;
     }
-    let out = Command::new("losetup")
-        .args(["-f", "--show"])
-        .arg(&file)
-        .output();
-    let Some(dev) = out
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-    else {
-        eprintln!("skipping: no loop device here");
+    let Some(_btrfs) = LoopMount::new(&file, &dir) else {
         return;
     };
-    cleanup.3 = Some(dev.clone());
-    assert!(run(Command::new("mount").arg(&dev).arg(&dir)));
+    struct Fuse(PathBuf);
+    impl Drop for Fuse {
+        fn drop(&mut self) {
+            detach(&self.0);
+            let _ = fs::remove_dir(&self.0);
+        }
+    }
+    fs::create_dir_all(&mnt).unwrap();
+    let _fuse = Fuse(mnt.clone());
     let img = dir.join("x.img");
     let (i, m) = (img.to_str().unwrap(), mnt.to_str().unwrap());
     let log = dir.join("log");
@@ -1699,6 +1693,50 @@ fn an_image_on_a_copy_on_write_file_system_is_named_at_mkfs_and_mount() {
     ok(nodup(&["mount", i, m]));
     assert_eq!(fs::read(mnt.join("f")).unwrap(), b"kept");
     ok(nodup(&["umount", m]));
+}
+
+/// A file-system image file attached to a loop device and mounted on a directory (created),
+/// all undone when dropped: the directory is unmounted lazily, the device detached and the
+/// directory removed.
+struct LoopMount {
+    dir: PathBuf,
+    dev: String,
+}
+
+impl LoopMount {
+    /// `file` mounted on `dir`; `None`, after a line on stderr, where there is no loop device.
+    fn new(file: &Path, dir: &Path) -> Option<LoopMount> {
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(file)
+            .output()
+            .ok()
+            .filter(|o| o.status.success());
+        let Some(out) = out else {
+            eprintln!("skipping: no loop device here");
+            return None;
+        };
+        fs::create_dir_all(dir).unwrap();
+        let lm = LoopMount {
+            dir: dir.to_path_buf(),
+            dev: String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        };
+        let mounted = Command::new("mount")
+            .arg(&lm.dev)
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(mounted, "mount {} on {}", lm.dev, dir.display());
+        Some(lm)
+    }
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+        let _ = fs::remove_dir(&self.dir);
+    }
 }
 
 /// The file-system type (statfs f_type) of `p`.
@@ -1728,29 +1766,15 @@ fn fsck_reports_a_write_back_that_failed_before_it_opened_the_image() {
     fs::create_dir_all(&ext4).unwrap();
     let made = run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&file))
         && run(Command::new("fallocate").args(["-l", "48M"]).arg(&file));
-    let out = Command::new("losetup")
-        .args(["-f", "--show"])
-        .arg(&file)
-        .output();
-    let Some(dev) = out
-        .ok()
-        .filter(|o| made && o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-    else {
-        eprintln!("skipping: no mkfs.ext4 or loop device here");
+    if !made {
+        eprintln!("skipping: no mkfs.ext4 here");
+        let _ = fs::remove_dir(&ext4);
+        return;
+    }
+    let Some(_ext4) = LoopMount::new(&file, &ext4) else {
         let _ = fs::remove_dir(&ext4);
         return;
     };
-    struct Detach(PathBuf, String);
-    impl Drop for Detach {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-            let _ = Command::new("losetup").args(["-d", &self.1]).status();
-            let _ = fs::remove_dir(&self.0);
-        }
-    }
-    let _detach = Detach(ext4.clone(), dev.clone());
-    assert!(run(Command::new("mount").arg(&dev).arg(&ext4)));
     let img = ext4.join("x.img");
     let i = img.to_str().unwrap();
     ok(nodup(&[
