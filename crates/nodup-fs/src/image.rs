@@ -3,16 +3,15 @@
 
 use crate::error::{FsError, Result};
 use crate::superblock::{self, MediumKind};
-use nodup_core::media::{BlockFile, BlockFileOptions, Medium, Pmem, PmemOptions};
+use nodup_core::media::{
+    file_system_type, fs_magic, BlockFile, BlockFileOptions, Medium, Pmem, PmemOptions,
+};
 use nodup_core::BLOCK_SIZE;
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
-
-/// tmpfs magic from statfs(2).
-const TMPFS_MAGIC: i64 = 0x0102_1994;
 
 /// The medium kind to use for a new image at `path`: pmem on tmpfs (or a DAX mount), else blockfile.
 pub fn default_kind(path: &Path) -> MediumKind {
@@ -27,7 +26,7 @@ pub fn default_kind(path: &Path) -> MediumKind {
     // SAFETY: `c` is NUL terminated; `st` is a plain C struct filled by the call.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    if r == 0 && st.f_type as i64 == TMPFS_MAGIC {
+    if r == 0 && st.f_type as i64 == fs_magic::TMPFS {
         return MediumKind::Pmem;
     }
     if is_dax_mount(dir) {
@@ -331,19 +330,10 @@ pub fn copy_on_write_host(path: &Path) -> Option<&'static str> {
     if block_device_len(path).ok()?.is_some() {
         return None;
     }
-    let f = File::open(path).ok()?;
-    // SAFETY: fstatfs fills the zeroed struct for a descriptor `f` owns.
-    let kind = unsafe {
-        let mut st: libc::statfs = std::mem::zeroed();
-        if libc::fstatfs(f.as_raw_fd(), &mut st) != 0 {
-            return None;
-        }
-        st.f_type as i64
-    };
-    match kind {
-        0x9123_683e => Some("btrfs"),
-        0x2fc1_2fc1 => Some("ZFS"),
-        0xca45_1a4e => Some("bcachefs"),
+    match file_system_type(&File::open(path).ok()?)? {
+        fs_magic::BTRFS => Some("btrfs"),
+        fs_magic::ZFS => Some("ZFS"),
+        fs_magic::BCACHEFS => Some("bcachefs"),
         _ => None,
     }
 }

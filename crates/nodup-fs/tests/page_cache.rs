@@ -6,6 +6,7 @@
 mod common;
 
 use common::{block, create};
+use nodup_core::media::{file_system_type, fs_magic};
 use nodup_fs::{image, FileSystem, FsOptions, MediumKind};
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -49,12 +50,10 @@ fn an_open_keeps_the_cache_of_a_cleanly_closed_image_only() {
         eprintln!("skipping: no /var/tmp");
         return;
     };
-    // SAFETY: statfs fills the zeroed struct for a NUL-terminated path.
-    let tmpfs = unsafe {
-        let c = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).unwrap();
-        let mut st: libc::statfs = std::mem::zeroed();
-        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == 0x0102_1994
-    };
+    let tmpfs = std::fs::File::open(dir.path())
+        .ok()
+        .and_then(|d| file_system_type(&d))
+        == Some(fs_magic::TMPFS);
     if tmpfs {
         eprintln!("skipping: /var/tmp is a tmpfs");
         return;

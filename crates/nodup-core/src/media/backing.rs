@@ -79,9 +79,6 @@ const ROOM: u64 = 64 << 20;
 /// then such a load is a SIGBUS: the one gap left (see `docs/results/load-guard-ab.md`).
 const ROOM_HOLDS_NS: u64 = 1_000_000;
 
-/// `statfs` magic of tmpfs.
-pub(super) const TMPFS_MAGIC: i64 = 0x0102_1994;
-
 /// What a chunk of the image file holds, as `mincore` tells on tmpfs.
 enum Layout {
     /// No hole: nothing to allocate.
@@ -461,11 +458,7 @@ impl Backing {
         stores: bool,
     ) -> Result<Backing> {
         let chunks = len.div_ceil(BACK_CHUNK);
-        // SAFETY: fstatfs fills the zeroed struct for a descriptor `file` owns.
-        let tmpfs = unsafe {
-            let mut st: libc::statfs = std::mem::zeroed();
-            libc::fstatfs(file.as_raw_fd(), &mut st) == 0 && st.f_type as i64 == TMPFS_MAGIC
-        };
+        let tmpfs = super::file_system_type(file) == Some(super::fs_magic::TMPFS);
         let shared = Arc::new(Shared {
             file: file.try_clone()?,
             base: base as usize,

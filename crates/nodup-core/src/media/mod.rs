@@ -97,6 +97,31 @@ pub trait Medium: Send + Sync {
 /// block it was given back shows (a real device's discarded blocks need not read as zeros).
 pub const DISCARDED: u8 = 0xdb;
 
+/// `statfs` magics of the file systems the media and their callers tell apart (linux/magic.h).
+pub mod fs_magic {
+    /// tmpfs (/dev/shm): memory, no disk behind it.
+    pub const TMPFS: i64 = 0x0102_1994;
+    /// ramfs: memory, no disk behind it.
+    pub const RAMFS: i64 = 0x8584_58f6;
+    /// btrfs (copy-on-write).
+    pub const BTRFS: i64 = 0x9123_683e;
+    /// ZFS on Linux (copy-on-write).
+    pub const ZFS: i64 = 0x2fc1_2fc1;
+    /// bcachefs (copy-on-write).
+    pub const BCACHEFS: i64 = 0xca45_1a4e;
+}
+
+/// The `statfs` type of the file system holding `file` (see [`fs_magic`]); `None` when
+/// `fstatfs` fails.
+pub fn file_system_type(file: &std::fs::File) -> Option<i64> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: fstatfs fills the zeroed struct for a descriptor `file` owns.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        (libc::fstatfs(file.as_raw_fd(), &mut st) == 0).then_some(st.f_type as i64)
+    }
+}
+
 /// Make the name of a file just created durable: fsync its directory. A file's own fsync
 /// does not cover the entry that names it, so a power loss after `mkfs` returned could leave
 /// no image under that name (ext4 commits the entry with its next transaction, seconds

@@ -365,14 +365,9 @@ impl Pmem {
 /// by `msync` (or whenever the kernel likes). Unknown (a failed `fstatfs`/`statx`) counts as
 /// not enough.
 fn flushed_lines_suffice(file: &File) -> bool {
-    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    use super::fs_magic::{RAMFS, TMPFS};
     let fd = file.as_raw_fd();
-    // SAFETY: fstatfs fills the zeroed struct for a descriptor `file` owns.
-    let in_memory = unsafe {
-        let mut st: libc::statfs = std::mem::zeroed();
-        libc::fstatfs(fd, &mut st) == 0
-            && matches!(st.f_type as i64, super::backing::TMPFS_MAGIC | RAMFS_MAGIC)
-    };
+    let in_memory = matches!(super::file_system_type(file), Some(TMPFS | RAMFS));
     // SAFETY: statx of the descriptor itself (empty path, AT_EMPTY_PATH) into a zeroed struct.
     let dax = unsafe {
         let mut st: libc::statx = std::mem::zeroed();
