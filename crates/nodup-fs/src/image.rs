@@ -338,16 +338,28 @@ pub fn copy_on_write_host(path: &Path) -> Option<&'static str> {
     }
 }
 
-/// What `nodup mkfs` and the mount say about an image on a copy-on-write file system
-/// ([`copy_on_write_host`]), after its name.
-pub const COPY_ON_WRITE_HOST: &str = "a copy-on-write file system: even a rewrite of data the \
+/// What `nodup mkfs` notes and the mount warns of about the file system holding the image
+/// at `path` (shown as `shown`): that it cannot allocate ahead ([`allocates_ahead`]), that it
+/// is copy-on-write ([`copy_on_write_host`]). One line each; none for a plain file system.
+pub fn host_warnings(path: &Path, shown: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    if allocates_ahead(path) == Some(false) {
+        v.push(format!("{shown}: {NO_ALLOCATE_AHEAD}"));
+    }
+    if let Some(cow) = copy_on_write_host(path) {
+        v.push(format!("{shown} is on {cow}, {COPY_ON_WRITE_HOST}"));
+    }
+    v
+}
+
+/// What [`host_warnings`] says about an image on a copy-on-write file system, after its name.
+const COPY_ON_WRITE_HOST: &str = "a copy-on-write file system: even a rewrite of data the \
     image holds needs new space there when it is written back, so a full disk can fail a \
     write-back, which stops changes until the next mount; keep room free there \
     (docs/operating.md)";
 
-/// What `nodup mkfs` and the mount say about an image whose file system cannot allocate
-/// ahead ([`allocates_ahead`]).
-pub const NO_ALLOCATE_AHEAD: &str = "the file system holding the image cannot allocate space \
+/// What [`host_warnings`] says about an image whose file system cannot allocate ahead.
+const NO_ALLOCATE_AHEAD: &str = "the file system holding the image cannot allocate space \
     ahead of a write (fallocate is not supported there): a full disk is met by the writes \
     themselves or at write-back, which stops changes until the next mount, and an unmount may \
     be left to failure recovery (docs/operating.md)";

@@ -354,14 +354,8 @@ pub fn mkfs(a: MkfsArgs) -> Result<()> {
         let what = if existed { "overwriting" } else { "creating" };
         bail!("{what} {img}: {}", super::plain_error(&e));
     }
-    if image::allocates_ahead(&a.image) == Some(false) {
-        eprintln!("nodup: note: {img}: {}", image::NO_ALLOCATE_AHEAD);
-    }
-    if let Some(cow) = image::copy_on_write_host(&a.image) {
-        eprintln!(
-            "nodup: note: {img} is on {cow}, {}",
-            image::COPY_ON_WRITE_HOST
-        );
+    for w in image::host_warnings(&a.image, &img.to_string()) {
+        eprintln!("nodup: note: {w}");
     }
     if kind == MediumKind::Pmem && nodup_core::media::Pmem::would_sync_on_fence(&a.image) {
         eprintln!(

@@ -587,11 +587,8 @@ fn daemon_body(a: &MountArgs, ready: &mut Option<std::fs::File>) -> Result<()> {
     let stream_data = a.stream_data.unwrap_or(a.encrypt_key_file.is_none());
     let (medium, kind, stores) =
         image::open_for_mount(&a.image, stream_data).map_err(|e| anyhow!("{img}: {e}"))?;
-    if image::allocates_ahead(&a.image) == Some(false) {
-        logging::warn(&format!("{img}: {}", image::NO_ALLOCATE_AHEAD));
-    }
-    if let Some(cow) = image::copy_on_write_host(&a.image) {
-        logging::warn(&format!("{img} is on {cow}, {}", image::COPY_ON_WRITE_HOST));
+    for w in image::host_warnings(&a.image, &img.to_string()) {
+        logging::warn(&w);
     }
     if let Some(stores) = stores {
         logging::info(&format!(
