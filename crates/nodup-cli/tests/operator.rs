@@ -5,6 +5,7 @@
 mod common;
 use common::*;
 
+use nodup_core::media::{file_system_type, fs_magic};
 use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
@@ -1464,8 +1465,7 @@ fn a_pmem_image_on_a_disk_file_system_fences_by_msync() {
         eprintln!("skipping: no /var/tmp");
         return;
     };
-    let st = statfs_magic(dir.path());
-    if st == 0x0102_1994 {
+    if statfs_magic(dir.path()) == fs_magic::TMPFS {
         eprintln!("skipping: /var/tmp is a tmpfs");
         return;
     }
@@ -1644,7 +1644,7 @@ fn an_image_on_a_copy_on_write_file_system_is_named_at_mkfs_and_mount() {
     let p = plain.path().join("x.img");
     let mk = nodup(&["mkfs", p.to_str().unwrap(), "--size", "16M"]);
     assert!(mk.status.success(), "{mk:?}");
-    if statfs_magic(plain.path()) != 0x9123_683e {
+    if statfs_magic(plain.path()) != fs_magic::BTRFS {
         assert!(!String::from_utf8_lossy(&mk.stderr).contains(says));
     }
     let (file, dir, mnt) = (scratch("cow.disk"), scratch("cow.fs"), scratch("cow.mnt"));
@@ -1741,11 +1741,7 @@ impl Drop for LoopMount {
 
 /// The file-system type (statfs f_type) of `p`.
 fn statfs_magic(p: &Path) -> i64 {
-    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: `c` is NUL terminated; `st` is a plain C struct filled by the call.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut st) }, 0);
-    st.f_type as i64
+    file_system_type(&fs::File::open(p).unwrap()).unwrap()
 }
 
 /// `nodup fsck` of an image whose last write-back failed after its writer was gone (the kernel
