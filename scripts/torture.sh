@@ -25,10 +25,18 @@ fi
 SHARES_ARGS=()
 if [[ -n "${TORTURE_SHARES:-}" ]]; then SHARES_ARGS=(--shares "$TORTURE_SHARES"); fi
 mkdir -p target
-# One stream, so the summary lines stay last; a copy goes to target/torture.log.
+# Power loss under ext4 and btrfs on a logged disk (crates/nodup-fuseref/tests/power_loss.rs),
+# with this run's seed; outside the budget (about 30 s), and before the campaigns so their
+# summary lines stay last.
 set +e
+POWER_LOSS_SEED="$SEED" cargo test --release -q -p nodup-fuseref --test power_loss -- --nocapture \
+  2>&1 | grep -E "^power loss|panicked|^test result|^error" | tee target/power-loss.log
+pl_rc=${PIPESTATUS[0]}
+echo "power loss (seed $SEED): $([[ $pl_rc == 0 ]] && echo "every state checked" || echo "FAILED, rc $pl_rc")"
+# One stream, so the summary lines stay last; a copy goes to target/torture.log.
 ./target/release/nodup-torture --seconds "$SECONDS_BUDGET" --seed "$SEED" --jobs "$JOBS" \
   "${FUZZ_ARGS[@]}" "${SHARES_ARGS[@]}" "$@" 2>&1 | tee target/torture.log
 rc=${PIPESTATUS[0]}
 set -e
+if [[ $rc == 0 && $pl_rc != 0 ]]; then rc=$pl_rc; fi
 exit "$rc"

@@ -1,10 +1,12 @@
 //! `nodup-fuseref`: reference FUSE file systems for benchmarks, run in the foreground with
 //! nodup's session settings: `null` (accepts and discards data: the FUSE ceiling) and
 //! `passthrough` (forwards to a directory), plus `bench-files`, the metadata benchmark's
-//! file creator.
+//! file creator, and `logdisk`, a disk whose writes and flushes are logged for power-loss
+//! tests.
 
 mod attr;
 mod bench_files;
+mod logdisk;
 mod null;
 mod passthrough;
 mod session;
@@ -17,7 +19,7 @@ use std::path::{Path, PathBuf};
 #[derive(Parser)]
 #[command(
     version,
-    about = "Reference FUSE file systems (null, passthrough) for nodup's benchmarks"
+    about = "Reference FUSE file systems for nodup's benchmarks and tests (null, passthrough, logdisk)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -46,6 +48,20 @@ enum Cmd {
         /// tests of what runs on top).
         #[arg(long, hide = true, value_name = "PATH")]
         fail_fsync_while: Option<PathBuf>,
+    },
+    /// Mount a disk whose writes and flushes are logged (for power-loss tests).
+    ///
+    /// The mount holds one file, `disk`, of SIZE bytes (zeros at first), whose writes, zeroed
+    /// ranges and fsyncs are appended to LOG, and a file `mark` whose writes are logged as
+    /// labels. A loop device over `disk` stands in for dm-log-writes.
+    Logdisk {
+        /// The log (created, or truncated); its format is in `src/logdisk.rs`.
+        log: PathBuf,
+        /// An empty directory to mount on.
+        mountpoint: PathBuf,
+        /// The disk's size in bytes (suffixes K, M, G).
+        #[arg(long, value_parser = parse_size)]
+        size: u64,
     },
     /// Create FILES files of SIZE bytes (distinct contents) in DIRS directories under DIR.
     BenchFiles {
@@ -120,6 +136,21 @@ fn raise_fd_limit() -> u64 {
     }
 }
 
+/// A byte count with an optional K, M or G suffix (powers of 1024).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let (num, shift) = match s.as_bytes().last() {
+        Some(b'K' | b'k') => (&s[..s.len() - 1], 10),
+        Some(b'M' | b'm') => (&s[..s.len() - 1], 20),
+        Some(b'G' | b'g') => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("{s:?} is not a size (bytes, or a number with K, M or G)"))
+}
+
 fn check_mountpoint(p: &Path) -> Result<()> {
     if !p.is_dir() {
         bail!("{}: not a directory", p.display());
@@ -157,6 +188,21 @@ fn run(cli: Cli) -> Result<()> {
             let budget = fd_budget.unwrap_or(limit - (limit / 8).max(256).min(limit));
             let opts = mount.options(source.display().to_string());
             passthrough::run(&source, &mountpoint, &opts, budget, fail_fsync_while)
+                .with_context(|| format!("{}", mountpoint.display()))
+        }
+        Cmd::Logdisk {
+            log,
+            mountpoint,
+            size,
+        } => {
+            check_mountpoint(&mountpoint)?;
+            let opts = session::Options {
+                writeback_cache: false,
+                direct_writes: DirectWrites::Off,
+                threads: 1,
+                fsname: "nodup-logdisk".into(),
+            };
+            logdisk::run(&log, size, &mountpoint, &opts)
                 .with_context(|| format!("{}", mountpoint.display()))
         }
         Cmd::BenchFiles {

@@ -317,3 +317,69 @@ fn a_failed_write_back_fails_every_later_sync_of_the_image() {
     drop(fs);
     m.stop();
 }
+
+/// The logging disk keeps what is written to `disk`, and logs each write, zeroed range, fsync
+/// and mark in the order they were answered, in the format `src/logdisk.rs` gives.
+#[test]
+fn the_logging_disk_logs_writes_zeroed_ranges_flushes_and_marks_in_order() {
+    use std::os::unix::fs::FileExt;
+    use std::os::unix::io::AsRawFd;
+    if !fuse_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (log, mnt) = (t.path().join("log"), t.path().join("mnt"));
+    fs::create_dir(&mnt).unwrap();
+    let m = Mount::start(
+        &[
+            "logdisk",
+            log.to_str().unwrap(),
+            mnt.to_str().unwrap(),
+            "--size",
+            "1M",
+        ],
+        &mnt,
+    );
+    assert_eq!(names(&mnt), ["disk", "mark"]);
+    let disk = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(mnt.join("disk"))
+        .unwrap();
+    assert_eq!(disk.metadata().unwrap().len(), 1 << 20);
+    disk.write_all_at(b"abc", 4096).unwrap();
+    disk.sync_data().unwrap();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(mnt.join("mark"))
+        .unwrap()
+        .write_all(b"m1")
+        .unwrap();
+    // SAFETY: fallocate on an open descriptor.
+    let r = unsafe {
+        libc::fallocate(
+            disk.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            4096,
+            2,
+        )
+    };
+    assert_eq!(r, 0, "punch hole: {}", std::io::Error::last_os_error());
+    let mut back = [0u8; 4];
+    disk.read_exact_at(&mut back, 4095).unwrap();
+    assert_eq!(&back, b"\0\0\0c", "the zeroed range reads back as zeros");
+    // Past the end: refused, and not logged.
+    assert!(disk.write_all_at(b"x", 1 << 20).is_err());
+    drop(disk);
+    m.stop();
+    let mut want = vec![b'W'];
+    want.extend(4096u64.to_le_bytes());
+    want.extend(3u32.to_le_bytes());
+    want.extend(b"abcF");
+    want.push(b'M');
+    want.extend(2u32.to_le_bytes());
+    want.extend(b"m1Z");
+    want.extend(4096u64.to_le_bytes());
+    want.extend(2u64.to_le_bytes());
+    assert_eq!(fs::read(&log).unwrap(), want);
+}
