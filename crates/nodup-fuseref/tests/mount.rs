@@ -7,9 +7,9 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_nodup-fuseref");
+mod common;
+use common::{is_mounted, spawn_mount};
 
 fn fuse_available() -> bool {
     let ok = Path::new("/dev/fuse").exists()
@@ -23,13 +23,6 @@ fn fuse_available() -> bool {
     ok
 }
 
-fn is_mounted(p: &Path) -> bool {
-    let (Ok(a), Ok(b)) = (fs::metadata(p), fs::metadata(p.join(".."))) else {
-        return false;
-    };
-    a.dev() != b.dev()
-}
-
 /// A running `nodup-fuseref` mount; unmounted by SIGTERM on drop.
 struct Mount {
     child: Child,
@@ -38,23 +31,10 @@ struct Mount {
 
 impl Mount {
     fn start(args: &[&str], mnt: &Path) -> Mount {
-        let child = Command::new(BIN)
-            .args(args)
-            .spawn()
-            .expect("running nodup-fuseref");
-        let m = Mount {
-            child,
+        Mount {
+            child: spawn_mount(args, mnt),
             mnt: mnt.to_owned(),
-        };
-        let t0 = Instant::now();
-        while !is_mounted(mnt) {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "mount did not appear"
-            );
-            std::thread::sleep(Duration::from_millis(20));
         }
-        m
     }
 
     /// SIGTERM, then the process must exit cleanly and leave nothing mounted.

@@ -27,7 +27,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_nodup-fuseref");
+mod common;
+use common::{is_mounted, spawn_mount, BIN};
 const IMAGE_LEN: u64 = 32 << 20;
 const BS: usize = 4096;
 
@@ -59,14 +60,6 @@ fn run(cmd: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_owned()
 }
 
-fn is_mounted(p: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let (Ok(a), Ok(b)) = (fs::metadata(p), fs::metadata(p.join(".."))) else {
-        return false;
-    };
-    a.dev() != b.dev()
-}
-
 /// The logging disk's daemon, unmounted and waited for on drop.
 struct LogDisk {
     child: Child,
@@ -75,23 +68,15 @@ struct LogDisk {
 
 impl LogDisk {
     fn start(log: &Path, mnt: &Path, len: usize) -> LogDisk {
-        let size = len.to_string();
-        let child = Command::new(BIN)
-            .arg("logdisk")
-            .args([log, mnt])
-            .args(["--size", &size])
-            .spawn()
-            .expect("running nodup-fuseref logdisk");
-        let d = LogDisk {
-            child,
+        let (log, m, size) = (
+            log.to_str().unwrap(),
+            mnt.to_str().unwrap(),
+            len.to_string(),
+        );
+        LogDisk {
+            child: spawn_mount(&["logdisk", log, m, "--size", &size], mnt),
             mnt: mnt.to_owned(),
-        };
-        let t0 = Instant::now();
-        while !is_mounted(mnt) {
-            assert!(t0.elapsed() < Duration::from_secs(10), "no logdisk mount");
-            std::thread::sleep(Duration::from_millis(20));
         }
-        d
     }
 }
 

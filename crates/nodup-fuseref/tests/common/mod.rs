@@ -1,0 +1,38 @@
+//! Shared by the mount tests: the built binary, whether a directory is a mount point, and a
+//! mount started in the foreground.
+#![allow(dead_code)]
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_nodup-fuseref");
+
+/// Whether `p` is the root of a mount (its device differs from its parent's).
+pub fn is_mounted(p: &Path) -> bool {
+    let (Ok(a), Ok(b)) = (fs::metadata(p), fs::metadata(p.join(".."))) else {
+        return false;
+    };
+    a.dev() != b.dev()
+}
+
+/// Run `nodup-fuseref ARGS` (a mount at `mnt`, served in the foreground) and wait, at most
+/// 10 s, for the mount to appear; the child is killed if it does not.
+pub fn spawn_mount(args: &[&str], mnt: &Path) -> Child {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .spawn()
+        .expect("running nodup-fuseref");
+    let t0 = Instant::now();
+    while !is_mounted(mnt) {
+        if t0.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("nodup-fuseref {args:?}: the mount did not appear");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
