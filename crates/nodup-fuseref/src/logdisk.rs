@@ -39,6 +39,9 @@ const MARK: u64 = 3;
 struct State {
     disk: Vec<u8>,
     log: File,
+    /// A record could not be appended whole: the log can no longer be read past it, so every
+    /// later request fails (EIO) rather than be logged after a torn record.
+    broken: bool,
 }
 
 /// The logging disk file system.
@@ -60,6 +63,7 @@ impl LogDisk {
             state: Mutex::new(State {
                 disk: vec![0; len],
                 log: File::create(log)?,
+                broken: false,
             }),
             uid,
             gid,
@@ -98,12 +102,26 @@ impl LogDisk {
         })
     }
 
-    /// Append one record; an error makes the request fail (the log must not miss anything).
-    fn append(log: &mut File, parts: &[&[u8]]) -> Result<(), Errno> {
+    /// Append one record, before the change it logs is made: an error fails the request
+    /// (the log must not miss anything) and every later one ([`State::broken`]).
+    fn append(s: &mut State, parts: &[&[u8]]) -> Result<(), Errno> {
+        if s.broken {
+            return Err(Errno::EIO);
+        }
         for p in parts {
-            log.write_all(p).map_err(|_| Errno::EIO)?;
+            if s.log.write_all(p).is_err() {
+                s.broken = true;
+                return Err(Errno::EIO);
+            }
         }
         Ok(())
+    }
+
+    /// The byte range `[offset, offset + len)` of a disk of `disk_len` bytes, if inside it.
+    fn range(offset: u64, len: u64, disk_len: usize) -> Option<std::ops::Range<usize>> {
+        let start = usize::try_from(offset).ok()?;
+        let end = start.checked_add(usize::try_from(len).ok()?)?;
+        (end <= disk_len).then_some(start..end)
     }
 }
 
@@ -120,6 +138,8 @@ pub fn run(
 
 impl Filesystem for LogDisk {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Requests as large as nodup's; a kernel that caps them lower only splits writes
+        // into more records, which the log replays all the same.
         let _ = config.set_max_write(session::MAX_WRITE);
         Ok(())
     }
@@ -195,7 +215,9 @@ impl Filesystem for LogDisk {
             return reply.data(&[]);
         }
         let s = self.state.lock();
-        let start = (offset as usize).min(s.disk.len());
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(s.disk.len());
         let end = start.saturating_add(size as usize).min(s.disk.len());
         reply.data(&s.disk[start..end])
     }
@@ -213,22 +235,18 @@ impl Filesystem for LogDisk {
         reply: ReplyWrite,
     ) {
         let mut s = self.state.lock();
-        let State { disk, log } = &mut *s;
         let r = match ino.0 {
-            DISK => {
-                let start = offset as usize;
-                match start.checked_add(data.len()) {
-                    Some(end) if end <= disk.len() => {
-                        disk[start..end].copy_from_slice(data);
-                        let len = (data.len() as u32).to_le_bytes();
-                        Self::append(log, &[b"W", &offset.to_le_bytes(), &len, data])
-                    }
-                    _ => Err(Errno::ENOSPC),
+            DISK => match Self::range(offset, data.len() as u64, s.disk.len()) {
+                Some(at) => {
+                    let len = (data.len() as u32).to_le_bytes();
+                    Self::append(&mut s, &[b"W", &offset.to_le_bytes(), &len, data])
+                        .map(|()| s.disk[at].copy_from_slice(data))
                 }
-            }
+                None => Err(Errno::ENOSPC),
+            },
             MARK => {
                 let len = (data.len() as u32).to_le_bytes();
-                Self::append(log, &[b"M", &len, data])
+                Self::append(&mut s, &[b"M", &len, data])
             }
             _ => Err(Errno::EBADF),
         };
@@ -259,7 +277,7 @@ impl Filesystem for LogDisk {
     ) {
         let mut s = self.state.lock();
         let r = match ino.0 {
-            DISK => Self::append(&mut s.log, &[b"F"]),
+            DISK => Self::append(&mut s, &[b"F"]),
             _ => Ok(()),
         };
         match r {
@@ -286,14 +304,13 @@ impl Filesystem for LogDisk {
             return reply.error(Errno::EOPNOTSUPP);
         }
         let mut s = self.state.lock();
-        let State { disk, log } = &mut *s;
-        let start = offset as usize;
-        let r = match start.checked_add(length as usize) {
-            Some(end) if end <= disk.len() => {
-                disk[start..end].fill(0);
-                Self::append(log, &[b"Z", &offset.to_le_bytes(), &length.to_le_bytes()])
-            }
-            _ => Err(Errno::EINVAL),
+        let r = match Self::range(offset, length, s.disk.len()) {
+            Some(at) => Self::append(
+                &mut s,
+                &[b"Z", &offset.to_le_bytes(), &length.to_le_bytes()],
+            )
+            .map(|()| s.disk[at].fill(0)),
+            None => Err(Errno::EINVAL),
         };
         match r {
             Ok(()) => reply.ok(),

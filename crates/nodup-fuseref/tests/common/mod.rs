@@ -1,5 +1,6 @@
 //! Shared by the mount tests: the built binary, whether a directory is a mount point, and a
 //! mount started in the foreground.
+// Each test crate that includes this uses only part of it.
 #![allow(dead_code)]
 
 use std::fs;
@@ -8,6 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+/// The `nodup-fuseref` binary cargo built for these tests.
 pub const BIN: &str = env!("CARGO_BIN_EXE_nodup-fuseref");
 
 /// Whether `p` is the root of a mount (its device differs from its parent's).
