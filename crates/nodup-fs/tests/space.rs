@@ -241,3 +241,50 @@ fn fsck_counts_releases_waiting_for_a_sync() {
     let rep = fsck::check(&fs, false).unwrap();
     assert!(rep.consistent(), "{:?}", rep.problems);
 }
+
+/// On a block file (durable at the next sync), where every fence is an fdatasync and so a
+/// flush of the device: a sync fences once when no release waits for it (an append and
+/// fsync, as a database's log does), and twice when one does (the record that dropped the
+/// references, then the release), which that sync then does.
+#[test]
+fn a_sync_fences_again_only_for_a_release_waiting_for_it() {
+    let (m, fs) = format_blockfile(16 << 20);
+    let who = Caller::default();
+    let (ino, _) = fs
+        .mknod(ROOT_INO, b"log", Kind::File, 0o644, 0, b"", who)
+        .unwrap();
+    fs.sync().unwrap();
+    for i in 0..4u64 {
+        fs.write(ino, i * BLOCK_SIZE as u64, &block(100 + i))
+            .unwrap();
+        let before = m.fence_count();
+        fs.sync().unwrap();
+        assert_eq!(m.fence_count() - before, 1, "append {i}: one fence to sync");
+    }
+    // A duplicate of a block already there (its release will not free it).
+    fs.write(ino, 4 * BLOCK_SIZE as u64, &block(100)).unwrap();
+    fs.sync().unwrap();
+    // An overwrite replaces a block (one only this place names), whose release waits for the
+    // sync.
+    let used_before = used(&fs);
+    fs.write(ino, BLOCK_SIZE as u64, &block(200)).unwrap();
+    assert_eq!(
+        used(&fs),
+        used_before + 1,
+        "both blocks held until the sync"
+    );
+    let before = m.fence_count();
+    fs.sync().unwrap();
+    assert_eq!(
+        m.fence_count() - before,
+        2,
+        "the record's fence, then the release's"
+    );
+    assert_eq!(
+        used(&fs),
+        used_before,
+        "the replaced block released by the sync"
+    );
+    let rep = fsck::check(&fs, false).unwrap();
+    assert!(rep.consistent(), "{:?}", rep.problems);
+}
