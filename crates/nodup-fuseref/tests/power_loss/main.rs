@@ -120,6 +120,35 @@ fn check_state(state_file: &Path, dir: &Path, h: &History, k: usize, what: &str)
     drop(dev);
 }
 
+/// The mark written once the host file system is made, before the image's mkfs.
+const HOST_MADE: &str = "host";
+
+/// A state from the image's mkfs (before its first mark): the host file system mounts, and
+/// the image, if there is one, is refused with an error or opens empty and passes fsck.
+fn check_mkfs_state(state_file: &Path, dir: &Path, what: &str) {
+    let dev = Loop::attach(state_file);
+    let m = Mounted::new(&dev.0, dir).unwrap_or_else(|e| panic!("{what}: host mount: {e}"));
+    let img = dir.join("img");
+    let opened = img
+        .exists()
+        .then(|| image::open(&img))
+        .and_then(|r| r.ok())
+        .and_then(|(medium, _)| FileSystem::open(medium, &FsOptions::default()).ok());
+    if let Some(fs) = opened {
+        let names = fs.readdir(ROOT_INO, 2, usize::MAX).unwrap();
+        assert!(
+            names.is_empty(),
+            "{what}: a new image holds {} names",
+            names.len()
+        );
+        let rep = fsck::check(&fs, false).unwrap();
+        assert!(rep.consistent(), "{what}: fsck: {:?}", rep.problems);
+        fs.shutdown().unwrap();
+    }
+    m.unmount();
+    drop(dev);
+}
+
 /// The test's directory in /dev/shm, kept when the test fails (the log and the failing
 /// state, to look at: the seed alone does not replay the host's own commits).
 struct Scratch(Option<tempfile::TempDir>);
@@ -246,6 +275,10 @@ fn power_loss_under(host: &Host, via: Via) {
         run(mkfs, &[args, &[dev.0.as_str()]].concat());
         let m = Mounted::new(&dev.0, &emnt).unwrap();
         let (img, mark) = (emnt.join("img"), dmnt.join("mark"));
+        // The host file system made and durable: from here on every flush is a crash point,
+        // those of the image's mkfs included.
+        run("sync", &["-f", emnt.to_str().unwrap()]);
+        fs::write(&mark, HOST_MADE).unwrap();
         let h = match via {
             Via::Library(kind) => workload(Library::format(&img, kind), true, &mark, seed, 24),
             Via::Mount(options) => {
@@ -271,9 +304,9 @@ fn power_loss_under(host: &Host, via: Via) {
         .filter(|(_, r)| matches!(r, Record::Flush))
         .map(|(i, _)| i)
         .collect();
-    let mark_before = |end: usize| -> Option<usize> {
+    let mark_before = |end: usize| -> Option<&str> {
         records[..end].iter().rev().find_map(|r| match r {
-            Record::Mark(s) => Some(s.parse().unwrap()),
+            Record::Mark(s) => Some(s.as_str()),
             _ => None,
         })
     };
@@ -284,7 +317,7 @@ fn power_loss_under(host: &Host, via: Via) {
     let mut rng = Rng::new(!seed);
     let state_file = t.path().join("state");
     let mut applied = 0;
-    let (mut states, mut torn) = (0, 0);
+    let (mut states, mut torn, mut mkfs_states) = (0, 0, 0);
     let mut marks_seen = BTreeSet::new();
     for (n, &f) in flushes.iter().enumerate() {
         for r in &records[applied..f] {
@@ -292,10 +325,24 @@ fn power_loss_under(host: &Host, via: Via) {
         }
         applied = f;
         let next = flushes.get(n + 1).copied().unwrap_or(records.len());
-        let Some(k) = mark_before(next) else { continue };
-        marks_seen.insert(k);
+        let check = |what: &str| match mark_before(next) {
+            Some(HOST_MADE) => check_mkfs_state(&state_file, &emnt, what),
+            Some(k) => check_state(&state_file, &emnt, &h, k.parse().unwrap(), what),
+            None => unreachable!("no state is checked before the host is made"),
+        };
+        let k = match mark_before(next) {
+            None => continue,
+            Some(HOST_MADE) => None,
+            Some(k) => Some(k.parse::<usize>().unwrap()),
+        };
+        if let Some(k) = k {
+            marks_seen.insert(k);
+        } else {
+            mkfs_states += 1;
+        }
+        let at = k.map_or("during mkfs".to_owned(), |k| format!("mark {k}"));
         disk.save(&state_file);
-        check_state(&state_file, &emnt, &h, k, &format!("flush {n} (mark {k})"));
+        check(&format!("flush {n} ({at})"));
         // The same flush with part of what was written after it.
         let after: Vec<&Record> = records[f..next]
             .iter()
@@ -309,15 +356,14 @@ fn power_loss_under(host: &Host, via: Via) {
                 }
             }
             drop(file);
-            let what = format!("flush {n} (mark {k}) with part of what followed");
-            check_state(&state_file, &emnt, &h, k, &what);
+            check(&format!("flush {n} ({at}) with part of what followed"));
             torn += 1;
         }
         states += 1;
     }
     eprintln!(
         "power loss, {} image under {} (seed {seed}): {} records, {} flushes, {states} flush \
-         states checked from mark 0 on ({torn} of them also torn), marks {:?}..{:?}",
+         states checked ({mkfs_states} of them during mkfs, {torn} also torn), marks {:?}..{:?}",
         via.name(),
         host.name,
         records.len(),
