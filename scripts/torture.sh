@@ -34,7 +34,7 @@ set +e
 POWER_LOSS_SEED="$SEED" POWER_LOSS_REQUIRED=1 cargo test --release -q -p nodup-fuseref \
   --test power_loss -- --nocapture >target/power-loss.log 2>&1
 pl_rc=$?
-grep -E "^power loss|^test result|^error" target/power-loss.log
+grep -E "power loss|^test result|^error" target/power-loss.log
 grep -A2 "panicked" target/power-loss.log
 echo "power loss (seed $SEED): $([[ $pl_rc == 0 ]] && echo "every state checked" || echo "FAILED, rc $pl_rc, see target/power-loss.log")"
 # One stream, so the summary lines stay last; a copy goes to target/torture.log.
