@@ -193,7 +193,7 @@ fn passthrough_mount_round_trip() {
 fn a_failed_write_back_fails_every_later_sync_of_the_image() {
     use nodup_core::media::{BlockFile, BlockFileOptions, Medium};
     use nodup_core::{FormatOptions, BLOCK_SIZE};
-    use nodup_fs::inode::{Kind, ROOT_INO};
+    use nodup_fs::inode::ROOT_INO;
     use nodup_fs::{fsck, Caller, FileSystem, FsOptions, MediumKind};
     use std::sync::Arc;
     if !fuse_available() {
@@ -227,15 +227,7 @@ fn a_failed_write_back_fails_every_later_sync_of_the_image() {
     )
     .unwrap();
     let file = |name: &str, fill: u8| {
-        let (ino, _) = fs.mknod(
-            ROOT_INO,
-            name.as_bytes(),
-            Kind::File,
-            0o644,
-            0,
-            b"",
-            Caller::default(),
-        )?;
+        let ino = common::create_file(&fs, name)?;
         fs.write(ino, 0, &vec![fill; 3 * BLOCK_SIZE])
     };
     file("a", 1).unwrap();

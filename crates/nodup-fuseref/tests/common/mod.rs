@@ -1,5 +1,5 @@
-//! Shared by the mount tests: the built binary, whether a directory is a mount point, and a
-//! mount started in the foreground.
+//! Shared by the mount tests: the built binary, whether a directory is a mount point, a
+//! mount started in the foreground, and a file made through `nodup-fs`.
 // Each test crate that includes this uses only part of it.
 #![allow(dead_code)]
 
@@ -37,4 +37,12 @@ pub fn spawn_mount(args: &[&str], mnt: &Path) -> Child {
         std::thread::sleep(Duration::from_millis(20));
     }
     child
+}
+
+/// Make an empty regular file `name` (mode 0644) in the root directory of `fs`; its inode.
+pub fn create_file(fs: &nodup_fs::FileSystem, name: &str) -> nodup_fs::Result<u64> {
+    use nodup_fs::inode::{Kind, ROOT_INO};
+    let who = nodup_fs::Caller::default();
+    let (ino, _) = fs.mknod(ROOT_INO, name.as_bytes(), Kind::File, 0o644, 0, b"", who)?;
+    Ok(ino)
 }

@@ -1,9 +1,9 @@
 //! The seeded workload and what it did: changes through `nodup-fs` or a `nodup mount`, a
 //! sync and a mark after each step.
 
-use super::common::{is_mounted, BIN};
+use super::common::{create_file, is_mounted, BIN};
 use super::guards::run;
-use nodup_fs::inode::{Kind, ROOT_INO};
+use nodup_fs::inode::ROOT_INO;
 use nodup_fs::{image, Caller, FileSystem, FsOptions, MediumKind};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -113,18 +113,7 @@ impl Library {
 
 impl Target for Library {
     fn create(&mut self, name: &str, data: &[u8]) {
-        let (ino, _) = self
-            .0
-            .mknod(
-                ROOT_INO,
-                name.as_bytes(),
-                Kind::File,
-                0o644,
-                0,
-                b"",
-                Caller::default(),
-            )
-            .unwrap();
+        let ino = create_file(&self.0, name).unwrap();
         self.0.write(ino, 0, data).unwrap();
     }
     fn write_at(&mut self, name: &str, off: u64, data: &[u8]) {
