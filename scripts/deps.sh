@@ -18,10 +18,13 @@ command -v setfacl >/dev/null 2>&1 || need+=(acl)
 command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
 command -v losetup >/dev/null 2>&1 || need+=(mount)
 command -v fstrim >/dev/null 2>&1 || need+=(util-linux)
-# strace shows mkfs fsyncing the new image's directory (no power loss can be staged here).
+# strace shows mkfs fsyncing the new image's directory (ext4, btrfs and xfs commit a new
+# file's name with its own fsync, so the power-loss test cannot show it).
 command -v strace >/dev/null 2>&1 || need+=(strace)
 # A btrfs on a loop device: an image on a copy-on-write file system is named as such.
 command -v mkfs.btrfs >/dev/null 2>&1 || need+=(btrfs-progs)
+# xfs under an image in the power-loss test (crates/nodup-fuseref/tests/power_loss).
+command -v mkfs.xfs >/dev/null 2>&1 || need+=(xfsprogs)
 if ((${#need[@]})); then
   echo "deps: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

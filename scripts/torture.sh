@@ -25,7 +25,7 @@ fi
 SHARES_ARGS=()
 if [[ -n "${TORTURE_SHARES:-}" ]]; then SHARES_ARGS=(--shares "$TORTURE_SHARES"); fi
 mkdir -p target
-# Power loss under ext4 and btrfs on a logged disk (crates/nodup-fuseref/tests/power_loss),
+# Power loss under ext4, btrfs and xfs on a logged disk (crates/nodup-fuseref/tests/power_loss),
 # with this run's seed (a number; a non-numeric TORTURE_SEED fails it); outside the budget
 # (about 40 s), and before the campaigns so their summary lines stay last. Required: missing
 # tools fail it instead of skipping. The whole output goes to target/power-loss.log; shown are
