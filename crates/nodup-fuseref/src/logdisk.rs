@@ -3,7 +3,7 @@
 //! whose writes go to the log as labels. A loop device over `disk` is a block device whose
 //! history can be replayed to any flush, and partly past it: the stand-in for device-mapper's
 //! `log-writes` target (this kernel has no device mapper) in power-loss tests of what runs on
-//! top (`tests/power_loss.rs`).
+//! top (`tests/power_loss/`).
 //!
 //! The log is a sequence of records, integers little-endian:
 //!

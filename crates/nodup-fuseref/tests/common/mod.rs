@@ -4,7 +4,6 @@
 #![allow(dead_code)]
 
 use std::fs;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -12,12 +11,30 @@ use std::time::{Duration, Instant};
 /// The `nodup-fuseref` binary cargo built for these tests.
 pub const BIN: &str = env!("CARGO_BIN_EXE_nodup-fuseref");
 
-/// Whether `p` is the root of a mount (its device differs from its parent's).
+/// Whether something is mounted at `p`, as /proc/self/mountinfo says. Read there rather than
+/// by comparing devices with a stat, which fails on a dead FUSE mount (ENOTCONN) and waits
+/// forever on a hung one.
 pub fn is_mounted(p: &Path) -> bool {
-    let (Ok(a), Ok(b)) = (fs::metadata(p), fs::metadata(p.join(".."))) else {
+    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
         return false;
     };
-    a.dev() != b.dev()
+    // The fifth field is the mount point, with space, tab, newline and backslash as octal
+    // escapes.
+    // The kernel names it by its real path; only the parent is resolved, never the mount
+    // point itself (a stat there is what must be avoided).
+    let real = match (
+        p.parent().and_then(|d| d.canonicalize().ok()),
+        p.file_name(),
+    ) {
+        (Some(dir), Some(name)) => dir.join(name),
+        _ => p.to_owned(),
+    };
+    let want = real
+        .to_string_lossy()
+        .replace('\\', "\\134")
+        .replace(' ', "\\040");
+    info.lines()
+        .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
 }
 
 /// Run `nodup-fuseref ARGS` (a mount at `mnt`, served in the foreground) and wait, at most

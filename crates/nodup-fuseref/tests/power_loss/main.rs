@@ -192,6 +192,15 @@ const BTRFS: Host = Host {
     disk_len: 256 << 20,
 };
 
+/// xfs logs metadata its own way (delayed logging, no data ordering): the image's fences must
+/// hold there too.
+const XFS: Host = Host {
+    name: "xfs",
+    // -K: no discard of the whole disk at mkfs. 300 MiB is mkfs.xfs's smallest.
+    mkfs: &["mkfs.xfs", "-q", "-f", "-K"],
+    disk_len: 320 << 20,
+};
+
 /// How the workload reaches the image.
 #[derive(Clone, Copy)]
 enum Via {
@@ -215,15 +224,6 @@ impl Via {
         }
     }
 }
-
-/// xfs logs metadata its own way (delayed logging, no data ordering): the image's fences must
-/// hold there too.
-const XFS: Host = Host {
-    name: "xfs",
-    // -K: no discard of the whole disk at mkfs. 300 MiB is mkfs.xfs's smallest.
-    mkfs: &["mkfs.xfs", "-q", "-f", "-K"],
-    disk_len: 320 << 20,
-};
 
 #[test]
 fn synced_files_survive_a_power_loss_at_every_flush_of_the_disk_under_ext4() {
@@ -339,15 +339,16 @@ fn power_loss_under(host: &Host, via: Via) {
         }
         applied = f;
         let next = flushes.get(n + 1).copied().unwrap_or(records.len());
-        let check = |what: &str| match mark_before(next) {
-            Some(HOST_MADE) => check_mkfs_state(&state_file, &emnt, what),
-            Some(k) => check_state(&state_file, &emnt, &h, k.parse().unwrap(), what),
-            None => unreachable!("no state is checked before the host is made"),
-        };
+        // The mark this state answers to: none before the host's, then the host's (the
+        // image's mkfs), then a step's.
         let k = match mark_before(next) {
             None => continue,
             Some(HOST_MADE) => None,
             Some(k) => Some(k.parse::<usize>().unwrap()),
+        };
+        let check = |what: &str| match k {
+            None => check_mkfs_state(&state_file, &emnt, what),
+            Some(k) => check_state(&state_file, &emnt, &h, k, what),
         };
         if let Some(k) = k {
             marks_seen.insert(k);

@@ -8,9 +8,13 @@ use std::path::Path;
 
 /// One record of the logging disk's log (its format: `src/logdisk.rs`).
 pub enum Record {
+    /// Bytes written at an offset.
     Write(u64, Vec<u8>),
+    /// A range (offset, length) zeroed.
     Zero(u64, u64),
+    /// An fsync of the disk.
     Flush,
+    /// A label written to `mark`.
     Mark(String),
 }
 
@@ -18,15 +22,21 @@ pub enum Record {
 pub fn parse_log(bytes: &[u8]) -> Vec<Record> {
     let mut out = Vec::new();
     let mut i = 0;
-    let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());
-    let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) as usize;
+    // A record cut short (the logging disk died mid-append) is named, not a bare index panic.
+    let take = |at: usize, n: usize| -> &[u8] {
+        bytes
+            .get(at..at + n)
+            .unwrap_or_else(|| panic!("the log ends inside a record at byte {at} ({n} bytes)"))
+    };
+    let u64_at = |i: usize| u64::from_le_bytes(take(i, 8).try_into().unwrap());
+    let u32_at = |i: usize| u32::from_le_bytes(take(i, 4).try_into().unwrap()) as usize;
     while i < bytes.len() {
         let tag = bytes[i];
         i += 1;
         match tag {
             b'W' => {
                 let (off, len) = (u64_at(i), u32_at(i + 8));
-                out.push(Record::Write(off, bytes[i + 12..i + 12 + len].to_vec()));
+                out.push(Record::Write(off, take(i + 12, len).to_vec()));
                 i += 12 + len;
             }
             b'Z' => {
@@ -36,7 +46,7 @@ pub fn parse_log(bytes: &[u8]) -> Vec<Record> {
             b'F' => out.push(Record::Flush),
             b'M' => {
                 let len = u32_at(i);
-                let text = String::from_utf8(bytes[i + 4..i + 4 + len].to_vec()).unwrap();
+                let text = String::from_utf8(take(i + 4, len).to_vec()).unwrap();
                 out.push(Record::Mark(text));
                 i += 4 + len;
             }
@@ -48,7 +58,9 @@ pub fn parse_log(bytes: &[u8]) -> Vec<Record> {
 
 /// The disk as the log rebuilds it: its bytes, and which 64 KiB pieces were ever written.
 pub struct Disk {
+    /// The whole disk.
     pub bytes: Vec<u8>,
+    /// Indexes of the `PIECE`-sized pieces written at least once.
     pub written: BTreeSet<usize>,
 }
 

@@ -33,6 +33,7 @@ impl Rng {
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
+    /// A number below `n`.
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
@@ -76,10 +77,15 @@ pub struct History {
 
 /// The changes the workload makes, through the library or through a mount.
 pub trait Target {
+    /// Make file `name` in the root directory holding `data`.
     fn create(&mut self, name: &str, data: &[u8]);
+    /// Write `data` at `off` of file `name`.
     fn write_at(&mut self, name: &str, off: u64, data: &[u8]);
+    /// Cut or extend file `name` to `len` bytes.
     fn truncate(&mut self, name: &str, len: u64);
+    /// Remove file `name`.
     fn unlink(&mut self, name: &str);
+    /// Rename `from` to `to`, replacing `to` when it exists.
     fn rename(&mut self, from: &str, to: &str);
     /// Make the step's changes durable (`touched`: the names it changed).
     fn sync(&mut self, touched: &BTreeSet<String>);
