@@ -59,8 +59,9 @@ enum Cmd {
         log: PathBuf,
         /// An empty directory to mount on.
         mountpoint: PathBuf,
-        /// The disk's size in bytes (suffixes K, M, G).
-        #[arg(long, value_parser = parse_size)]
+        /// The disk's size in bytes (the tests give it in bytes; `nodup`'s own size parser
+        /// lives in its CLI crate).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         size: u64,
     },
     /// Create FILES files of SIZE bytes (distinct contents) in DIRS directories under DIR.
@@ -134,21 +135,6 @@ fn raise_fd_limit() -> u64 {
         }
         r.rlim_cur
     }
-}
-
-/// A byte count with an optional K, M or G suffix (powers of 1024).
-fn parse_size(s: &str) -> Result<u64, String> {
-    let (num, shift) = match s.as_bytes().last() {
-        Some(b'K' | b'k') => (&s[..s.len() - 1], 10),
-        Some(b'M' | b'm') => (&s[..s.len() - 1], 20),
-        Some(b'G' | b'g') => (&s[..s.len() - 1], 30),
-        _ => (s, 0),
-    };
-    num.parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(1 << shift))
-        .filter(|&n| n > 0)
-        .ok_or_else(|| format!("{s:?} is not a size (bytes, or a number with K, M or G)"))
 }
 
 fn check_mountpoint(p: &Path) -> Result<()> {

@@ -308,7 +308,7 @@ fn the_logging_disk_logs_writes_zeroed_ranges_flushes_and_marks_in_order() {
             log.to_str().unwrap(),
             mnt.to_str().unwrap(),
             "--size",
-            "1M",
+            "1048576",
         ],
         &mnt,
     );

@@ -18,10 +18,9 @@ pub fn is_mounted(p: &Path) -> bool {
     let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
         return false;
     };
-    // The fifth field is the mount point, with space, tab, newline and backslash as octal
-    // escapes.
-    // The kernel names it by its real path; only the parent is resolved, never the mount
-    // point itself (a stat there is what must be avoided).
+    // The fifth field is the mount point: its real path, so the parent is resolved (never the
+    // mount point itself, a stat there is what must be avoided), with octal escapes, of which
+    // these paths can need only those of backslash and space.
     let real = match (
         p.parent().and_then(|d| d.canonicalize().ok()),
         p.file_name(),

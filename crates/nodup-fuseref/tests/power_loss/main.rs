@@ -1,5 +1,5 @@
-//! Power loss with a real file system under the image: an image on ext4 (or btrfs), on a
-//! loop device over the logging disk (`nodup-fuseref logdisk`), the stand-in for
+//! Power loss with a real file system under the image: an image on ext4 (or btrfs, or xfs), on
+//! a loop device over the logging disk (`nodup-fuseref logdisk`), the stand-in for
 //! dm-log-writes. A seeded workload changes files, through `nodup-fs` or a `nodup mount`, and
 //! syncs; after each sync it writes a mark to the log. Then every flush in the log is replayed
 //! into a fresh copy of the disk, alone and with a random part of the writes that followed it
@@ -28,7 +28,7 @@ use guards::{run, LogDisk, Loop, Mounted};
 use nodup_fs::inode::ROOT_INO;
 use nodup_fs::{fsck, image, FileSystem, FsOptions, MediumKind};
 use replay::{apply_to_file, parse_log, Disk, Record};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -58,13 +58,20 @@ fn tools_available(mkfs: &str) -> bool {
     ok
 }
 
-/// Mount the state in `state_file` as ext4 and check its image against mark `k` of `h`;
-/// `what` names the state in failures.
-fn check_state(state_file: &Path, dir: &Path, h: &History, k: usize, what: &str) {
+/// Attach `state_file` to a loop device, mount the host file system it holds at `dir` (its
+/// journal recovered), run `check` on the image path there, then unmount and detach; `what`
+/// names the state in failures.
+fn on_state(state_file: &Path, dir: &Path, what: &str, check: impl FnOnce(&Path)) {
     let dev = Loop::attach(state_file);
     let m = Mounted::new(&dev.0, dir).unwrap_or_else(|e| panic!("{what}: host mount: {e}"));
-    let img = dir.join("img");
-    let (medium, _) = image::open(&img).unwrap_or_else(|e| panic!("{what}: open: {e}"));
+    check(&dir.join("img"));
+    m.unmount();
+    drop(dev);
+}
+
+/// Check the image of a state against mark `k` of `h`; `what` names the state in failures.
+fn check_state(img: &Path, h: &History, k: usize, what: &str) {
+    let (medium, _) = image::open(img).unwrap_or_else(|e| panic!("{what}: open: {e}"));
     let fs = FileSystem::open(medium, &FsOptions::default())
         .unwrap_or_else(|e| panic!("{what}: mount: {e}"));
     if k == h.closed {
@@ -76,7 +83,8 @@ fn check_state(state_file: &Path, dir: &Path, h: &History, k: usize, what: &str)
     }
     // What the next step changed, durably or not: each such name holds what it held at mark
     // k or after one of the step's changes.
-    let next = h.steps.get(k + 1).cloned().unwrap_or_default();
+    let none = BTreeMap::new();
+    let next = h.steps.get(k + 1).unwrap_or(&none);
     let names: BTreeSet<String> = fs
         .readdir(ROOT_INO, 2, usize::MAX)
         .unwrap()
@@ -115,23 +123,17 @@ fn check_state(state_file: &Path, dir: &Path, h: &History, k: usize, what: &str)
     let rep = fsck::check(&fs, false).unwrap();
     assert!(rep.consistent(), "{what}: fsck: {:?}", rep.problems);
     fs.shutdown().unwrap();
-    drop(fs);
-    m.unmount();
-    drop(dev);
 }
 
 /// The mark written once the host file system is made, before the image's mkfs.
 const HOST_MADE: &str = "host";
 
-/// A state from the image's mkfs (before its first mark): the host file system mounts, and
-/// the image, if there is one, is refused with an error or opens empty and passes fsck.
-fn check_mkfs_state(state_file: &Path, dir: &Path, what: &str) {
-    let dev = Loop::attach(state_file);
-    let m = Mounted::new(&dev.0, dir).unwrap_or_else(|e| panic!("{what}: host mount: {e}"));
-    let img = dir.join("img");
+/// A state from the image's mkfs (before its first mark): the image, if there is one, is
+/// refused with an error or opens empty and passes fsck.
+fn check_mkfs_state(img: &Path, what: &str) {
     let opened = img
         .exists()
-        .then(|| image::open(&img))
+        .then(|| image::open(img))
         .and_then(|r| r.ok())
         .and_then(|(medium, _)| FileSystem::open(medium, &FsOptions::default()).ok());
     if let Some(fs) = opened {
@@ -145,8 +147,6 @@ fn check_mkfs_state(state_file: &Path, dir: &Path, what: &str) {
         assert!(rep.consistent(), "{what}: fsck: {:?}", rep.problems);
         fs.shutdown().unwrap();
     }
-    m.unmount();
-    drop(dev);
 }
 
 /// The test's directory in /dev/shm, kept when the test fails (the log and the failing
@@ -324,10 +324,7 @@ fn power_loss_under(host: &Host, via: Via) {
             _ => None,
         })
     };
-    let mut disk = Disk {
-        bytes: vec![0u8; host.disk_len],
-        written: BTreeSet::new(),
-    };
+    let mut disk = Disk::new(host.disk_len);
     let mut rng = Rng::new(!seed);
     let state_file = t.path().join("state");
     let mut applied = 0;
@@ -346,9 +343,11 @@ fn power_loss_under(host: &Host, via: Via) {
             Some(HOST_MADE) => None,
             Some(k) => Some(k.parse::<usize>().unwrap()),
         };
-        let check = |what: &str| match k {
-            None => check_mkfs_state(&state_file, &emnt, what),
-            Some(k) => check_state(&state_file, &emnt, &h, k, what),
+        let check = |what: &str| {
+            on_state(&state_file, &emnt, what, |img| match k {
+                None => check_mkfs_state(img, what),
+                Some(k) => check_state(img, &h, k, what),
+            })
         };
         if let Some(k) = k {
             marks_seen.insert(k);

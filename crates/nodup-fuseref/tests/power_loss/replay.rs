@@ -59,14 +59,22 @@ pub fn parse_log(bytes: &[u8]) -> Vec<Record> {
 /// The disk as the log rebuilds it: its bytes, and which 64 KiB pieces were ever written.
 pub struct Disk {
     /// The whole disk.
-    pub bytes: Vec<u8>,
+    bytes: Vec<u8>,
     /// Indexes of the `PIECE`-sized pieces written at least once.
-    pub written: BTreeSet<usize>,
+    written: BTreeSet<usize>,
 }
 
 const PIECE: usize = 64 << 10;
 
 impl Disk {
+    /// A disk of `len` zero bytes.
+    pub fn new(len: usize) -> Disk {
+        Disk {
+            bytes: vec![0; len],
+            written: BTreeSet::new(),
+        }
+    }
+
     /// Apply a write or zeroed range of the log.
     pub fn apply(&mut self, r: &Record) {
         let (off, len) = match r {

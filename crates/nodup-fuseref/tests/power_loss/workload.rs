@@ -148,6 +148,8 @@ impl Target for Library {
 /// call on the mount, and a step is made durable as POSIX asks, by fsync of each file it
 /// changed and of the directory.
 pub struct NodupMount {
+    /// The `nodup` binary, its path as text.
+    nodup: String,
     mnt: PathBuf,
 }
 
@@ -155,7 +157,6 @@ pub struct NodupMount {
 /// (and `make test`) builds it first. After `cargo test -p nodup-fuseref` alone it may be
 /// older than the tree, so its path and age are printed.
 fn nodup_bin() -> PathBuf {
-    static SHOWN: std::sync::Once = std::sync::Once::new();
     let bin = Path::new(BIN).with_file_name("nodup");
     let age = fs::metadata(&bin)
         .and_then(|m| m.modified())
@@ -167,27 +168,23 @@ fn nodup_bin() -> PathBuf {
                 bin.display()
             )
         });
-    SHOWN.call_once(|| {
-        eprintln!(
-            "power loss: mounting with {} (built {} s ago)",
-            bin.display(),
-            age.as_secs()
-        )
-    });
+    eprintln!(
+        "power loss: mounting with {} (built {} s ago)",
+        bin.display(),
+        age.as_secs()
+    );
     bin
 }
 
 impl NodupMount {
     /// `nodup mkfs` an image at `img`, then `nodup mount` it at `mnt` with `options`.
     pub fn format(img: &Path, mnt: &Path, options: &[&str]) -> NodupMount {
-        let nodup = nodup_bin();
+        let nodup = nodup_bin().to_str().unwrap().to_owned();
         let (img, m) = (img.to_str().unwrap(), mnt.to_str().unwrap());
-        run(nodup.to_str().unwrap(), &["mkfs", img, "--size", "32M"]);
-        run(
-            nodup.to_str().unwrap(),
-            &[&["mount", img, m], options].concat(),
-        );
+        run(&nodup, &["mkfs", img, "--size", "32M"]);
+        run(&nodup, &[&["mount", img, m], options].concat());
         NodupMount {
+            nodup,
             mnt: mnt.to_owned(),
         }
     }
@@ -226,10 +223,7 @@ impl Target for NodupMount {
         fs::File::open(&self.mnt).unwrap().sync_all().unwrap();
     }
     fn close(self) {
-        run(
-            nodup_bin().to_str().unwrap(),
-            &["umount", self.mnt.to_str().unwrap()],
-        );
+        run(&self.nodup, &["umount", self.mnt.to_str().unwrap()]);
     }
 }
 
