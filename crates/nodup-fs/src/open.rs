@@ -269,6 +269,15 @@ fn inode_only(rec: &Record) -> Option<u64> {
     }
 }
 
+/// The engine's options for an image of `kind`: on a block file, where records become durable
+/// only at a sync, a write's entries wait for that sync's fence too (failure recovery rebuilds
+/// what of them a crash lost from the records; `OpenOptions::entries_fenced_by_caller`).
+fn engine_options(opts: &FsOptions, kind: MediumKind) -> nodup_core::OpenOptions {
+    let mut o = opts.open.clone();
+    o.entries_fenced_by_caller = kind == MediumKind::BlockFile;
+    o
+}
+
 impl FileSystem {
     /// Format `medium` (engine + file system) and return it open. What an earlier image left
     /// on the medium is never read as this one's (its log records are numbered differently).
@@ -282,7 +291,7 @@ impl FileSystem {
         let t0 = Instant::now();
         let mut fopts = fopts.clone();
         fopts.client_area_blocks = fopts.client_area_blocks.max(2);
-        let engine = Engine::format(medium, &fopts, &opts.open)?;
+        let engine = Engine::format(medium, &fopts, &engine_options(opts, kind))?;
         // The file system's metadata goes through the engine's metadata medium: encrypted with
         // the engine's when the image is.
         let medium = engine.medium().clone();
@@ -364,7 +373,7 @@ impl FileSystem {
         // The engine's normal recovery (index reload) and the metadata load are independent:
         // run them side by side, both without writing. Only when both succeeded is the image
         // marked in use, so a corrupt image is refused untouched.
-        let mut eopts = opts.open.clone();
+        let mut eopts = engine_options(opts, sb.medium_kind());
         eopts.read_only = true;
         let (engine_res, found, load_seconds, engine_seconds) = std::thread::scope(|sc| {
             let eng = sc.spawn(|| {

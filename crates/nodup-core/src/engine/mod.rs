@@ -140,6 +140,9 @@ pub struct Engine {
     split: write::SplitOptions,
     /// Writer contexts of the parts a split call hands to other threads.
     split_ctxs: Mutex<Vec<WriteCtx>>,
+    /// A write call leaves its entry stores to the caller's next fence
+    /// (`OpenOptions::entries_fenced_by_caller`).
+    entries_fenced_by_caller: bool,
     c: Counters,
     /// Serialises shutdown / recovery against each other.
     admin: Mutex<()>,
@@ -218,6 +221,7 @@ impl Engine {
             next_pool: AtomicUsize::new(0),
             split: open.write_split,
             split_ctxs: Mutex::new(Vec::new()),
+            entries_fenced_by_caller: open.entries_fenced_by_caller,
             c: Counters::default(),
             admin: Mutex::new(()),
             open_report: Mutex::new(None),

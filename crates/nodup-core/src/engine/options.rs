@@ -61,6 +61,12 @@ pub struct OpenOptions {
     /// How a large write call is split across threads (off by default: a library caller may
     /// already run one writer per core; `nodup mount --split-writes 0` turns it on).
     pub write_split: super::SplitOptions,
+    /// Leave a write's entry and reference-count stores to the caller's next fence instead of
+    /// fencing them before the call returns (one `fdatasync` fewer per write on a block file).
+    /// Only for a caller whose failure recovery rebuilds entries and counts from its own
+    /// records (`failure_recovery`), on a medium whose crash states keep the stores to one
+    /// sector in order: a file or block device, not persistent memory. The data fence stays.
+    pub entries_fenced_by_caller: bool,
 }
 
 impl Default for OpenOptions {
@@ -74,6 +80,7 @@ impl Default for OpenOptions {
             policy: PolicyOptions::default(),
             key: None,
             write_split: super::SplitOptions::OFF,
+            entries_fenced_by_caller: false,
         }
     }
 }
