@@ -312,6 +312,10 @@ fn a_block_file_write_fences_only_for_new_data() {
         1,
         "the sync's one fence carries them"
     );
+    // ... and it does: nothing written is still waiting to be durable (an entry store left
+    // unflushed would be, as a block file's flush does nothing and this medium's does).
+    let pending = m.crash_point().pending().len();
+    assert_eq!(pending, 0, "stores not durable after the sync");
     let rep = fsck::check(&fs, false).unwrap();
     assert!(rep.consistent(), "{:?}", rep.problems);
     assert_eq!(

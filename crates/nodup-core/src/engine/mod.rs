@@ -10,7 +10,9 @@
 //!
 //! Persistence contract of [`Engine::write`]: when it returns, every returned block's data is
 //! durable and, for dedup blocks, its metadata entry (with the incremented reference count) is
-//! durable too. Each returned block carries one reference owned by the caller: the caller
+//! durable too; with [`OpenOptions::entries_fenced_by_caller`] the entries and counts are
+//! durable only after the caller's next fence (its failure recovery rebuilds them from its
+//! references, see that option). Each returned block carries one reference owned by the caller: the caller
 //! commits it into its own metadata (e.g. a file's block map) or gives it back with
 //! [`Engine::release`]. The caller is the source of truth after a crash: failure recovery
 //! ([`Engine::recover`]) rebuilds reference counts and the allocator from the references the

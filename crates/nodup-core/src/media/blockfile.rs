@@ -235,6 +235,55 @@ impl BlockFile {
     }
 }
 
+/// `pwritev` of all of `pieces` from `off`, resumed after a short write.
+fn write_all_vectored_at(file: &File, off: u64, pieces: &[&[u8]]) -> Result<()> {
+    use std::os::unix::io::AsRawFd;
+    // The kernel takes at most IOV_MAX (1024) pieces per call.
+    const MAX_IOV: usize = 1024;
+    let mut iov: Vec<libc::iovec> = pieces
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        })
+        .collect();
+    let (mut first, mut at) = (0usize, off);
+    while first < iov.len() {
+        let n = (iov.len() - first).min(MAX_IOV);
+        let offset = libc::off_t::try_from(at)
+            .map_err(|_| Error::Invalid(format!("offset {at} past what pwritev takes")))?;
+        // SAFETY: `iov[first..first + n]` describe live, readable slices of `pieces` (or the
+        // unwritten tail of one, below), which outlive the call.
+        let r = unsafe { libc::pwritev(file.as_raw_fd(), iov[first..].as_ptr(), n as i32, offset) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e.into());
+        }
+        if r == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into());
+        }
+        let mut left = r as usize;
+        at += left as u64;
+        while left > 0 {
+            let v = &mut iov[first];
+            if left >= v.iov_len {
+                left -= v.iov_len;
+                first += 1;
+            } else {
+                // SAFETY: still inside the same slice (`left < iov_len`).
+                v.iov_base = unsafe { (v.iov_base as *mut u8).add(left) } as *mut libc::c_void;
+                v.iov_len -= left;
+                left = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Medium for BlockFile {
     fn len(&self) -> u64 {
         self.len
@@ -267,6 +316,27 @@ impl Medium for BlockFile {
         }
         self.file.write_all_at(data, off)?;
         Ok(())
+    }
+
+    fn write_gather(&self, off: u64, pieces: &[&[u8]]) -> Result<()> {
+        let total: usize = pieces.iter().map(|p| p.len()).sum();
+        check_range(off, total, self.len)?;
+        // O_DIRECT goes through the bounce buffer piece by piece; a range whose space cannot
+        // be had whole goes piece by piece too, so each piece keeps `write`'s handling (zeros
+        // into a hole need no space).
+        let whole = self
+            .prealloc
+            .as_ref()
+            .is_none_or(|p| p.reserve(&self.file, off, total as u64).is_ok());
+        if pieces.len() < 2 || self.opts.direct || !whole {
+            let mut at = off;
+            for p in pieces {
+                self.write(at, p)?;
+                at += p.len() as u64;
+            }
+            return Ok(());
+        }
+        write_all_vectored_at(&self.file, off, pieces)
     }
 
     fn flush(&self, _off: u64, _len: u64) {}
@@ -344,6 +414,21 @@ mod tests {
         assert!(matches!(m.write(m.len(), &b), Err(Error::Invalid(_))));
         assert!(matches!(m.write(u64::MAX, &b), Err(Error::Invalid(_))));
         m.read(m.len() - 8, &mut b).unwrap();
+        // A gathered write: more pieces than one pwritev takes (1024), of uneven sizes.
+        let pieces: Vec<Vec<u8>> = (0..1500u32)
+            .map(|i| vec![(i % 253) as u8 + 1; 1 + (i % 7) as usize])
+            .collect();
+        let refs: Vec<&[u8]> = pieces.iter().map(|p| &p[..]).collect();
+        m.write_gather(300_000, &refs).unwrap();
+        let want: Vec<u8> = pieces.concat();
+        let mut back = vec![0; want.len() + 1];
+        m.read(300_000, &mut back).unwrap();
+        assert_eq!(&back[..want.len()], &want[..]);
+        assert_eq!(back[want.len()], 0, "nothing past the pieces");
+        assert!(matches!(
+            m.write_gather(m.len() - 4, &[&b[..2], &b[..3]]),
+            Err(Error::Invalid(_))
+        ));
     }
 
     #[test]

@@ -58,6 +58,10 @@ pub enum CrashMode {
     /// Per 64-byte line, a random prefix (in store order) of the pending stores to that line
     /// reached the medium: exactly the states cache-line write-back can produce (seeded).
     LinePrefix { seed: u64 },
+    /// As [`CrashMode::LinePrefix`], but each line reached the medium whole with probability
+    /// 3/4 (else a uniform prefix): the states where most of what was written landed and a
+    /// few lines did not, which uniform prefixes rarely give a point with many lines (seeded).
+    LinePrefixKeep { seed: u64 },
     /// Keep exactly the pending stores whose index in [`CrashPoint::pending`] is `true`
     /// (missing indices are lost): for exhaustive enumeration of small pending sets.
     Subset(Vec<bool>),
@@ -175,7 +179,8 @@ impl CrashPoint {
                     }
                 }
             }
-            CrashMode::LinePrefix { seed } => {
+            CrashMode::LinePrefix { seed } | CrashMode::LinePrefixKeep { seed } => {
+                let keep = matches!(mode, CrashMode::LinePrefixKeep { .. });
                 let mut rng = rand::rngs::StdRng::seed_from_u64(*seed);
                 // line -> indices of pending stores touching it, in store order.
                 let mut by_line: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
@@ -185,7 +190,11 @@ impl CrashPoint {
                     }
                 }
                 for (line, stores) in by_line {
-                    let cut = rng.gen_range(0..=stores.len());
+                    let cut = if keep && rng.gen_bool(0.75) {
+                        stores.len()
+                    } else {
+                        rng.gen_range(0..=stores.len())
+                    };
                     let (ls, le) = (line * CACHE_LINE, (line + 1) * CACHE_LINE);
                     for &i in &stores[..cut] {
                         let s = &self.pending[i];
@@ -488,6 +497,7 @@ mod tests {
             modes.push(CrashMode::Random { seed });
             modes.push(CrashMode::Torn { seed });
             modes.push(CrashMode::LinePrefix { seed });
+            modes.push(CrashMode::LinePrefixKeep { seed });
         }
         for mode in &modes {
             let img = MemMedium::from_bytes(p.materialize(mode));
@@ -615,11 +625,31 @@ mod tests {
         m.write(0, &[1u8; 8]).unwrap();
         m.write(8, &[2u8; 8]).unwrap();
         let p = m.crash_point();
-        for seed in 0..100 {
-            let img = p.materialize(&CrashMode::LinePrefix { seed });
-            // The second store never persists without the first one (same line).
-            assert!(!(img[8] == 2 && img[0] == 0), "seed {seed}");
+        let (mut whole, mut whole_keep) = (0, 0);
+        for seed in 0..200 {
+            for keep in [false, true] {
+                let mode = if keep {
+                    CrashMode::LinePrefixKeep { seed }
+                } else {
+                    CrashMode::LinePrefix { seed }
+                };
+                let img = p.materialize(&mode);
+                // The second store never persists without the first one (same line).
+                assert!(!(img[8] == 2 && img[0] == 0), "{mode:?}");
+                if img[8] == 2 {
+                    *if keep { &mut whole_keep } else { &mut whole } += 1;
+                }
+            }
         }
+        // Uniform prefixes keep the line whole 1 time in 3; the keep-biased ones 3/4 + 1/12.
+        assert!(
+            (40..95).contains(&whole),
+            "uniform kept it whole {whole} times"
+        );
+        assert!(
+            whole_keep > 140,
+            "keep-biased kept it whole {whole_keep} times"
+        );
     }
 
     #[test]

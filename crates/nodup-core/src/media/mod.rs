@@ -56,6 +56,17 @@ pub trait Medium: Send + Sync {
         self.flush(off, data.len() as u64);
         Ok(())
     }
+    /// Write `pieces` back to back from `off`, as [`Medium::write`] of each in turn would (one
+    /// gathered system call where the medium makes one per write: new data blocks of a call
+    /// that were given consecutive blocks).
+    fn write_gather(&self, off: u64, pieces: &[&[u8]]) -> Result<()> {
+        let mut at = off;
+        for p in pieces {
+            self.write(at, p)?;
+            at += p.len() as u64;
+        }
+        Ok(())
+    }
     /// On a memory-mapped medium, let `fill` store `len` bytes at `off` through a pointer into
     /// the mapping and return true; the bytes are then durable after the next `fence`, as with
     /// [`Medium::write_stream`]. [`FillDst::streaming`] says which stores `fill` must use:

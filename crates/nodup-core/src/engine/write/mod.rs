@@ -6,10 +6,12 @@
 //! claimed and indexed as *pending*, so a concurrent writer of the same content cannot create a
 //! second entry (it writes a non-dedup block instead). Phase 2 flushes all new data, fences,
 //! writes the new entries and reverse-map slots, fences once more and publishes the entries.
-//! Data is durable before its entry, and both before `write` returns. An entry is a single
-//! 32-byte store inside one cache line, so cache-line write-back never exposes half of it; a
-//! crash that tears it at 8 bytes leaves an entry whose block nobody references, which failure
-//! recovery drops.
+//! Data is durable before its entry, and both before `write` returns (with
+//! `OpenOptions::entries_fenced_by_caller`, the entries only at the caller's next fence). An
+//! entry's stores (body, then block number) are inside one cache line, so cache-line
+//! write-back never exposes the block number without the body; a crash that keeps it alone
+//! (8-byte tearing, beyond hardware) leaves an entry whose block no durable reference names
+//! (without the option), which failure recovery drops.
 
 mod join;
 mod lookup;

@@ -45,7 +45,8 @@ impl Runs {
 }
 
 impl Engine {
-    /// Phase 2: data durable, then entries and reverse map durable (published by [`Self::publish`]).
+    /// Phase 2: data durable, then entries and reverse map durable (with
+    /// `entries_fenced_by_caller`, at the caller's next fence), published by [`Self::publish`].
     pub(super) fn persist(&self, ctx: &mut WriteCtx, t: &mut IoTally) -> Result<()> {
         if !ctx.new_blocks.is_empty() {
             // New blocks were written and flushed (`fill_with` / `write_stream`): one fence
@@ -60,7 +61,6 @@ impl Engine {
         for &off in &ctx.touched {
             eruns.add(mm, off, 8);
         }
-        let mut rruns = Runs::new();
         for c in &ctx.created {
             let e = DedupEntry {
                 fp: c.fp,
@@ -71,25 +71,59 @@ impl Engine {
             // The block number last: a speculating writer reads a hinted slot without the
             // index (see `speculate`) and must never see a valid block number beside the
             // fingerprint of the slot's previous life. (Random crash states, beyond what
-            // write-back produces, may still persist it alone; that entry belongs to this
-            // call, whose blocks nobody references yet, and failure recovery drops it.)
-            self.meta.write_entry_body(t, c.loc, &e)?;
+            // write-back produces, may still persist it alone. Without
+            // `entries_fenced_by_caller` nothing durable references this call's blocks yet,
+            // and failure recovery drops that entry; with it a durable record may, which is
+            // why block-file crash states are line prefixes: docs/results/torture.md, Limits.)
+            self.meta.write_entry_body(t, c.loc, &e, !self.fused)?;
             self.meta.publish_blocknr(t, c.loc, c.blocknr)?;
-            self.meta
-                .write_u64(t, self.revmap.slot_off(c.blocknr), c.loc)?;
             eruns.add(mm, c.loc, 32);
-            rruns.add(mm, self.revmap.slot_off(c.blocknr), 8);
         }
         eruns.finish(mm);
-        rruns.finish(mm);
+        self.write_revmap(ctx, t)?;
         if self.entries_fenced_by_caller {
             // The caller's next fence carries them. Its records may reach the medium first;
-            // its failure recovery then recreates a missing entry, clears a half-written one
-            // (the block number is the last store to its line, so a slot whose line reached the
-            // medium in part holds none) and recounts every block from the records.
+            // failure recovery then recounts every block from the records, recreates the
+            // entry of a block referenced twice or more, and clears a slot left reserved (the
+            // block number is the last of an entry's stores, all in one line, so a line that
+            // reached the medium as a prefix of its stores holds none).
             return Ok(());
         }
         self.meta.fence()
+    }
+
+    /// The reverse-map slots of the call's new entries (flushed). New blocks of a call are
+    /// mostly consecutive, and so are their slots: on a medium without a mapping each run goes
+    /// in one store (one system call on a block file) instead of one per block.
+    fn write_revmap(&self, ctx: &WriteCtx, t: &mut IoTally) -> Result<()> {
+        let mm = &**self.meta.medium();
+        if self.fused {
+            let mut rruns = Runs::new();
+            for c in &ctx.created {
+                let at = self.revmap.slot_off(c.blocknr);
+                self.meta.write_u64(t, at, c.loc)?;
+                rruns.add(mm, at, 8);
+            }
+            rruns.finish(mm);
+            return Ok(());
+        }
+        let mut run: Vec<u8> = Vec::new();
+        let mut k = 0;
+        while k < ctx.created.len() {
+            let b0 = ctx.created[k].blocknr;
+            run.clear();
+            while let Some(c) = ctx.created.get(k) {
+                if c.blocknr != b0 + (run.len() / 8) as u64 {
+                    break;
+                }
+                run.extend_from_slice(&c.loc.to_le_bytes());
+                k += 1;
+            }
+            let at = self.revmap.slot_off(b0);
+            self.meta.write(t, at, &run)?;
+            mm.flush(at, run.len() as u64);
+        }
+        Ok(())
     }
 
     /// Make the call's new entries visible to other writers (one entry lock per stripe).

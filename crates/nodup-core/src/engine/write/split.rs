@@ -6,7 +6,7 @@
 //! its own taken from the engine (a context is per-writer state: trust degree, previous entry,
 //! allocation pool; two threads never share one). Each part is an ordinary write call, so the
 //! existing machinery keeps them correct against each other: a block meeting another part's
-//! pending entry waits for it (`join.rs`), and every part is durable before the call returns.
+//! pending entry waits for it (`join.rs`), and every part is durable before the call returns (as durable as any call is).
 //! What a split loses is the hint across a part boundary: a part starts with no previous entry,
 //! so its first block is looked up rather than speculated.
 //!

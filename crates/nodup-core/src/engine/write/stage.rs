@@ -192,8 +192,30 @@ impl Engine {
         blocks: &[&[u8]],
         t: &mut IoTally,
     ) -> Result<()> {
-        for &(b, i) in &ctx.copies {
-            self.store(b, blocks[i], t)?;
+        if self.fused {
+            for &(b, i) in &ctx.copies {
+                self.store(b, blocks[i], t)?;
+            }
+            return Ok(());
+        }
+        // A medium without a mapping (a block file) takes a run of consecutive blocks in one
+        // gathered write instead of one call per block.
+        let mut run: Vec<&[u8]> = Vec::new();
+        let mut k = 0;
+        while k < ctx.copies.len() {
+            let (b0, _) = ctx.copies[k];
+            run.clear();
+            while let Some(&(b, i)) = ctx.copies.get(k) {
+                if b != b0 + run.len() as u64 {
+                    break;
+                }
+                run.push(blocks[i]);
+                k += 1;
+            }
+            let off = b0 * BLOCK_SIZE as u64;
+            self.medium.write_gather(off, &run)?;
+            self.medium.flush(off, (run.len() * BLOCK_SIZE) as u64);
+            t.data_written += (run.len() * BLOCK_SIZE) as u64;
         }
         Ok(())
     }
