@@ -269,12 +269,13 @@ fn inode_only(rec: &Record) -> Option<u64> {
     }
 }
 
-/// The engine's options for an image of `kind`: on a block file, where records become durable
-/// only at a sync, a write's entries wait for that sync's fence too (failure recovery rebuilds
-/// what of them a crash lost from the records; `OpenOptions::entries_fenced_by_caller`).
+/// The engine's options for an image of `kind`: on a block file, where the log holds records
+/// back until a fence has made the data they name durable (`log/held.rs`), a write call fences
+/// nothing itself (failure recovery rebuilds the entries and counts a crash lost from the
+/// records; `OpenOptions::fenced_by_caller`).
 fn engine_options(opts: &FsOptions, kind: MediumKind) -> nodup_core::OpenOptions {
     let mut o = opts.open.clone();
-    o.entries_fenced_by_caller = kind == MediumKind::BlockFile;
+    o.fenced_by_caller = kind == MediumKind::BlockFile;
     o
 }
 

@@ -150,8 +150,11 @@ fn after(mut s: Setup, failed: bool, what: &str) {
     );
     if failed {
         // Changes, a second checkpoint failing early in its writes (into blocks the first
-        // may have used), and a crash.
+        // may have used), and a crash. The changes are synced first: on a block file they
+        // are otherwise held back in memory until the checkpoint writes them out, so its
+        // first writes would be theirs, and a crash may lose what was not synced.
         put(&s.fs, &mut s.model, "after", 2, 77_000);
+        s.fs.sync().unwrap();
         s.faulty
             .add_rule(FaultRule::new(FaultOp::Write).nth(3).once());
         assert!(

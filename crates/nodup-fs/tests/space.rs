@@ -243,10 +243,12 @@ fn fsck_counts_releases_waiting_for_a_sync() {
 }
 
 /// On a block file (durable at the next sync), where every fence is an fdatasync and so a
-/// flush of the device, a sync fences once when no release waits for it (an append and
-/// fsync, as a database's log does). When one waits (the blocks an overwrite replaced), it
-/// fences twice, for the record that dropped the references and for their release, and the
-/// release is done.
+/// flush of the device, a sync after a write fences twice when no release waits for it (an
+/// append and fsync, as a database's log does): the data, then the record held back until
+/// then. When one waits (the blocks an overwrite replaced), it fences a third time, for their
+/// release, and the release is done. With nothing written, a sync fences once. (Session 46: a
+/// write fenced, then the sync once, or twice for a release; session 47 moved the write's
+/// fence into the sync.)
 #[test]
 fn a_sync_fences_again_only_for_a_release_waiting_for_it() {
     let (m, fs) = format_blockfile(16 << 20);
@@ -256,12 +258,19 @@ fn a_sync_fences_again_only_for_a_release_waiting_for_it() {
         .unwrap();
     fs.sync().unwrap();
     for i in 0..4u64 {
+        let before = m.fence_count();
         fs.write(ino, i * BLOCK_SIZE as u64, &block(100 + i))
             .unwrap();
-        let before = m.fence_count();
         fs.sync().unwrap();
-        assert_eq!(m.fence_count() - before, 1, "append {i}: one fence to sync");
+        assert_eq!(
+            m.fence_count() - before,
+            2,
+            "append {i}: two fences to sync"
+        );
     }
+    let before = m.fence_count();
+    fs.sync().unwrap();
+    assert_eq!(m.fence_count() - before, 1, "nothing written: one fence");
     // An overwrite replaces a block (one only this place names), whose release waits for the
     // sync.
     let used_before = used(&fs);
@@ -275,8 +284,8 @@ fn a_sync_fences_again_only_for_a_release_waiting_for_it() {
     fs.sync().unwrap();
     assert_eq!(
         m.fence_count() - before,
-        2,
-        "the record's fence, then the release's"
+        3,
+        "the data's fence, the record's, then the release's"
     );
     assert_eq!(
         used(&fs),
@@ -287,12 +296,15 @@ fn a_sync_fences_again_only_for_a_release_waiting_for_it() {
     assert!(rep.consistent(), "{:?}", rep.problems);
 }
 
-/// On a block file a write fences only for its new data: its entries and the reference counts
-/// it raised wait for the next sync's fence, like its record (the engine's
-/// `entries_fenced_by_caller`; the crash campaign's block-file workloads check the states this
-/// allows). Until session 47 a write of new data fenced twice and a write of duplicates once.
+/// On a block file a write fences nothing: its data, entries and the counts it raised wait
+/// for the next sync, and so does its record, held back in memory until a fence has made the
+/// data it names durable (`log/held.rs`; the engine's `fenced_by_caller`; the crash
+/// campaign's block-file workloads check the states this allows). The sync fences twice: for
+/// the data, then for the records it has just written; only once when no new data was stored
+/// since the last fence (duplicates). Until session 47 a write of new data fenced twice and a
+/// write of duplicates once, and the sync once.
 #[test]
-fn a_block_file_write_fences_only_for_new_data() {
+fn a_block_file_write_fences_nothing_until_the_sync() {
     let (m, fs) = format_blockfile(16 << 20);
     let who = Caller::default();
     let (ino, _) = fs
@@ -301,28 +313,38 @@ fn a_block_file_write_fences_only_for_new_data() {
     fs.sync().unwrap();
     let before = m.fence_count();
     fs.write(ino, 0, &block(300)).unwrap();
-    assert_eq!(m.fence_count() - before, 1, "new data: its data fence only");
-    let before = m.fence_count();
+    assert_eq!(m.fence_count() - before, 0, "new data: no fence");
     fs.write(ino, BLOCK_SIZE as u64, &block(300)).unwrap();
     assert_eq!(m.fence_count() - before, 0, "a duplicate: no fence");
-    let before = m.fence_count();
-    fs.sync().unwrap();
-    assert_eq!(
-        m.fence_count() - before,
-        1,
-        "the sync's one fence carries them"
-    );
-    // ... and it does: nothing written is still waiting to be durable (an entry store left
-    // unflushed would be, as a block file's flush does nothing and this medium's does).
-    let pending = m.crash_point().pending().len();
-    assert_eq!(pending, 0, "stores not durable after the sync");
-    let rep = fsck::check(&fs, false).unwrap();
-    assert!(rep.consistent(), "{:?}", rep.problems);
     assert_eq!(
         fs.engine().stats().dedup_hits,
         1,
         "the second write was a duplicate"
     );
+    let before = m.fence_count();
+    fs.sync().unwrap();
+    assert_eq!(
+        m.fence_count() - before,
+        2,
+        "the data's fence, then the records'"
+    );
+    // ... and they did it: nothing written is still waiting to be durable (an entry store
+    // left unflushed would be, as a block file's flush does nothing and this medium's does).
+    let pending = m.crash_point().pending().len();
+    assert_eq!(pending, 0, "stores not durable after the sync");
+    // A duplicate alone names only data a fence covered: its record needs no fence before
+    // it, so the sync fences once.
+    fs.write(ino, 2 * BLOCK_SIZE as u64, &block(300)).unwrap();
+    let before = m.fence_count();
+    fs.sync().unwrap();
+    assert_eq!(
+        m.fence_count() - before,
+        1,
+        "a duplicate's sync: the record's fence"
+    );
+    assert_eq!(m.crash_point().pending().len(), 0);
+    let rep = fsck::check(&fs, false).unwrap();
+    assert!(rep.consistent(), "{:?}", rep.problems);
 }
 
 /// A sync of a read-only image (fsync on a `ro` mount) succeeds: it has nothing to release.

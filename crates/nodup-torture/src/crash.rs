@@ -245,9 +245,16 @@ fn record(seed: u64, cfg: &CrashConfig, ops: Option<&[Op]>) -> Result<Recorded, 
     // On a block file, the state at the end of the last completed sync: what a crash may
     // fall back to.
     let mut synced = 0;
+    // On a block file, the held-back log records also go out between operations now and then,
+    // as the daemon's tick writes them (after a fence, not durable).
+    let mut tick = StdRng::seed_from_u64(seed ^ 0x7100_7100);
     for (i, op) in ops.iter().enumerate() {
         let f0 = sim.fence_count();
         run_op(&fs, op).map_err(|e| format!("seed {seed}: op {i} {op:?} failed: {e}"))?;
+        if blockfile && tick.gen_bool(0.3) {
+            fs.write_out_log()
+                .map_err(|e| format!("seed {seed}: writing out the log after op {i}: {e}"))?;
+        }
         let f1 = sim.fence_count();
         let before = if blockfile { synced } else { states.len() - 1 };
         states.extend(model.apply_steps(op));

@@ -29,18 +29,25 @@ fn crash_states_are_consistent() {
 }
 
 /// Every policy on a block file, where a write's entries wait for the next sync's fence
-/// (`entries_fenced_by_caller`), so a record can reach the disk before the entries it needs:
+/// (`fenced_by_caller`), so a record can reach the disk before the entries it needs:
 /// seed 1 is `smart`, 2 an encrypted `light` image with the colliding fingerprint, 3
 /// `selective`, 4 plain `light`, 6 `strong`, 8 `light` with the colliding fingerprint. (The
 /// campaign's own residues never put an encrypted image on a block file.)
 #[test]
 fn block_file_crash_states_are_consistent() {
     for seed in [1, 2, 3, 4, 6, 8] {
+        // Longer than `small()`: a block file fences only at syncs, checkpoints and the
+        // log's write-outs, so a workload has fewer crash points.
         let st = run_workload(
             seed,
             &CrashConfig {
                 blockfile_every: 1,
-                ..small()
+                spec: WorkloadSpec {
+                    ops: 45,
+                    ..WorkloadSpec::default()
+                },
+                max_points: 80,
+                ..CrashConfig::default()
             },
             None,
         );

@@ -10,9 +10,8 @@
 //!
 //! Persistence contract of [`Engine::write`]: when it returns, every returned block's data is
 //! durable and, for dedup blocks, its metadata entry (with the incremented reference count) is
-//! durable too; with [`OpenOptions::entries_fenced_by_caller`] the entries and counts are
-//! durable only after the caller's next fence (its failure recovery rebuilds them from its
-//! references, see that option). Each returned block carries one reference owned by the caller: the caller
+//! durable too; with [`OpenOptions::fenced_by_caller`] all of it is durable only after the
+//! caller's next fence (see that option). Each returned block carries one reference owned by the caller: the caller
 //! commits it into its own metadata (e.g. a file's block map) or gives it back with
 //! [`Engine::release`]. The caller is the source of truth after a crash: failure recovery
 //! ([`Engine::recover`]) rebuilds reference counts and the allocator from the references the
@@ -142,9 +141,12 @@ pub struct Engine {
     split: write::SplitOptions,
     /// Writer contexts of the parts a split call hands to other threads.
     split_ctxs: Mutex<Vec<WriteCtx>>,
-    /// A write call leaves its entry stores to the caller's next fence
-    /// (`OpenOptions::entries_fenced_by_caller`).
-    entries_fenced_by_caller: bool,
+    /// A write call leaves its data and entry stores to the caller's next fence
+    /// (`OpenOptions::fenced_by_caller`).
+    fenced_by_caller: bool,
+    /// With `fenced_by_caller`: a write call stored new data since the caller last took this
+    /// ([`Engine::take_unfenced_data`]).
+    unfenced_data: AtomicBool,
     c: Counters,
     /// Serialises shutdown / recovery against each other.
     admin: Mutex<()>,
@@ -223,7 +225,8 @@ impl Engine {
             next_pool: AtomicUsize::new(0),
             split: open.write_split,
             split_ctxs: Mutex::new(Vec::new()),
-            entries_fenced_by_caller: open.entries_fenced_by_caller,
+            fenced_by_caller: open.fenced_by_caller,
+            unfenced_data: AtomicBool::new(false),
             c: Counters::default(),
             admin: Mutex::new(()),
             open_report: Mutex::new(None),
@@ -231,6 +234,21 @@ impl Engine {
             save_reserved: AtomicBool::new(false),
             keep_for_next: AtomicU64::new(0),
         })
+    }
+
+    /// With [`OpenOptions::fenced_by_caller`]: whether a write call has stored new data since
+    /// the last call of this, which the caller must fence before anything durable of its own
+    /// names it; taking it clears it. A caller whose fence then fails gives it back
+    /// ([`Engine::note_unfenced_data`]). Always false without the option.
+    pub fn take_unfenced_data(&self) -> bool {
+        self.unfenced_data.swap(false, Ordering::SeqCst)
+    }
+
+    /// Set again what [`Engine::take_unfenced_data`] took, when the fence it asked for failed.
+    pub fn note_unfenced_data(&self) {
+        if self.fenced_by_caller {
+            self.unfenced_data.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Format `medium` as a fresh nodup image.

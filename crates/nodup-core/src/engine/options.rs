@@ -61,12 +61,14 @@ pub struct OpenOptions {
     /// How a large write call is split across threads (off by default: a library caller may
     /// already run one writer per core; `nodup mount --split-writes 0` turns it on).
     pub write_split: super::SplitOptions,
-    /// Leave a write's entry and reference-count stores to the caller's next fence instead of
-    /// fencing them before the call returns (one `fdatasync` fewer per write on a block file).
-    /// Only for a caller whose failure recovery rebuilds entries and counts from its own
-    /// records (`failure_recovery`), on a medium whose crash states keep the stores to one
-    /// sector in order: a file or block device, not persistent memory. The data fence stays.
-    pub entries_fenced_by_caller: bool,
+    /// A write call fences nothing: its new data, entries and reference counts become durable
+    /// at the caller's next fence (on a block file, the two `fdatasync`s a call of new data
+    /// took). Only for a caller that fences before anything durable of its own names the
+    /// blocks (nodup-fs holds a block-file image's log records back until then), whose failure
+    /// recovery rebuilds entries and counts from its own references (`failure_recovery`), on a
+    /// medium whose crash states keep the stores to one sector in order: a file or block
+    /// device, not persistent memory.
+    pub fenced_by_caller: bool,
 }
 
 impl Default for OpenOptions {
@@ -80,7 +82,7 @@ impl Default for OpenOptions {
             policy: PolicyOptions::default(),
             key: None,
             write_split: super::SplitOptions::OFF,
-            entries_fenced_by_caller: false,
+            fenced_by_caller: false,
         }
     }
 }

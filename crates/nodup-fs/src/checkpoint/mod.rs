@@ -197,9 +197,13 @@ impl FileSystem {
         let gate = self.gate.write();
         // A failed append may have left a frame at the end of the log, where this cut starts
         // replay: a clean reopen would apply it. Erase it first and give back what it held.
+        // Records held back go first: the cut names the end of the log, whose blocks (and
+        // their headers) must be on the medium before the superblock does.
         let scrubbed = {
             let mut log = self.log.lock();
-            log.scrub(&*self.medium).map(|()| log.settled())
+            self.write_out_held(&mut log)
+                .and_then(|()| log.scrub(&*self.medium))
+                .map(|()| log.settled())
         };
         match scrubbed {
             Ok(settled) => self.give_back_settled(settled),

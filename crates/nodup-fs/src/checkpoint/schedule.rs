@@ -43,6 +43,9 @@ impl FileSystem {
         if !self.durable && !self.pending.lock().is_empty() {
             self.sync()?;
         }
+        // Records held back on a block file go to the medium at least this often (where the
+        // kernel writes them back as it did when every append wrote its record at once).
+        self.write_out_log()?;
         let log_bytes = self.log.lock().bytes();
         let changed = log_bytes > 0 || self.persist.queued() > 0;
         let limit = self.log_limit();

@@ -3,6 +3,7 @@
 //! [`replay`] for reading it back; [`check`] is what a record may ask of the inode table).
 
 pub mod check;
+pub mod held;
 pub mod record;
 pub mod replay;
 pub mod writer;

@@ -7,6 +7,7 @@
 
 use crate::chain::{cut_tail, ChainKind, ChainWriter};
 use crate::error::Result;
+use crate::log::held::{HeldBack, HELD_LIMIT};
 use crate::log::record::Record;
 use nodup_core::media::Medium;
 use nodup_core::BlockNr;
@@ -50,6 +51,8 @@ pub struct LogWriter {
     /// (see [`LogWriter::settled`]): given back at once, they could be reused or trimmed
     /// under a record that replays.
     held: Vec<BlockNr>,
+    /// On a block file, appended records not yet written to the medium (`log/held.rs`).
+    held_back: Option<HeldBack>,
 }
 
 impl LogWriter {
@@ -65,6 +68,7 @@ impl LogWriter {
             unsure: false,
             unsure_spare: 0,
             held: Vec::new(),
+            held_back: None,
         })
     }
 
@@ -88,7 +92,28 @@ impl LogWriter {
             unsure: false,
             unsure_spare: 0,
             held: Vec::new(),
+            held_back: None,
         }
+    }
+
+    /// Hold appended records back until [`LogWriter::write_out`] (a block-file image, whose
+    /// engine leaves the data the records name unfenced; `log/held.rs`).
+    pub fn hold_back_records(&mut self) {
+        self.held_back.get_or_insert_with(HeldBack::default);
+    }
+
+    /// Write every record held back (nothing when none is), after a fence when `fence` is set;
+    /// see [`HeldBack::write_out`].
+    pub fn write_out(&mut self, m: &dyn Medium, fence: bool) -> Result<()> {
+        match &mut self.held_back {
+            Some(h) => h.write_out(m, fence),
+            None => Ok(()),
+        }
+    }
+
+    /// True when records are held back, waiting for [`LogWriter::write_out`].
+    pub fn holds_records(&self) -> bool {
+        self.held_back.as_ref().is_some_and(|h| !h.is_empty())
     }
 
     /// Generation of the log chain.
@@ -202,6 +227,17 @@ impl LogWriter {
         fence: bool,
         alloc: &mut dyn FnMut(usize) -> Result<Vec<BlockNr>>,
     ) -> Result<()> {
+        debug_assert!(
+            !(fence && self.held_back.is_some()),
+            "held-back records are not fenced"
+        );
+        if let Some(h) = &mut self.held_back {
+            // Written out first when a scrub is due, so its zeros come after what is held.
+            if self.unsure || h.bytes() >= HELD_LIMIT {
+                // Fenced: the caller's note of unfenced data is not at hand here (rare).
+                h.write_out(m, true)?;
+            }
+        }
         self.scrub(m)?;
         let frame = rec.frame(self.next_seq);
         let need = self.chain.blocks_needed(frame.len());
@@ -215,7 +251,12 @@ impl LogWriter {
         }
         let fresh: Vec<BlockNr> = self.spare.drain(..need).collect();
         let saved = self.chain.mark();
-        if let Err(e) = self.chain.append(m, &frame, &fresh) {
+        let chain = &mut self.chain;
+        let appended = match &mut self.held_back {
+            Some(h) => h.hold(m, |o| chain.append(o, &frame, &fresh)),
+            None => chain.append(m, &frame, &fresh),
+        };
+        if let Err(e) = appended {
             // A partial frame fails its checksum: roll the position back so the next record
             // (same sequence number) overwrites it, and keep the blocks for later.
             self.chain.rewind(saved);

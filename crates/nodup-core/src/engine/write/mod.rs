@@ -7,7 +7,7 @@
 //! second entry (it writes a non-dedup block instead). Phase 2 flushes all new data, fences,
 //! writes the new entries and reverse-map slots, fences once more and publishes the entries.
 //! Data is durable before its entry, and both before `write` returns (with
-//! `OpenOptions::entries_fenced_by_caller`, the entries only at the caller's next fence). An
+//! `OpenOptions::fenced_by_caller`, both only at the caller's next fence). An
 //! entry's stores (body, then block number) are inside one cache line, so cache-line
 //! write-back never exposes the block number without the body; a crash that keeps it alone
 //! (8-byte tearing, beyond hardware) leaves an entry whose block no durable reference names

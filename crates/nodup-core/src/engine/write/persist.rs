@@ -1,6 +1,8 @@
 //! Phase 2 of a write call: data durable, then entries and reverse map durable (or, with
-//! `OpenOptions::entries_fenced_by_caller`, left to the caller's next fence), then published;
+//! `OpenOptions::fenced_by_caller`, both left to the caller's next fence), then published;
 //! or, on an error, the whole call rolled back.
+
+use std::sync::atomic::Ordering;
 
 use crate::engine::locks::STRIPES;
 use crate::engine::{Engine, WriteCtx};
@@ -45,13 +47,18 @@ impl Runs {
 }
 
 impl Engine {
-    /// Phase 2: data durable, then entries and reverse map durable (with
-    /// `entries_fenced_by_caller`, at the caller's next fence), published by [`Self::publish`].
+    /// Phase 2: data durable, then entries and reverse map durable (with `fenced_by_caller`,
+    /// both at the caller's next fence), published by [`Self::publish`].
     pub(super) fn persist(&self, ctx: &mut WriteCtx, t: &mut IoTally) -> Result<()> {
         if !ctx.new_blocks.is_empty() {
-            // New blocks were written and flushed (`fill_with` / `write_stream`): one fence
-            // orders them all before the entries that name them.
-            self.medium.fence()?;
+            if self.fenced_by_caller {
+                // Set before the call returns, so before the caller's record naming them.
+                self.unfenced_data.store(true, Ordering::SeqCst);
+            } else {
+                // New blocks were written and flushed (`fill_with` / `write_stream`): one
+                // fence orders them all before the entries that name them.
+                self.medium.fence()?;
+            }
         }
         if ctx.created.is_empty() && ctx.touched.is_empty() {
             return Ok(());
@@ -72,7 +79,7 @@ impl Engine {
             // index (see `speculate`) and must never see a valid block number beside the
             // fingerprint of the slot's previous life. (Random crash states, beyond what
             // write-back produces, may still persist it alone. Without
-            // `entries_fenced_by_caller` nothing durable references this call's blocks yet,
+            // `fenced_by_caller` nothing durable references this call's blocks yet,
             // and failure recovery drops that entry; with it a durable record may, which is
             // why block-file crash states are line prefixes: docs/results/torture.md, Limits.)
             self.meta.write_entry_body(t, c.loc, &e, !self.fused)?;
@@ -81,9 +88,10 @@ impl Engine {
         }
         eruns.finish(mm);
         self.write_revmap(ctx, t)?;
-        if self.entries_fenced_by_caller {
-            // The caller's next fence carries them. Its records may reach the medium first;
-            // failure recovery then recounts every block from the records, recreates the
+        if self.fenced_by_caller {
+            // The caller's next fence carries them (and the data: the caller fences before it
+            // writes anything that names the blocks). Its records may still reach the medium
+            // before the entries, written after that fence; failure recovery then recounts every block from the records, recreates the
             // entry of a block referenced twice or more, and clears a slot left reserved (the
             // block number is the last of an entry's stores, all in one line, so a line that
             // reached the medium as a prefix of its stores holds none).
