@@ -9,8 +9,9 @@
 //! - the next append gives the held blocks back, and a rebuild of the engine's counts
 //!   meanwhile keeps them.
 //!
-//! On a block file an append writes nothing (records are held back until the sync), so there
-//! a failing write fails the sync instead (the last test).
+//! On a block file an append writes nothing (records are held back until a sync, the
+//! maintenance tick, 1 MiB of them or a checkpoint writes them out), so there a failing write
+//! fails the write-out instead (the last test: at a sync).
 
 mod common;
 use common::{block, create};
@@ -215,6 +216,20 @@ fn on_a_block_file_a_failed_write_of_held_records_fails_the_sync_and_the_next_on
             }
             failed += 1;
             assert_eq!(contents(&fs, ino), 2, "{what}: live");
+            let c = reopen(mem.snapshot(), false, &what);
+            assert!(
+                c == 1 || c == 2,
+                "{what}: a crash after the failed sync shows {c}"
+            );
+            if c == 1 {
+                // The record is not on the medium (the write-out failed, not the release
+                // after it): the replaced block must still be held.
+                assert_eq!(
+                    used(&fs),
+                    used_before + 1,
+                    "{what}: the replaced block held while its record is not written"
+                );
+            }
             fs.sync().unwrap();
             assert_eq!(used(&fs), used_before, "{what}: the old block given back");
             consistent(&fs, &what);

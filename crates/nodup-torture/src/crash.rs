@@ -218,6 +218,8 @@ fn record(seed: u64, cfg: &CrashConfig, ops: Option<&[Op]>) -> Result<Recorded, 
         ..FormatOptions::default()
     };
     let kind = if blockfile {
+        // The engine's stores as on a `BlockFile` (gathered runs, one-store entry bodies).
+        sim.set_gathers(true);
         MediumKind::BlockFile
     } else {
         MediumKind::Pmem

@@ -122,6 +122,9 @@ pub struct Engine {
     /// The medium lets the engine store into it directly ([`Medium::fill_with`]): new blocks
     /// are fingerprinted while they are copied.
     fused: bool,
+    /// Data and metadata media make a system call per store ([`Medium::gathers`]: a plain
+    /// block file): the write path gathers its stores.
+    pub(crate) gathers: bool,
     alloc: Arc<Allocator>,
     /// The dedup-aware read cache, when the policy keeps one.
     read_cache: Option<read_cache::ReadCache>,
@@ -192,6 +195,7 @@ impl Engine {
             data_start: sb.data_start,
         };
         let (metered, meter) = meta_medium(&meta, open.meter_granularity)?;
+        let gathers = medium.gathers() && meta.gathers();
         Ok(Engine {
             meta: MetaIo::new(metered, meter.is_some()),
             meta_medium: meta,
@@ -199,6 +203,7 @@ impl Engine {
             prefetch: policy.prefetch(open.prefetch),
             transition: open.transition_threshold.max(1),
             fused: medium.fill_with(0, 0, &mut |_| {}).unwrap_or(false),
+            gathers,
             alloc,
             read_cache,
             store,

@@ -318,6 +318,10 @@ impl Medium for BlockFile {
         Ok(())
     }
 
+    fn gathers(&self) -> bool {
+        true
+    }
+
     fn write_gather(&self, off: u64, pieces: &[&[u8]]) -> Result<()> {
         let total: usize = pieces.iter().map(|p| p.len()).sum();
         check_range(off, total, self.len)?;

@@ -312,6 +312,9 @@ impl State {
 pub struct CrashSim {
     state: Mutex<State>,
     len: u64,
+    /// What [`Medium::gathers`] answers: set for a block-file workload, so the engine's write
+    /// path takes the stores it makes on a block file ([`CrashSim::set_gathers`]).
+    gathers: std::sync::atomic::AtomicBool,
 }
 
 impl CrashSim {
@@ -345,7 +348,14 @@ impl CrashSim {
                 captures: Vec::new(),
             }),
             len,
+            gathers: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Answer [`Medium::gathers`] with `on` (before an engine opens it): a block-file
+    /// workload's engine then gathers its stores as it does on a `BlockFile`.
+    pub fn set_gathers(&self, on: bool) {
+        self.gathers.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The current crash state: durable image + pending stores (cheap; see the module doc).
@@ -471,6 +481,10 @@ impl Medium for CrashSim {
 
     fn kind(&self) -> &'static str {
         "crashsim"
+    }
+
+    fn gathers(&self) -> bool {
+        self.gathers.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

@@ -56,6 +56,12 @@ pub trait Medium: Send + Sync {
         self.flush(off, data.len() as u64);
         Ok(())
     }
+    /// True when every write is a system call (a file or block device), so callers gather
+    /// stores ([`Medium::write_gather`], longer stores) where they can. False for mapped media
+    /// and the wrappers over them (whose stores stay as they were measured).
+    fn gathers(&self) -> bool {
+        false
+    }
     /// Write `pieces` back to back from `off`, as [`Medium::write`] of each in turn would (one
     /// gathered system call where the medium makes one per write: new data blocks of a call
     /// that were given consecutive blocks).

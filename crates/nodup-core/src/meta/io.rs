@@ -110,9 +110,9 @@ impl MetaIo {
     /// [`MetaIo::publish_blocknr`], so a concurrent reader that reads the block number first
     /// ([`MetaIo::read_entry_ordered`]) never sees a valid block number beside a stale
     /// fingerprint (a reused slot's old one). With `one_store` the 32 bytes go in one store,
-    /// the marker rewritten with itself: one system call instead of two on a block file. A
-    /// mapped medium keeps the two stores of 8 and 16 bytes, which the metadata access counts
-    /// of the aging experiment were measured with.
+    /// the marker rewritten with itself: one system call instead of two on a block file
+    /// (`Medium::gathers`). Other media keep the two stores of 8 and 16 bytes, which the
+    /// metadata access counts of the aging experiment were measured with.
     #[inline]
     pub fn write_entry_body(
         &self,

@@ -413,7 +413,8 @@ impl FileSystem {
         if !free.is_empty() {
             gave_back = self.engine.free_meta(&free);
         }
-        // Releases waiting for durability are covered by the fence before the switch.
+        // Releases waiting for durability are covered by the fence before the switch (with the
+        // records that made them, written out just before it: `write.rs`).
         gave_back = gave_back.and(self.engine.release_batch(&pending));
         if !released.is_empty() {
             gave_back = gave_back.and(self.engine.release_batch(&released));

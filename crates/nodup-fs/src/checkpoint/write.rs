@@ -38,26 +38,33 @@ impl FileSystem {
         }
         let mut meta = self.meta.lock();
         let pending = std::mem::take(&mut *self.pending.lock());
-        // Everything before the switch (data, segments, manifest) must be durable first.
-        let switched = m.fence().map_err(FsError::from).and_then(|()| {
-            let mut sb = meta.sb.clone();
-            sb.version = FS_VERSION;
-            sb.seq += 1;
-            sb.ckpt_head = blocks[0];
-            sb.ckpt_gen = man_gen;
-            sb.log_head = pos.block;
-            sb.log_gen = self.log.lock().gen();
-            sb.log_index = pos.index;
-            sb.log_off = pos.off as u32;
-            sb.log_seq = pos.seq;
-            sb.next_gen = meta.next_gen;
-            sb.flags = if clean { FLAG_CLEAN } else { 0 };
-            let slot = 1 - meta.slot;
-            self.switch_sb(&meta.sb, slot, &sb)?;
-            meta.sb = sb;
-            meta.slot = slot;
-            Ok(())
-        });
+        // Everything before the switch (data, segments, manifest) must be durable first, and so
+        // must the records that made `pending`'s releases: operations ran on after the cut
+        // (the gate is not held here but at unmount), and on a block file their records wait
+        // in memory (`log/held.rs`) until written out; each is appended before its release
+        // joins `pending`, so all of those are written here.
+        let switched = self
+            .write_out_log()
+            .and_then(|()| m.fence().map_err(FsError::from))
+            .and_then(|()| {
+                let mut sb = meta.sb.clone();
+                sb.version = FS_VERSION;
+                sb.seq += 1;
+                sb.ckpt_head = blocks[0];
+                sb.ckpt_gen = man_gen;
+                sb.log_head = pos.block;
+                sb.log_gen = self.log.lock().gen();
+                sb.log_index = pos.index;
+                sb.log_off = pos.off as u32;
+                sb.log_seq = pos.seq;
+                sb.next_gen = meta.next_gen;
+                sb.flags = if clean { FLAG_CLEAN } else { 0 };
+                let slot = 1 - meta.slot;
+                self.switch_sb(&meta.sb, slot, &sb)?;
+                meta.sb = sb;
+                meta.slot = slot;
+                Ok(())
+            });
         if let Err(e) = switched {
             self.pending.lock().extend(pending);
             meta.reserve.extend(blocks);

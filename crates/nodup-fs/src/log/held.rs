@@ -84,10 +84,12 @@ impl HeldBack {
             .stores
             .into_inner()
             .unwrap_or_else(|p| p.into_inner());
-        // Even a failed append keeps what it stored: the chain's bookkeeping has rolled back
-        // (the next record overwrites it), as it would over stores that reached the medium.
-        self.bytes += stores.iter().map(|(_, d)| d.len()).sum::<usize>();
-        self.stores.extend(stores);
+        // A failed append's stores are dropped: nothing of its frame ever reaches the medium
+        // (the chain's bookkeeping has rolled back, and the next record goes where it was).
+        if r.is_ok() {
+            self.bytes += stores.iter().map(|(_, d)| d.len()).sum::<usize>();
+            self.stores.extend(stores);
+        }
         r
     }
 }

@@ -52,7 +52,8 @@ impl Engine {
     pub(super) fn persist(&self, ctx: &mut WriteCtx, t: &mut IoTally) -> Result<()> {
         if !ctx.new_blocks.is_empty() {
             if self.fenced_by_caller {
-                // Set before the call returns, so before the caller's record naming them.
+                // Set before `publish`, so before any other writer can deduplicate against these
+                // blocks, and before the caller's record naming them.
                 self.unfenced_data.store(true, Ordering::SeqCst);
             } else {
                 // New blocks were written and flushed (`fill_with` / `write_stream`): one
@@ -82,7 +83,7 @@ impl Engine {
             // `fenced_by_caller` nothing durable references this call's blocks yet,
             // and failure recovery drops that entry; with it a durable record may, which is
             // why block-file crash states are line prefixes: docs/results/torture.md, Limits.)
-            self.meta.write_entry_body(t, c.loc, &e, !self.fused)?;
+            self.meta.write_entry_body(t, c.loc, &e, self.gathers)?;
             self.meta.publish_blocknr(t, c.loc, c.blocknr)?;
             eruns.add(mm, c.loc, 32);
         }
@@ -101,11 +102,11 @@ impl Engine {
     }
 
     /// The reverse-map slots of the call's new entries (flushed). New blocks of a call are
-    /// mostly consecutive, and so are their slots: on a medium without a mapping each run goes
-    /// in one store (one system call on a block file) instead of one per block.
+    /// mostly consecutive, and so are their slots: on a plain block file ([`Medium::gathers`])
+    /// each run goes in one store (one system call) instead of one per block.
     fn write_revmap(&self, ctx: &WriteCtx, t: &mut IoTally) -> Result<()> {
         let mm = &**self.meta.medium();
-        if self.fused {
+        if !self.gathers {
             let mut rruns = Runs::new();
             for c in &ctx.created {
                 let at = self.revmap.slot_off(c.blocknr);

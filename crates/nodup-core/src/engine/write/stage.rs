@@ -192,14 +192,14 @@ impl Engine {
         blocks: &[&[u8]],
         t: &mut IoTally,
     ) -> Result<()> {
-        if self.fused {
+        if !self.gathers {
             for &(b, i) in &ctx.copies {
                 self.store(b, blocks[i], t)?;
             }
             return Ok(());
         }
-        // A medium without a mapping (a block file) takes a run of consecutive blocks in one
-        // gathered write instead of one call per block.
+        // A block file takes a run of consecutive blocks in one gathered write instead of one
+        // system call per block.
         let mut run: Vec<&[u8]> = Vec::new();
         let mut k = 0;
         while k < ctx.copies.len() {
