@@ -209,7 +209,12 @@ fn stats_and_fsck_leave_the_image_byte_identical() {
         );
         // A crashed image: stats and fsck report, and still write nothing.
         fx.mount(&[]);
-        fs::write(fx.path("c"), b"after").unwrap();
+        // Fsynced: a block-file image holds unsynced records in the daemon for up to half a
+        // second (design.md, "Durability"), and the kill below would lose them.
+        let mut c = fs::File::create(fx.path("c")).unwrap();
+        std::io::Write::write_all(&mut c, b"after").unwrap();
+        c.sync_all().unwrap();
+        drop(c);
         crash(&fx);
         let before = sha(&fx.img);
         // stats says the image needs recovery (one line on stderr, exit 0) and claims no
