@@ -2,7 +2,7 @@
 //! checkpoint runs before any ENOSPC for metadata, and the space comes back without a remount.
 
 mod common;
-use common::block;
+use common::{block, create};
 
 use nodup_core::media::{CrashSim, Medium, MemMedium};
 use nodup_core::BLOCK_SIZE;
@@ -252,10 +252,7 @@ fn fsck_counts_releases_waiting_for_a_sync() {
 #[test]
 fn a_sync_fences_again_only_for_a_release_waiting_for_it() {
     let (m, fs) = format_blockfile(16 << 20);
-    let who = Caller::default();
-    let (ino, _) = fs
-        .mknod(ROOT_INO, b"log", Kind::File, 0o644, 0, b"", who)
-        .unwrap();
+    let ino = create(&fs, "log");
     fs.sync().unwrap();
     for i in 0..4u64 {
         let before = m.fence_count();
@@ -306,10 +303,7 @@ fn a_sync_fences_again_only_for_a_release_waiting_for_it() {
 #[test]
 fn a_block_file_write_fences_nothing_until_the_sync() {
     let (m, fs) = format_blockfile(16 << 20);
-    let who = Caller::default();
-    let (ino, _) = fs
-        .mknod(ROOT_INO, b"f", Kind::File, 0o644, 0, b"", who)
-        .unwrap();
+    let ino = create(&fs, "f");
     fs.sync().unwrap();
     let before = m.fence_count();
     fs.write(ino, 0, &block(300)).unwrap();
@@ -353,9 +347,7 @@ fn a_block_file_write_fences_nothing_until_the_sync() {
 #[test]
 fn a_sync_of_a_read_only_image_succeeds() {
     let (m, fs) = format_blockfile(16 << 20);
-    let (ino, _) = fs
-        .mknod(ROOT_INO, b"f", Kind::File, 0o644, 0, b"", Caller::default())
-        .unwrap();
+    let ino = create(&fs, "f");
     fs.write(ino, 0, &block(7)).unwrap();
     fs.shutdown().unwrap();
     drop(fs);

@@ -117,18 +117,10 @@ impl Engine {
             return Ok(());
         }
         let mut run: Vec<u8> = Vec::new();
-        let mut k = 0;
-        while k < ctx.created.len() {
-            let b0 = ctx.created[k].blocknr;
+        for created in ctx.created.chunk_by(|a, b| b.blocknr == a.blocknr + 1) {
             run.clear();
-            while let Some(c) = ctx.created.get(k) {
-                if c.blocknr != b0 + (run.len() / 8) as u64 {
-                    break;
-                }
-                run.extend_from_slice(&c.loc.to_le_bytes());
-                k += 1;
-            }
-            let at = self.revmap.slot_off(b0);
+            run.extend(created.iter().flat_map(|c| c.loc.to_le_bytes()));
+            let at = self.revmap.slot_off(created[0].blocknr);
             self.meta.write(t, at, &run)?;
             mm.flush(at, run.len() as u64);
         }

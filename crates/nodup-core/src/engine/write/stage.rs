@@ -201,18 +201,10 @@ impl Engine {
         // A block file takes a run of consecutive blocks in one gathered write instead of one
         // system call per block.
         let mut run: Vec<&[u8]> = Vec::new();
-        let mut k = 0;
-        while k < ctx.copies.len() {
-            let (b0, _) = ctx.copies[k];
+        for copies in ctx.copies.chunk_by(|a, b| b.0 == a.0 + 1) {
             run.clear();
-            while let Some(&(b, i)) = ctx.copies.get(k) {
-                if b != b0 + run.len() as u64 {
-                    break;
-                }
-                run.push(blocks[i]);
-                k += 1;
-            }
-            let off = b0 * BLOCK_SIZE as u64;
+            run.extend(copies.iter().map(|&(_, i)| blocks[i]));
+            let off = copies[0].0 * BLOCK_SIZE as u64;
             self.medium.write_gather(off, &run)?;
             self.medium.flush(off, (run.len() * BLOCK_SIZE) as u64);
             t.data_written += (run.len() * BLOCK_SIZE) as u64;
