@@ -58,6 +58,10 @@ pub struct CrashConfig {
     /// Every Nth workload (by seed, residue 1) formats as a block file instead of pmem
     /// (0 = never).
     pub blockfile_every: u64,
+    /// Every Nth block-file workload (by seed) writes large files ([`WorkloadSpec::large`])
+    /// instead of `spec`'s, so the region table grows in batches inside its crash states
+    /// (0 = never).
+    pub large_every: u64,
 }
 
 impl Default for CrashConfig {
@@ -74,6 +78,7 @@ impl Default for CrashConfig {
             collide_every: 3,
             smart_every: 4,
             blockfile_every: 5,
+            large_every: 4,
         }
     }
 }
@@ -234,7 +239,17 @@ fn record(seed: u64, cfg: &CrashConfig, ops: Option<&[Op]>) -> Result<Recorded, 
     let ops = match ops {
         Some(o) => o,
         None => {
-            generated = generate(seed, &cfg.spec);
+            let large = blockfile
+                && cfg.large_every > 0
+                && (seed / cfg.blockfile_every) % cfg.large_every == 2 % cfg.large_every;
+            let large_spec;
+            let spec = if large {
+                large_spec = WorkloadSpec::large();
+                &large_spec
+            } else {
+                &cfg.spec
+            };
+            generated = generate(seed, spec);
             &generated[..]
         }
     };

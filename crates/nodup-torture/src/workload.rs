@@ -57,6 +57,22 @@ impl Default for WorkloadSpec {
     }
 }
 
+impl WorkloadSpec {
+    /// Large writes of mostly new data over a few files: enough new blocks (about 1 000 on the
+    /// campaigns' 8 MiB image) that the region table grows several times, in batches on a
+    /// block file.
+    pub fn large() -> WorkloadSpec {
+        WorkloadSpec {
+            ops: 60,
+            names: 8,
+            max_blocks: 160,
+            max_offset_blocks: 200,
+            dup_pool: 64,
+            ..WorkloadSpec::default()
+        }
+    }
+}
+
 fn data(rng: &mut StdRng, spec: &WorkloadSpec, len: usize, unique: &mut u64) -> Vec<u8> {
     let nb = len.div_ceil(BS) + 1;
     let mut v = Vec::with_capacity(nb * BS);

@@ -42,11 +42,38 @@ fn block_file_crash_states_are_consistent() {
             seed,
             &CrashConfig {
                 blockfile_every: 1,
+                large_every: 0,
                 spec: WorkloadSpec {
                     ops: 45,
                     ..WorkloadSpec::default()
                 },
                 max_points: 80,
+                ..CrashConfig::default()
+            },
+            None,
+        );
+        eprintln!(
+            "seed {seed}: {} states, {} violations",
+            st.states, st.violations
+        );
+        assert!(st.states >= 40, "seed {seed}: only {} states", st.states);
+        assert_eq!(st.violations, 0, "seed {seed}: {:#?}", st.examples);
+    }
+}
+
+/// Writes large enough that the region table grows several times on a block file, so the
+/// crash points fall inside grows of more than one region (a batch is written, fenced, then
+/// linked and fenced) and among claims and entries stored in runs (seed 10: `light`, 6:
+/// `strong`, 7: `selective`).
+#[test]
+fn crash_states_inside_batch_grows_are_consistent() {
+    for seed in [10, 6, 7] {
+        let st = run_workload(
+            seed,
+            &CrashConfig {
+                blockfile_every: 1,
+                spec: WorkloadSpec::large(),
+                max_points: 400,
                 ..CrashConfig::default()
             },
             None,

@@ -167,6 +167,8 @@ struct State {
 pub struct FaultMedium {
     inner: Arc<dyn Medium>,
     state: Mutex<State>,
+    /// What [`Medium::gathers`] answers ([`FaultMedium::set_gathers`]).
+    gathers: std::sync::atomic::AtomicBool,
 }
 
 impl FaultMedium {
@@ -180,7 +182,15 @@ impl FaultMedium {
                 injected: 0,
                 ops: 0,
             }),
+            gathers: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Answer [`Medium::gathers`] with `on` (before an engine or layout uses it), so a test
+    /// drives the paths a block file takes, with faults (false by default: the campaigns'
+    /// wrapped media keep their measured stores).
+    pub fn set_gathers(&self, on: bool) {
+        self.gathers.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Add a rule; returns its index (for [`FaultMedium::rule`]).
@@ -258,6 +268,9 @@ impl FaultMedium {
 impl Medium for FaultMedium {
     fn len(&self) -> u64 {
         self.inner.len()
+    }
+    fn gathers(&self) -> bool {
+        self.gathers.load(std::sync::atomic::Ordering::Relaxed)
     }
     fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         if self.check(FaultOp::Read, off, buf.len() as u64).is_some() {

@@ -109,27 +109,18 @@ impl MetaIo {
     /// writer reserved ([`super::reserve_slot`]). The slot keeps the reserved marker there until
     /// [`MetaIo::publish_blocknr`], so a concurrent reader that reads the block number first
     /// ([`MetaIo::read_entry_ordered`]) never sees a valid block number beside a stale
-    /// fingerprint (a reused slot's old one). With `one_store` the 32 bytes go in one store,
-    /// the marker rewritten with itself: one system call instead of two on a block file
-    /// (`Medium::gathers`). Other media keep the two stores of 8 and 16 bytes, which the
-    /// metadata access counts of the aging experiment were measured with.
+    /// fingerprint (a reused slot's old one). Two stores of 8 and 16 bytes, which the metadata
+    /// access counts of the aging experiment were measured with (a block file gathers whole
+    /// runs of entries instead: `Engine::write_entry_runs`).
     #[inline]
     pub fn write_entry_body(
         &self,
         t: &mut IoTally,
         loc: u64,
         e: &super::record::DedupEntry,
-        one_store: bool,
     ) -> Result<()> {
-        use super::record::{OFF_BLOCKNR, OFF_REFCOUNT, RESERVED};
-        let b = super::record::DedupEntry {
-            blocknr: RESERVED,
-            ..*e
-        }
-        .to_bytes();
-        if one_store {
-            return self.write(t, loc, &b);
-        }
+        use super::record::{OFF_BLOCKNR, OFF_REFCOUNT};
+        let b = e.to_bytes();
         self.write(t, loc, &b[..OFF_BLOCKNR as usize])?;
         self.write(t, loc + OFF_REFCOUNT, &b[OFF_REFCOUNT as usize..])
     }

@@ -11,10 +11,18 @@
 //!
 //! The first `HEADER_REGIONS` regions sit in a fixed area and are the list head; more regions
 //! are taken from the block allocator and linked at the tail; they are never given back
-//! (GC-free). Each writer pool has a current region it fills almost sequentially, checking
-//! entries one by one. A region is allocatable (in the DRAM Region Queue) while at most half of
-//! its entries (64) are in use; a deletion that brings a region back to 64 used entries re-queues
-//! it. Valid-entry counters live in DRAM and are saved on clean shutdown.
+//! (GC-free). A grow adds one region, as the paper's LMT does, on a medium whose fences are
+//! cheap (pmem). On a block file ([`crate::media::Medium::gathers`]) a fence is an
+//! `fdatasync` that writes out every dirty page of the image, and two of them per 127 new
+//! blocks (508 KiB) held writes at a fraction of the disk's speed; there a grow adds a batch
+//! ([`grow_count`]: about half the chain's length, at most [`GROW_MAX`], never more than the
+//! free space could fill), written and linked with the same two fences for the whole batch,
+//! the rest of the batch queued as allocatable (empty) regions.
+//!
+//! Each writer pool has a current region it fills almost sequentially, checking entries one by
+//! one. A region is allocatable (in the DRAM Region Queue) while at most half of its entries
+//! (64) are in use; a deletion that brings a region back to 64 used entries re-queues it.
+//! Valid-entry counters live in DRAM and are saved on clean shutdown.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -42,6 +50,17 @@ pub const HEADER_REGIONS: u64 = 1;
 pub const ALLOCATABLE_MAX: i32 = 64;
 /// Writer pools with their own current region.
 const CUR_SLOTS: usize = 16;
+/// Most regions one grow adds (256 KiB of regions, room for 8128 new blocks).
+pub const GROW_MAX: usize = 64;
+
+/// Regions a grow on a block file adds to a chain of `regions` with `free` free blocks: about
+/// half the chain, so a growing table grows by about 1.5x per grow and at most a third of its
+/// regions stand empty; at most [`GROW_MAX`]; and no more than the free blocks could fill
+/// (each region takes one block and holds 127 entries, each naming one more block).
+fn grow_count(regions: usize, free: u64) -> usize {
+    let fill = (free / (REGION_ENTRIES + 1)) as usize;
+    (regions / 2).min(GROW_MAX).min(fill).max(1)
+}
 
 /// What DRAM holds per region (16 bytes: the table grows by about 0.13-0.25 B per unique
 /// block, as regions hold 64-127 entries).
@@ -52,6 +71,9 @@ struct RegionInfo {
     valid: i32,
     queued: bool,
     cur: bool,
+    /// Added by a grow of this engine and never current since: every slot is zero, so its
+    /// first writer need not read slots back (see [`Cur::fresh`]).
+    fresh: bool,
 }
 
 #[derive(Debug, Default)]
@@ -144,13 +166,19 @@ impl RegionLayout {
             && self.is_region[(b / 64) as usize].load(Ordering::Relaxed) & (1 << (b % 64)) != 0
     }
 
-    fn init_region(io: &MetaIo, t: &mut IoTally, b: u64) -> Result<()> {
+    /// Write empty regions into `blocks`, each naming the next as its successor (the last
+    /// none), then one fence: the batch is whole on the medium before anything links it.
+    fn init_regions(io: &MetaIo, t: &mut IoTally, blocks: &[u64]) -> Result<()> {
         let mut buf = vec![0u8; BLOCK_SIZE];
         buf[OFF_MAGIC as usize..OFF_MAGIC as usize + 8]
             .copy_from_slice(&REGION_MAGIC.to_le_bytes());
-        let off = b * BLOCK_SIZE as u64;
-        io.write(t, off, &buf)?;
-        io.flush(off, BLOCK_SIZE as u64);
+        for (i, &b) in blocks.iter().enumerate() {
+            let next = blocks.get(i + 1).copied().unwrap_or(0);
+            buf[OFF_NEXT as usize..].copy_from_slice(&next.to_le_bytes());
+            let off = b * BLOCK_SIZE as u64;
+            io.write(t, off, &buf)?;
+            io.flush(off, BLOCK_SIZE as u64);
+        }
         io.fence()
     }
 
@@ -166,7 +194,9 @@ impl RegionLayout {
         }
     }
 
-    /// A new region from the block allocator, linked at the tail of the chain.
+    /// New regions from the block allocator (one; [`grow_count`] of them on a block file),
+    /// linked at the tail of the chain; the first becomes the writer's current region, the rest
+    /// are queued.
     fn grow(
         &self,
         io: &MetaIo,
@@ -174,14 +204,34 @@ impl RegionLayout {
         alloc: &Allocator,
         apool: &mut usize,
     ) -> Result<Cur> {
-        let b = alloc.alloc(apool)?;
-        if self.block_is_region(b) {
-            // Checked before the chain links it: a second link would make a cycle on media.
-            return Err(Error::Corrupt(format!("block {b} is a region already")));
+        let want = if io.medium().gathers() {
+            grow_count(self.state.lock().regions.len(), alloc.free_blocks())
+        } else {
+            1
+        };
+        let mut blocks = Vec::with_capacity(want);
+        while blocks.len() < want {
+            match alloc.alloc(apool) {
+                Ok(b) => blocks.push(b),
+                // Fewer serve (another writer took the last blocks meanwhile).
+                Err(_) if !blocks.is_empty() => break,
+                Err(e) => return Err(e),
+            }
         }
-        if let Err(e) = Self::init_region(io, t, b) {
-            // Nothing on the medium names it yet.
-            let _ = alloc.free(b);
+        let give_back = |blocks: &[u64]| {
+            for &b in blocks {
+                let _ = alloc.free(b);
+            }
+        };
+        if let Some(b) = blocks.iter().find(|&&b| self.block_is_region(b)) {
+            // Checked before the chain links it: a second link would make a cycle on media.
+            let e = Error::Corrupt(format!("block {b} is a region already"));
+            give_back(&blocks);
+            return Err(e);
+        }
+        if let Err(e) = Self::init_regions(io, t, &blocks) {
+            // Nothing on the medium names them yet.
+            give_back(&blocks);
             return Err(e);
         }
         let mut st = self.state.lock();
@@ -197,30 +247,37 @@ impl RegionLayout {
                 io.fence()
             })
         };
-        if let Err(e) = link(b) {
-            // The link may be on the medium all the same: the chain would take the block in
-            // at the next open while the allocator hands it out. End the chain at the tail
-            // again (it was the end) before giving the block back. If even that fails, the
-            // block stays allocated and the engine gives up its live state (see
+        if let Err(e) = link(blocks[0]) {
+            // The link may be on the medium all the same: the chain would take the blocks in
+            // at the next open while the allocator hands them out. End the chain at the tail
+            // again (it was the end) before giving the blocks back. If even that fails, the
+            // blocks stay allocated and the engine gives up its live state (see
             // `MetaLayout::unsettled`): failure recovery reads the chain from the medium.
             if link(0).is_ok() {
-                let _ = alloc.free(b);
+                give_back(&blocks);
             } else {
                 self.unsettled.store(true, Ordering::Release);
             }
             return Err(e);
         }
         let ridx = st.regions.len() as u32;
-        st.push(RegionInfo {
-            block: b,
-            valid: 0,
-            queued: false,
-            cur: true,
-        });
-        self.mark_region(b);
+        for (i, &b) in blocks.iter().enumerate() {
+            let first = i == 0;
+            st.push(RegionInfo {
+                block: b,
+                valid: 0,
+                queued: !first,
+                cur: first,
+                fresh: !first,
+            });
+            if !first {
+                st.queue.push_back(ridx + i as u32);
+            }
+            self.mark_region(b);
+        }
         Ok(Cur {
             ridx,
-            block: b,
+            block: blocks[0],
             next: 0,
             local: 0,
             fresh: true,
@@ -308,12 +365,13 @@ impl RegionLayout {
                         let ri = &mut st.regions[r as usize];
                         ri.queued = false;
                         ri.cur = true;
+                        let fresh = std::mem::take(&mut ri.fresh);
                         Some(Cur {
                             ridx: r,
                             block: ri.block,
                             next: 0,
                             local: 0,
-                            fresh: false,
+                            fresh,
                         })
                     }
                     None => None,
@@ -327,24 +385,43 @@ impl RegionLayout {
     }
 }
 
+impl RegionLayout {
+    /// Claim up to `n` consecutive slots of a fresh current region in one store (a medium
+    /// that makes a system call per store, [`crate::media::Medium::gathers`]): every slot of
+    /// a fresh region is zero, so whole slots holding only the reserved marker are what the
+    /// markers one by one would leave. Returns the first slot's index; `c.next` is past the
+    /// last. On a failed store the slots are cleared (best effort) and skipped, as
+    /// [`super::reserve_slot`] leaves a slot whose marker failed.
+    fn claim_run(c: &mut Cur, io: &MetaIo, t: &mut IoTally, n: usize) -> Result<u64> {
+        use super::record::{DedupEntry, RESERVED};
+        let start = c.next;
+        let k = (n as u64).min(REGION_ENTRIES - start);
+        let marked = DedupEntry {
+            blocknr: RESERVED,
+            ..DedupEntry::default()
+        }
+        .to_bytes();
+        let run: Vec<u8> = (0..k).flat_map(|_| marked).collect();
+        let off = c.block * BLOCK_SIZE as u64 + start * ENTRY_SIZE;
+        c.next += k;
+        if let Err(e) = io.write(t, off, &run) {
+            let _ = io.write(t, off, &vec![0u8; run.len()]);
+            return Err(e);
+        }
+        c.local += k as i32;
+        Ok(start)
+    }
+}
+
 impl MetaLayout for RegionLayout {
     fn kind(&self) -> MetaLayoutKind {
         MetaLayoutKind::Region
     }
 
     fn format(&self, io: &MetaIo, t: &mut IoTally) -> Result<()> {
-        for i in 0..HEADER_REGIONS {
-            let b = self.geo.start_block + i;
-            Self::init_region(io, t, b)?;
-            if i + 1 < HEADER_REGIONS {
-                io.write_u64(t, b * BLOCK_SIZE as u64 + OFF_NEXT, b + 1)?;
-            }
-        }
-        io.flush(
-            self.geo.start_block * BLOCK_SIZE as u64,
-            HEADER_REGIONS * BLOCK_SIZE as u64,
-        );
-        io.fence()?;
+        let start = self.geo.start_block;
+        let header: Vec<u64> = (start..start + HEADER_REGIONS).collect();
+        Self::init_regions(io, t, &header)?;
         self.attach(io, t)?;
         self.rebuild(&[])
     }
@@ -372,6 +449,7 @@ impl MetaLayout for RegionLayout {
                 valid: 0,
                 queued: false,
                 cur: false,
+                fresh: false,
             };
             if st.regions.len() as u64 >= max || self.block_is_region(b) {
                 return Err(Error::Corrupt("region chain has a cycle".into()));
@@ -424,7 +502,29 @@ impl MetaLayout for RegionLayout {
         out: &mut std::collections::VecDeque<u64>,
     ) -> Result<usize> {
         let mut cur = self.curs[pool % CUR_SLOTS].lock();
-        for k in 0..n {
+        let gathers = io.medium().gathers();
+        let mut k = 0;
+        while k < n {
+            if gathers {
+                if let Some(c) = cur.as_mut().filter(|c| c.fresh && c.next < REGION_ENTRIES) {
+                    match Self::claim_run(c, io, t, n - k) {
+                        Ok(start) => {
+                            let got = (c.next - start) as usize;
+                            let base = c.block * BLOCK_SIZE as u64;
+                            out.extend((start..c.next).map(|i| base + i * ENTRY_SIZE));
+                            k += got;
+                            continue;
+                        }
+                        Err(e) if k > 0 => {
+                            if matches!(e, crate::Error::Io(_)) {
+                                t.errors_absorbed += 1;
+                            }
+                            return Ok(k);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
             match self.claim(&mut cur, io, t, alloc, apool) {
                 Ok(loc) => out.push_back(loc),
                 // The slots claimed so far serve; a media error is noted as absorbed.
@@ -436,6 +536,7 @@ impl MetaLayout for RegionLayout {
                 }
                 Err(e) => return Err(e),
             }
+            k += 1;
         }
         Ok(n)
     }
@@ -494,6 +595,7 @@ impl MetaLayout for RegionLayout {
                 valid: 0,
                 queued: false,
                 cur: false,
+                fresh: false,
                 ..*r
             };
         }
@@ -545,6 +647,7 @@ impl MetaLayout for RegionLayout {
             let r = &mut st.regions[i];
             r.valid = v as i32;
             r.cur = false;
+            r.fresh = false;
             r.queued = r.valid <= ALLOCATABLE_MAX;
             if r.queued {
                 st.queue.push_back(i as u32);
@@ -592,176 +695,5 @@ impl MetaLayout for RegionLayout {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::media::MemMedium;
-    use std::sync::Arc;
-
-    /// Blocks of the test media.
-    const NBLOCKS: u64 = 256;
-
-    fn setup() -> (RegionLayout, MetaIo, Allocator) {
-        setup_on(Arc::new(MemMedium::new(NBLOCKS * BLOCK_SIZE as u64)))
-    }
-
-    /// A formatted layout (its header region in block 1) over `m`, of [`NBLOCKS`] blocks.
-    fn setup_on(m: Arc<dyn crate::media::Medium>) -> (RegionLayout, MetaIo, Allocator) {
-        let nblocks = NBLOCKS;
-        let io = MetaIo::new(m, false);
-        let geo = LayoutGeometry {
-            start_block: 1,
-            blocks: 1,
-            slots: 0,
-            nblocks,
-            data_start: 2,
-        };
-        let l = RegionLayout::new(geo);
-        let mut t = IoTally::default();
-        l.format(&io, &mut t).unwrap();
-        (l, io, Allocator::new(2, nblocks - 2))
-    }
-
-    fn commit(io: &MetaIo, loc: u64, b: u64) {
-        io.write_u64(&mut IoTally::default(), loc + OFF_BLOCKNR, b)
-            .unwrap();
-    }
-
-    #[test]
-    fn fills_sequentially_grows_and_requeues_at_half() {
-        let (l, io, a) = setup();
-        let mut t = IoTally::default();
-        let mut ap = 0;
-        let mut locs = Vec::new();
-        for i in 0..(REGION_ENTRIES * 2) {
-            let loc = l.alloc_entry(&io, &mut t, i, 0, &a, &mut ap).unwrap();
-            commit(&io, loc, 100 + i);
-            locs.push(loc);
-        }
-        // Entries come out one after the other: the header region, then one grown region.
-        for w in locs.windows(2).take(REGION_ENTRIES as usize - 1) {
-            assert_eq!(w[1], w[0] + ENTRY_SIZE);
-        }
-        assert_eq!(l.region_count(), 2);
-        assert!(l.is_entry_loc(locs[200]));
-        assert!(!l.is_entry_loc(locs[0] + 8));
-        // Free header entries until exactly 64 remain in use: it becomes allocatable again.
-        for &loc in &locs[..(REGION_ENTRIES as usize - 65)] {
-            commit(&io, loc, 0);
-            l.free_entry(loc);
-        }
-        assert!(l.state.lock().queue.is_empty());
-        let loc = locs[REGION_ENTRIES as usize - 65];
-        commit(&io, loc, 0);
-        l.free_entry(loc);
-        assert_eq!(l.state.lock().queue.len(), 1);
-        // The current region is full: the next allocations reuse the header's free slots
-        // (lowest first) instead of growing the table.
-        let next = l.alloc_entry(&io, &mut t, 7, 0, &a, &mut ap).unwrap();
-        assert_eq!(next, locs[0]);
-        assert_eq!(l.region_count(), 2);
-        let mut valid: Vec<u64> = locs[(REGION_ENTRIES as usize - 64)..].to_vec();
-        valid.push(next);
-        valid.sort_unstable();
-        assert!(l.check(&valid).is_empty(), "{:?}", l.check(&valid));
-        // Saved counters reload after a re-attach (normal recovery).
-        let saved = l.save_state();
-        l.attach(&io, &mut t).unwrap();
-        l.load_state(&saved).unwrap();
-        assert!(l.check(&valid).is_empty());
-        assert!(l.load_state(&saved[1..]).is_err());
-    }
-
-    /// A grow whose region write or link fails gives its block back (after ending the chain at
-    /// the tail again when the link may have landed), so a failed entry allocation leaks
-    /// nothing; the next one grows.
-    #[test]
-    fn a_grow_that_fails_gives_its_block_back() {
-        use crate::media::{FaultMedium, FaultOp, FaultRule, Medium};
-        let mut grow_failed = 0;
-        for op in [FaultOp::Write, FaultOp::Fence] {
-            for nth in 1..=4 {
-                let mem = Arc::new(MemMedium::new(NBLOCKS * BLOCK_SIZE as u64));
-                let fm = Arc::new(FaultMedium::new(mem.clone(), nth));
-                let (l, io, a) = setup_on(fm.clone());
-                let mut t = IoTally::default();
-                let mut ap = 0;
-                // Fill the header region: the next entry needs a new region.
-                for i in 0..REGION_ENTRIES {
-                    let loc = l.alloc_entry(&io, &mut t, i, 0, &a, &mut ap).unwrap();
-                    commit(&io, loc, 100 + i);
-                }
-                let free = a.free_blocks();
-                fm.add_rule(FaultRule::new(op).nth(nth).once());
-                let r = l.alloc_entry(&io, &mut t, 9, 0, &a, &mut ap);
-                fm.clear_rules();
-                if r.is_err() && l.region_count() == 1 {
-                    grow_failed += 1;
-                    assert_eq!(
-                        a.free_blocks(),
-                        free,
-                        "{op:?} {nth}: the block is given back"
-                    );
-                    let mut next = [0u8; 8];
-                    mem.read(BLOCK_SIZE as u64 + OFF_NEXT, &mut next).unwrap();
-                    assert_eq!(u64::from_le_bytes(next), 0, "{op:?} {nth}: the chain ends");
-                }
-                let loc = l.alloc_entry(&io, &mut t, 10, 0, &a, &mut ap).unwrap();
-                commit(&io, loc, 200);
-                assert_eq!(l.region_count(), 2, "{op:?} {nth}");
-            }
-        }
-        assert!(grow_failed >= 4, "only {grow_failed} failed grows");
-    }
-
-    /// A queued region whose free slots were overwritten behind the engine's back (the count
-    /// says half of it is free, the medium says none is) is an error for the writer that
-    /// finds it, not an endless scan; the next writer gets a slot elsewhere.
-    #[test]
-    fn a_region_with_no_free_slot_against_its_count_is_an_error() {
-        let (l, io, a) = setup();
-        let (l, io, a) = (Arc::new(l), Arc::new(io), Arc::new(a));
-        let mut t = IoTally::default();
-        let mut ap = 0;
-        let mut locs = Vec::new();
-        for i in 0..(REGION_ENTRIES + 1) {
-            let loc = l.alloc_entry(&io, &mut t, i, 0, &a, &mut ap).unwrap();
-            commit(&io, loc, 100 + i);
-            locs.push(loc);
-        }
-        // The header region comes back to the queue, then a stray write fills its slots.
-        for &loc in &locs[..(REGION_ENTRIES as usize - 64)] {
-            commit(&io, loc, 0);
-            l.free_entry(loc);
-        }
-        assert_eq!(l.state.lock().queue.len(), 1);
-        for &loc in &locs[..(REGION_ENTRIES as usize - 64)] {
-            commit(&io, loc, 0xdbdb_dbdb_dbdb_dbdb);
-        }
-        // The current region has 126 free slots left; then the header region is tried.
-        let (tx, rx) = std::sync::mpsc::channel();
-        {
-            let (l, io, a) = (l.clone(), io.clone(), a.clone());
-            std::thread::spawn(move || {
-                let mut t = IoTally::default();
-                let mut ap = 0;
-                let mut got = Vec::new();
-                for i in 0..REGION_ENTRIES + 1 {
-                    let r = l.alloc_entry(&io, &mut t, 1000 + i, 0, &a, &mut ap);
-                    if let Ok(loc) = &r {
-                        commit(&io, *loc, 1000 + i);
-                    }
-                    got.push(r.map_err(|e| e.to_string()));
-                }
-                let _ = tx.send(got);
-            });
-        }
-        let got = rx
-            .recv_timeout(std::time::Duration::from_secs(20))
-            .expect("allocation never returned");
-        let errors: Vec<&String> = got.iter().filter_map(|r| r.as_ref().err()).collect();
-        assert_eq!(errors.len(), 1, "{got:?}");
-        assert!(errors[0].contains("no free slot"), "{}", errors[0]);
-        assert!(got.last().unwrap().is_ok(), "the writers go on elsewhere");
-        assert_eq!(l.region_count(), 3);
-    }
-}
+#[path = "region_tests.rs"]
+mod tests;

@@ -69,36 +69,72 @@ impl Engine {
         for &off in &ctx.touched {
             eruns.add(mm, off, 8);
         }
-        for c in &ctx.created {
-            let e = DedupEntry {
-                fp: c.fp,
-                blocknr: c.blocknr,
-                refcount: c.refs,
-                hint: c.hint.0,
-            };
-            // The block number last: a speculating writer reads a hinted slot without the
-            // index (see `speculate`) and must never see a valid block number beside the
-            // fingerprint of the slot's previous life. (Random crash states, beyond what
-            // write-back produces, may still persist it alone. Without
-            // `fenced_by_caller` nothing durable references this call's blocks yet,
-            // and failure recovery drops that entry; with it a durable record may, which is
-            // why block-file crash states are line prefixes: docs/results/torture.md, Limits.)
-            self.meta.write_entry_body(t, c.loc, &e, self.gathers)?;
-            self.meta.publish_blocknr(t, c.loc, c.blocknr)?;
-            eruns.add(mm, c.loc, 32);
+        if self.gathers {
+            self.write_entry_runs(ctx, t)?;
+        } else {
+            for c in &ctx.created {
+                let e = DedupEntry {
+                    fp: c.fp,
+                    blocknr: c.blocknr,
+                    refcount: c.refs,
+                    hint: c.hint.0,
+                };
+                // The block number last: a speculating writer reads a hinted slot without the
+                // index (see `speculate`) and must never see a valid block number beside the
+                // fingerprint of the slot's previous life. (Random crash states, beyond what
+                // write-back produces, may still persist it alone. Without `fenced_by_caller`
+                // nothing durable references this call's blocks yet, and failure recovery
+                // drops that entry.)
+                self.meta.write_entry_body(t, c.loc, &e)?;
+                self.meta.publish_blocknr(t, c.loc, c.blocknr)?;
+                eruns.add(mm, c.loc, 32);
+            }
         }
         eruns.finish(mm);
         self.write_revmap(ctx, t)?;
         if self.fenced_by_caller {
             // The caller's next fence carries them (and the data: the caller fences before it
             // writes anything that names the blocks). Its records may still reach the medium
-            // before the entries, written after that fence; failure recovery then recounts every block from the records, recreates the
-            // entry of a block referenced twice or more, and clears a slot left reserved (the
-            // block number is the last of an entry's stores, all in one line, so a line that
-            // reached the medium as a prefix of its stores holds none).
+            // before the entries, written after that fence; failure recovery then recounts
+            // every block from the records, recreates the entry of a block referenced twice or
+            // more, and clears a slot left reserved (the block number is the last of an
+            // entry's stores, all in one line, so a line that reached the medium as a prefix
+            // of its stores holds none).
             return Ok(());
         }
         self.meta.fence()
+    }
+
+    /// The call's new entries on a medium that makes a system call per store
+    /// ([`Medium::gathers`]): each run of consecutive slots takes two stores instead of two per
+    /// entry. The first writes the entries with the reserved marker for block number, the second
+    /// the whole entries again. The second changes nothing but the block numbers, so a reader
+    /// that sees a new block number sees the fingerprint beside it (the order `speculate`
+    /// relies on, as with one entry's two stores), and a crash keeps each line as a prefix of
+    /// the two.
+    fn write_entry_runs(&self, ctx: &WriteCtx, t: &mut IoTally) -> Result<()> {
+        use crate::meta::record::{ENTRY_SIZE, RESERVED};
+        let mut run: Vec<u8> = Vec::new();
+        for created in ctx.created.chunk_by(|a, b| b.loc == a.loc + ENTRY_SIZE) {
+            let entry = |c: &super::Created, blocknr: u64| {
+                DedupEntry {
+                    fp: c.fp,
+                    blocknr,
+                    refcount: c.refs,
+                    hint: c.hint.0,
+                }
+                .to_bytes()
+            };
+            let at = created[0].loc;
+            run.clear();
+            run.extend(created.iter().flat_map(|c| entry(c, RESERVED)));
+            self.meta.write(t, at, &run)?;
+            run.clear();
+            run.extend(created.iter().flat_map(|c| entry(c, c.blocknr)));
+            self.meta.write(t, at, &run)?;
+            self.meta.flush(at, run.len() as u64);
+        }
+        Ok(())
     }
 
     /// The reverse-map slots of the call's new entries (flushed). New blocks of a call are

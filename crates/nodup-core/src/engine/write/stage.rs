@@ -109,19 +109,32 @@ impl Engine {
     /// a slot that stays reserved would be counted in use with no entry in it, so the engine
     /// then asks for failure recovery, which clears it.
     pub(super) fn return_slots(&self, ctx: &mut WriteCtx, t: &mut IoTally) -> Result<()> {
+        use crate::meta::record::ENTRY_SIZE;
         let mut res = Ok(());
-        while let Some(loc) = ctx.slots.pop_front() {
-            let first = self.meta.write_u64(t, loc + OFF_BLOCKNR, 0);
-            let cleared = first.is_ok() || self.meta.write_u64(t, loc + OFF_BLOCKNR, 0).is_ok();
-            if cleared {
-                self.layout.free_entry(loc);
-            } else {
-                self.set_state(crate::engine::STATE_NEEDS_RECOVERY);
+        // A block file clears a run of consecutive slots with one store (whole slots: a free
+        // slot's other fields mean nothing) instead of one per slot.
+        let run_of = |a: &u64, b: &u64| self.gathers && *b == *a + ENTRY_SIZE;
+        for run in ctx.slots.make_contiguous().chunk_by(run_of) {
+            let clear = |t: &mut IoTally| match run {
+                [loc] => self.meta.write_u64(t, loc + OFF_BLOCKNR, 0),
+                _ => self
+                    .meta
+                    .write(t, run[0], &vec![0u8; run.len() * ENTRY_SIZE as usize]),
+            };
+            let first = clear(t);
+            let cleared = first.is_ok() || clear(t).is_ok();
+            for &loc in run {
+                if cleared {
+                    self.layout.free_entry(loc);
+                } else {
+                    self.set_state(crate::engine::STATE_NEEDS_RECOVERY);
+                }
             }
             if let Err(e) = first {
                 res = Err(e);
             }
         }
+        ctx.slots.clear();
         res
     }
 
