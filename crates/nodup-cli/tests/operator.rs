@@ -1083,6 +1083,42 @@ fn umount_detaches_a_dead_mount_whose_image_is_gone() {
     );
 }
 
+/// A mount held by an open file: `nodup umount` waits about a second for it, then fails with
+/// one line and leaves the file system mounted and working; a file that is closed within that
+/// second (a process finishing) does not fail it.
+#[test]
+fn umount_of_a_busy_mount_retries_briefly_then_fails() {
+    if !fuse_available() {
+        return;
+    }
+    let fx = Fixture::new("busy", "16M", &[]);
+    fx.mount(&[]);
+    fs::write(fx.path("f"), b"data").unwrap();
+    let held = fs::File::open(fx.path("f")).unwrap();
+    let t0 = std::time::Instant::now();
+    let o = nodup(&["umount", fx.mnt.to_str().unwrap()]);
+    assert!(!o.status.success());
+    one_line(&fail(&o), "the mount is busy, a process still uses it");
+    assert!(t0.elapsed() >= std::time::Duration::from_millis(900));
+    assert!(is_mounted(&fx.mnt));
+    assert_eq!(fs::read(fx.path("f")).unwrap(), b"data");
+    drop(held);
+    // A process that holds a file a little longer: gone within the second.
+    let f = fx.path("f");
+    let holder = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("exec 3<'{}'; sleep 0.3", f.display()))
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let o = nodup(&["umount", fx.mnt.to_str().unwrap()]);
+    let mut holder = holder;
+    let _ = holder.wait();
+    assert!(o.status.success(), "{}", fail(&o));
+    assert!(!is_mounted(&fx.mnt));
+    assert!(fx.fsck().status.success());
+}
+
 /// Whether `mnt` is still a mount point (by /proc/self/mountinfo, which asks no daemon).
 fn is_mounted(mnt: &Path) -> bool {
     let mnt = mnt.canonicalize().unwrap();

@@ -736,18 +736,37 @@ pub fn umount(a: UmountArgs) -> Result<()> {
     // A daemon that is already gone (a dead mount) left the image as it was: the unmount only
     // detaches, and an unclean image is no failure of it. A live daemon holds the image lock.
     let daemon_alive = matches!(ImageLock::try_lock(&img), Err(FsError::Busy(_)));
-    let out = std::process::Command::new("fusermount3")
-        .arg("-u")
-        .arg(&mp)
-        .output()
-        .or_else(|_| std::process::Command::new("umount").arg(&mp).output())
-        .context("running fusermount3")?;
+    let detach = || {
+        std::process::Command::new("fusermount3")
+            .arg("-u")
+            .arg(&mp)
+            .output()
+            .or_else(|_| std::process::Command::new("umount").arg(&mp).output())
+            .context("running fusermount3")
+    };
+    let mut out = detach()?;
+    // A file closed just before can still hold the mount for a moment (the kernel finishes
+    // the last close of a file asynchronously, and a process forked while it was open holds
+    // it until its exec): "busy" is retried for up to a second before it is reported.
+    let t0 = Instant::now();
+    while !out.status.success()
+        && String::from_utf8_lossy(&out.stderr).contains("resource busy")
+        && t0.elapsed() < Duration::from_secs(1)
+    {
+        std::thread::sleep(Duration::from_millis(50));
+        out = detach()?;
+    }
     if !out.status.success() {
-        bail!(
-            "{}: unmount failed: {}",
-            mp.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        let said = String::from_utf8_lossy(&out.stderr);
+        if said.contains("resource busy") {
+            bail!(
+                "{}: unmount failed: the mount is busy, a process still uses it (an open file or \
+                 a working directory in it; `fuser -vm {}` names them)",
+                mp.display(),
+                mp.display()
+            );
+        }
+        bail!("{}: unmount failed: {}", mp.display(), said.trim());
     }
     // The daemon holds the image lock until its clean shutdown (checkpoint) is done.
     let t0 = Instant::now();
