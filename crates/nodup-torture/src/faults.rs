@@ -163,6 +163,9 @@ fn fresh(bytes: u64, seed: u64, block_file: bool) -> Result<Setup, String> {
     };
     let mem = Arc::new(MemMedium::new(bytes));
     let fm = Arc::new(FaultMedium::new(mem.clone(), seed));
+    // A block-file trial takes the stores a block file takes (gathered data, runs of
+    // entries, batch grows of the region table).
+    fm.set_gathers(block_file);
     let (fopts, opts) = policy_of(seed);
     let fs = FileSystem::format(fm.clone(), kind, &fopts, &opts, Caller::default())
         .map_err(|e| format!("format: {e}"))?;

@@ -17,7 +17,7 @@
 //! blocks (508 KiB) held writes at a fraction of the disk's speed; there a grow adds a batch
 //! ([`grow_count`]: about half the chain's length, at most [`GROW_MAX`], never more than the
 //! free space could fill), written and linked with the same two fences for the whole batch,
-//! the rest of the batch queued as allocatable (empty) regions.
+//! the rest of the batch queued as allocatable (empty) regions. One grow runs at a time.
 //!
 //! Each writer pool has a current region it fills almost sequentially, checking entries one by
 //! one. A region is allocatable (in the DRAM Region Queue) while at most half of its entries
@@ -140,6 +140,8 @@ pub struct RegionLayout {
     curs: Vec<Mutex<Option<Cur>>>,
     /// One bit per block of the medium: is it a region (validates hint targets lock-free).
     is_region: LazyWords,
+    /// Held by the one grow that runs at a time (see [`RegionLayout::grow`]).
+    growing: Mutex<()>,
     /// A grow's link may be on the medium and could not be undone: the chain there may name
     /// a block the live state does not count as a region (see [`MetaLayout::unsettled`]).
     unsettled: std::sync::atomic::AtomicBool,
@@ -153,6 +155,7 @@ impl RegionLayout {
             state: Mutex::new(State::default()),
             curs: (0..CUR_SLOTS).map(|_| Mutex::new(None)).collect(),
             is_region: LazyWords::new(geo.nblocks.div_ceil(64) as usize),
+            growing: Mutex::new(()),
             unsettled: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -194,6 +197,23 @@ impl RegionLayout {
         }
     }
 
+    /// The next queued region as a writer's current one (a fresh one is claimed without
+    /// reading its slots back, once).
+    fn pop_queued(&self) -> Option<Cur> {
+        let mut st = self.state.lock();
+        let r = st.queue.pop_front()?;
+        let ri = &mut st.regions[r as usize];
+        ri.queued = false;
+        ri.cur = true;
+        Some(Cur {
+            ridx: r,
+            block: ri.block,
+            next: 0,
+            local: 0,
+            fresh: std::mem::take(&mut ri.fresh),
+        })
+    }
+
     /// New regions from the block allocator (one; [`grow_count`] of them on a block file),
     /// linked at the tail of the chain; the first becomes the writer's current region, the rest
     /// are queued.
@@ -204,8 +224,24 @@ impl RegionLayout {
         alloc: &Allocator,
         apool: &mut usize,
     ) -> Result<Cur> {
+        // One grow at a time: writers that ran out of regions together would each add a batch
+        // sized from the same counts, more than the free space could fill.
+        let _one = self.growing.lock();
+        if let Some(c) = self.pop_queued() {
+            // Another writer's grow queued regions while this one waited.
+            return Ok(c);
+        }
+        let (tail, regions) = {
+            let st = self.state.lock();
+            let tail = st
+                .regions
+                .last()
+                .map(|r| r.block)
+                .ok_or_else(|| Error::Corrupt("region chain has no head".into()))?;
+            (tail, st.regions.len())
+        };
         let want = if io.medium().gathers() {
-            grow_count(self.state.lock().regions.len(), alloc.free_blocks())
+            grow_count(regions, alloc.free_blocks())
         } else {
             1
         };
@@ -229,17 +265,19 @@ impl RegionLayout {
             give_back(&blocks);
             return Err(e);
         }
-        if let Err(e) = Self::init_regions(io, t, &blocks) {
+        let mut written = Self::init_regions(io, t, &blocks);
+        if written.is_err() && blocks.len() > 1 {
+            // A batch that could not be written (a full disk under a sparse image) may leave
+            // room for one region.
+            give_back(&blocks[1..]);
+            blocks.truncate(1);
+            written = Self::init_regions(io, t, &blocks);
+        }
+        if let Err(e) = written {
             // Nothing on the medium names them yet.
             give_back(&blocks);
             return Err(e);
         }
-        let mut st = self.state.lock();
-        let tail = st
-            .regions
-            .last()
-            .map(|r| r.block)
-            .ok_or_else(|| Error::Corrupt("region chain has no head".into()))?;
         let off = tail * BLOCK_SIZE as u64 + OFF_NEXT;
         let mut link = |to: u64| {
             io.write_u64(t, off, to).and_then(|()| {
@@ -260,6 +298,7 @@ impl RegionLayout {
             }
             return Err(e);
         }
+        let mut st = self.state.lock();
         let ridx = st.regions.len() as u32;
         for (i, &b) in blocks.iter().enumerate() {
             let first = i == 0;
@@ -358,25 +397,7 @@ impl RegionLayout {
                 }
                 self.evict(&mut self.state.lock(), done);
             }
-            let next = {
-                let mut st = self.state.lock();
-                match st.queue.pop_front() {
-                    Some(r) => {
-                        let ri = &mut st.regions[r as usize];
-                        ri.queued = false;
-                        ri.cur = true;
-                        let fresh = std::mem::take(&mut ri.fresh);
-                        Some(Cur {
-                            ridx: r,
-                            block: ri.block,
-                            next: 0,
-                            local: 0,
-                            fresh,
-                        })
-                    }
-                    None => None,
-                }
-            };
+            let next = self.pop_queued();
             *cur = Some(match next {
                 Some(c) => c,
                 None => self.grow(io, t, alloc, apool)?,
