@@ -131,7 +131,16 @@ struct Cur {
     /// The region was created by this writer and every slot past `next` is known free, so
     /// slots need not be read back (a fresh region's lines were just flushed out of the cache).
     fresh: bool,
+    /// Bit i: slot i was free when the region became current (all of a fresh one's; on a block
+    /// file, a queued region's, read in one call instead of one per slot). Only this writer
+    /// claims in its current region and frees only make slots free, so a set bit stays true;
+    /// a slot freed since reads as taken and waits for the region's next turn. `None`: each
+    /// slot is read as the cursor reaches it (pmem, as the paper's LMT does).
+    known_free: Option<u128>,
 }
+
+/// Bits 0..127 set: every slot of a region.
+const ALL_SLOTS: u128 = (1 << REGION_ENTRIES) - 1;
 
 /// The Light-Meta-Table.
 pub struct RegionLayout {
@@ -198,20 +207,40 @@ impl RegionLayout {
     }
 
     /// The next queued region as a writer's current one (a fresh one is claimed without
-    /// reading its slots back, once).
-    fn pop_queued(&self) -> Option<Cur> {
-        let mut st = self.state.lock();
-        let r = st.queue.pop_front()?;
-        let ri = &mut st.regions[r as usize];
-        ri.queued = false;
-        ri.cur = true;
-        Some(Cur {
-            ridx: r,
-            block: ri.block,
-            next: 0,
-            local: 0,
-            fresh: std::mem::take(&mut ri.fresh),
-        })
+    /// reading its slots back, once; on a block file another one's slots are read in one call).
+    fn pop_queued(&self, io: &MetaIo, t: &mut IoTally) -> Option<Cur> {
+        let mut c = {
+            let mut st = self.state.lock();
+            let r = st.queue.pop_front()?;
+            let ri = &mut st.regions[r as usize];
+            ri.queued = false;
+            ri.cur = true;
+            let fresh = std::mem::take(&mut ri.fresh);
+            Cur {
+                ridx: r,
+                block: ri.block,
+                next: 0,
+                local: 0,
+                fresh,
+                known_free: fresh.then_some(ALL_SLOTS),
+            }
+        };
+        if !c.fresh && io.medium().gathers() {
+            // A failed read leaves the slots to be read one by one, as on pmem.
+            c.known_free = Self::free_slots(io, t, c.block).ok();
+        }
+        Some(c)
+    }
+
+    /// Which slots of the region in `block` are free (one read of its entries).
+    fn free_slots(io: &MetaIo, t: &mut IoTally, block: u64) -> Result<u128> {
+        let mut buf = vec![0u8; OFF_MAGIC as usize];
+        io.read(t, block * BLOCK_SIZE as u64, &mut buf)?;
+        Ok((0..REGION_ENTRIES as usize)
+            .filter(|&i| {
+                crate::codec::le_u64(&buf, i * ENTRY_SIZE as usize + OFF_BLOCKNR as usize) == 0
+            })
+            .fold(0u128, |m, i| m | 1 << i))
     }
 
     /// New regions from the block allocator (one; [`grow_count`] of them on a block file),
@@ -227,7 +256,7 @@ impl RegionLayout {
         // One grow at a time: writers that ran out of regions together would each add a batch
         // sized from the same counts, more than the free space could fill.
         let _one = self.growing.lock();
-        if let Some(c) = self.pop_queued() {
+        if let Some(c) = self.pop_queued(io, t) {
             // Another writer's grow queued regions while this one waited.
             return Ok(c);
         }
@@ -320,6 +349,7 @@ impl RegionLayout {
             next: 0,
             local: 0,
             fresh: true,
+            known_free: Some(ALL_SLOTS),
         })
     }
 
@@ -372,9 +402,14 @@ impl RegionLayout {
             if let Some(c) = cur.as_mut() {
                 // Check the entries of the current region one by one for a free one.
                 while c.next < REGION_ENTRIES {
-                    let loc = c.block * BLOCK_SIZE as u64 + c.next * ENTRY_SIZE;
+                    let i = c.next;
+                    let loc = c.block * BLOCK_SIZE as u64 + i * ENTRY_SIZE;
                     c.next += 1;
-                    if c.fresh || io.read_u64(t, loc + OFF_BLOCKNR)? == 0 {
+                    let free = match c.known_free {
+                        Some(m) => m >> i & 1 == 1,
+                        None => io.read_u64(t, loc + OFF_BLOCKNR)? == 0,
+                    };
+                    if free {
                         super::reserve_slot(io, t, loc)?;
                         c.local += 1;
                         return Ok(loc);
@@ -397,7 +432,7 @@ impl RegionLayout {
                 }
                 self.evict(&mut self.state.lock(), done);
             }
-            let next = self.pop_queued();
+            let next = self.pop_queued(io, t);
             *cur = Some(match next {
                 Some(c) => c,
                 None => self.grow(io, t, alloc, apool)?,
@@ -407,30 +442,44 @@ impl RegionLayout {
 }
 
 impl RegionLayout {
-    /// Claim up to `n` consecutive slots of a fresh current region in one store (a medium
-    /// that makes a system call per store, [`crate::media::Medium::gathers`]): every slot of
-    /// a fresh region is zero, so whole slots holding only the reserved marker are what the
-    /// markers one by one would leave. Returns the first slot's index; `c.next` is past the
-    /// last. On a failed store the slots are cleared (best effort) and skipped, as
-    /// [`super::reserve_slot`] leaves a slot whose marker failed.
-    fn claim_run(c: &mut Cur, io: &MetaIo, t: &mut IoTally, n: usize) -> Result<u64> {
+    /// Claim up to `n` consecutive free slots of the current region in one store, on a medium
+    /// that makes a system call per store ([`crate::media::Medium::gathers`]), where the region's
+    /// free slots are known ([`Cur::known_free`]): used slots at the cursor are passed over, then
+    /// whole slots holding only the reserved marker are written over the run (a free slot's
+    /// other fields mean nothing). Returns the run's first slot index (`c.next` is past its
+    /// last), or `None` when no free slot is left. On a failed store the slots are cleared
+    /// (best effort) and skipped, as [`super::reserve_slot`] leaves a slot whose marker failed.
+    fn claim_run(c: &mut Cur, io: &MetaIo, t: &mut IoTally, n: usize) -> Result<Option<u64>> {
         use super::record::{DedupEntry, RESERVED};
+        let Some(free) = c.known_free else {
+            return Ok(None);
+        };
+        let is_free = |i: u64| i < REGION_ENTRIES && free >> i & 1 == 1;
+        while c.next < REGION_ENTRIES && !is_free(c.next) {
+            c.next += 1;
+        }
         let start = c.next;
-        let k = (n as u64).min(REGION_ENTRIES - start);
+        let mut end = start;
+        while end < start + n as u64 && is_free(end) {
+            end += 1;
+        }
+        if end == start {
+            return Ok(None);
+        }
         let marked = DedupEntry {
             blocknr: RESERVED,
             ..DedupEntry::default()
         }
         .to_bytes();
-        let run: Vec<u8> = (0..k).flat_map(|_| marked).collect();
+        let run: Vec<u8> = (start..end).flat_map(|_| marked).collect();
         let off = c.block * BLOCK_SIZE as u64 + start * ENTRY_SIZE;
-        c.next += k;
+        c.next = end;
         if let Err(e) = io.write(t, off, &run) {
             let _ = io.write(t, off, &vec![0u8; run.len()]);
             return Err(e);
         }
-        c.local += k as i32;
-        Ok(start)
+        c.local += (end - start) as i32;
+        Ok(Some(start))
     }
 }
 
@@ -527,15 +576,17 @@ impl MetaLayout for RegionLayout {
         let mut k = 0;
         while k < n {
             if gathers {
-                if let Some(c) = cur.as_mut().filter(|c| c.fresh && c.next < REGION_ENTRIES) {
+                if let Some(c) = cur.as_mut() {
                     match Self::claim_run(c, io, t, n - k) {
-                        Ok(start) => {
+                        Ok(Some(start)) => {
                             let got = (c.next - start) as usize;
                             let base = c.block * BLOCK_SIZE as u64;
                             out.extend((start..c.next).map(|i| base + i * ENTRY_SIZE));
                             k += got;
                             continue;
                         }
+                        // The region is used up: the claim below moves on.
+                        Ok(None) => {}
                         Err(e) if k > 0 => {
                             if matches!(e, crate::Error::Io(_)) {
                                 t.errors_absorbed += 1;

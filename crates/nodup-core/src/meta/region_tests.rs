@@ -425,10 +425,13 @@ fn a_requeued_region_is_scanned_not_claimed_fresh() {
     }
     assert_eq!(l.state.lock().queue.len(), 1);
     let mut out = std::collections::VecDeque::new();
+    let read = t.meta_read;
     l.alloc_entries(&io, &mut t, 0, &a, &mut ap, freed.len(), &mut out)
         .unwrap();
     let got: Vec<u64> = out.into_iter().collect();
     assert_eq!(got, freed, "only the freed slots, in order");
+    // On a block file its slots are read in one call, not one per slot.
+    assert_eq!(t.meta_read - read, OFF_MAGIC);
     for &(loc, b) in &live {
         assert_eq!(blocknr(loc), b, "live entry {loc} kept");
     }
@@ -503,4 +506,46 @@ fn writers_growing_together_add_one_batch() {
             "round {round}: {empty} of {regions} regions empty"
         );
     }
+}
+
+/// A region emptied by deletions and queued again is claimed, on a block file, with one read
+/// of its slots and one store for a writer's whole batch of them.
+#[test]
+fn an_emptied_region_is_claimed_in_one_read_and_one_store() {
+    use crate::media::{CrashSim, Medium};
+    let sim = Arc::new(CrashSim::new(4096 * BLOCK_SIZE as u64));
+    sim.set_gathers(true);
+    let (l, io, a) = setup_sized(sim.clone(), 4096);
+    let mut t = IoTally::default();
+    let mut ap = 0;
+    while l.region_count() < 8 {
+        let loc = l.alloc_entry(&io, &mut t, 0, 0, &a, &mut ap).unwrap();
+        commit(&io, loc, 100);
+    }
+    fill_all(&l, &io, &a, &mut t);
+    let r = {
+        let st = l.state.lock();
+        st.regions[st.regions.len() - 2].block
+    };
+    let slots: Vec<u64> = (0..REGION_ENTRIES)
+        .map(|i| r * BLOCK_SIZE as u64 + i * ENTRY_SIZE)
+        .collect();
+    for &loc in &slots {
+        commit(&io, loc, 0);
+        l.free_entry(loc);
+    }
+    sim.fence().unwrap();
+    let read = t.meta_read;
+    let mut out = std::collections::VecDeque::new();
+    // The first claim moves the writer off its full region (one store for it), then 100
+    // slots come in one more.
+    l.alloc_entries(&io, &mut t, 0, &a, &mut ap, 1, &mut out)
+        .unwrap();
+    let stores = sim.pending_count();
+    l.alloc_entries(&io, &mut t, 0, &a, &mut ap, 100, &mut out)
+        .unwrap();
+    assert_eq!(sim.pending_count() - stores, 1, "one store for the batch");
+    assert_eq!(t.meta_read - read, OFF_MAGIC, "one read of the region");
+    let got: Vec<u64> = out.into_iter().collect();
+    assert_eq!(got, slots[..101].to_vec());
 }
