@@ -77,9 +77,18 @@ impl Engine {
         self.store_count(t, off, e.refcount, count)?;
         self.meta.flush(off, 8);
         if let Err(err) = self.meta.fence() {
-            // The count may or may not be durable: too high is safe, but the live state must
-            // not be trusted further.
-            self.set_state(super::STATE_NEEDS_RECOVERY);
+            // The count may or may not be durable, and the caller will not take the
+            // reference. The old count goes back, durably, and the engine goes on (a
+            // background worker's failure must not stop the mount, as in `adopt`); only if
+            // that fails too is the live state no longer known (a block file's failed fence
+            // fails every later one: `media/write_back.rs`).
+            let undone = self.meta.write_u64(t, off, e.refcount).and_then(|()| {
+                self.meta.flush(off, 8);
+                self.meta.fence()
+            });
+            if undone.is_err() {
+                self.set_state(super::STATE_NEEDS_RECOVERY);
+            }
             return Err(err);
         }
         self.store.on_hit(fp, loc);
