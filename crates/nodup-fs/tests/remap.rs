@@ -104,6 +104,16 @@ fn a_remap_whose_fence_fails_is_undone_and_the_engine_goes_on() {
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
     let rep = fsck::check(&fs, false).unwrap();
     assert!(rep.consistent(), "{:?}", rep.problems);
+    // What the medium holds (a crash now) agrees too: the old count is durable.
+    let crashed = FileSystem::open(
+        Arc::new(MemMedium::from_bytes(mem.snapshot())),
+        &FsOptions::default(),
+    )
+    .unwrap();
+    let rep = fsck::check(&crashed, false).unwrap();
+    assert!(rep.consistent(), "crash image: {:?}", rep.problems);
+    assert_eq!(crashed.engine().block_refcount(pb).unwrap(), Some(1));
+    drop(crashed);
     assert_eq!(fs.remap_block(a, 0, pa, pb).unwrap(), RemapOutcome::Done);
     assert_eq!(fs.read(a, 0, BLOCK_SIZE).unwrap(), x);
     assert_eq!(fs.engine().block_refcount(pb).unwrap(), Some(2));

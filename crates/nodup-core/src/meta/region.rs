@@ -131,11 +131,14 @@ struct Cur {
     /// The region was created by this writer and every slot past `next` is known free, so
     /// slots need not be read back (a fresh region's lines were just flushed out of the cache).
     fresh: bool,
-    /// Bit i: slot i was free when the region became current (all of a fresh one's; on a block
-    /// file, a queued region's, read in one call instead of one per slot). Only this writer
-    /// claims in its current region and frees only make slots free, so a set bit stays true;
-    /// a slot freed since reads as taken and waits for the region's next turn. `None`: each
-    /// slot is read as the cursor reaches it (pmem, as the paper's LMT does).
+    /// Bit i: slot i was free when last read (all of a fresh one's; on a block file, a queued
+    /// region's, read in one call instead of one per slot). Only this writer claims in its
+    /// current region, so a set bit stays true but for one case: a release whose reverse-map
+    /// store fails writes the entry it had just cleared back (`engine/release.rs`). So a
+    /// run of claims in a region that is not fresh reads the slots again first, which leaves
+    /// the window a slot-by-slot scan has between its read and its marker. A slot freed since
+    /// reads as taken and waits for the region's next turn. `None`: each slot is read as the
+    /// cursor reaches it (pmem, as the paper's LMT does).
     known_free: Option<u128>,
 }
 
@@ -447,13 +450,25 @@ impl RegionLayout {
     /// free slots are known ([`Cur::known_free`]): used slots at the cursor are passed over, then
     /// whole slots holding only the reserved marker are written over the run (a free slot's
     /// other fields mean nothing). Returns the run's first slot index (`c.next` is past its
-    /// last), or `None` when no free slot is left. On a failed store the slots are cleared
+    /// last), or `None` when no free slot is left. `reread`: a region that is not fresh has its
+    /// slots read again first (see [`Cur::known_free`]). On a failed store the slots are cleared
     /// (best effort) and skipped, as [`super::reserve_slot`] leaves a slot whose marker failed.
-    fn claim_run(c: &mut Cur, io: &MetaIo, t: &mut IoTally, n: usize) -> Result<Option<u64>> {
+    fn claim_run(
+        c: &mut Cur,
+        io: &MetaIo,
+        t: &mut IoTally,
+        n: usize,
+        reread: bool,
+    ) -> Result<Option<u64>> {
         use super::record::{DedupEntry, RESERVED};
-        let Some(free) = c.known_free else {
+        let Some(mut free) = c.known_free else {
             return Ok(None);
         };
+        if reread && !c.fresh {
+            // See `Cur::known_free`: one read per batch of claims, not per slot.
+            free &= Self::free_slots(io, t, c.block)?;
+            c.known_free = Some(free);
+        }
         let is_free = |i: u64| i < REGION_ENTRIES && free >> i & 1 == 1;
         while c.next < REGION_ENTRIES && !is_free(c.next) {
             c.next += 1;
@@ -574,10 +589,13 @@ impl MetaLayout for RegionLayout {
         let mut cur = self.curs[pool % CUR_SLOTS].lock();
         let gathers = io.medium().gathers();
         let mut k = 0;
+        // The slots of a current region that is not fresh are read again once per call.
+        let mut reread = true;
         while k < n {
             if gathers {
                 if let Some(c) = cur.as_mut() {
-                    match Self::claim_run(c, io, t, n - k) {
+                    let run = Self::claim_run(c, io, t, n - k, std::mem::take(&mut reread));
+                    match run {
                         Ok(Some(start)) => {
                             let got = (c.next - start) as usize;
                             let base = c.block * BLOCK_SIZE as u64;

@@ -201,6 +201,25 @@ fn fill_all(l: &RegionLayout, io: &MetaIo, a: &Allocator, t: &mut IoTally) -> Ve
     locs
 }
 
+/// Grow the table to at least 8 regions and fill every slot; returns the block of the last but
+/// one region, which on a block file a batch queued fresh and a writer then filled before it
+/// went on to the last one.
+fn grown_and_full(
+    l: &RegionLayout,
+    io: &MetaIo,
+    a: &Allocator,
+    t: &mut IoTally,
+    ap: &mut usize,
+) -> u64 {
+    while l.region_count() < 8 {
+        let loc = l.alloc_entry(io, t, 0, 0, a, ap).unwrap();
+        commit(io, loc, 100);
+    }
+    fill_all(l, io, a, t);
+    let st = l.state.lock();
+    st.regions[st.regions.len() - 2].block
+}
+
 /// On pmem (fences are cheap) a grow adds one region, as the paper's LMT does.
 #[test]
 fn grows_one_region_at_a_time_on_pmem() {
@@ -343,11 +362,7 @@ fn a_failed_batch_grow_gives_every_block_back() {
             let (l, io, a) = setup_sized(fm.clone(), 4096);
             let mut t = IoTally::default();
             let mut ap = 0;
-            while l.region_count() < 8 {
-                let loc = l.alloc_entry(&io, &mut t, 0, 0, &a, &mut ap).unwrap();
-                commit(&io, loc, 100);
-            }
-            fill_all(&l, &io, &a, &mut t);
+            grown_and_full(&l, &io, &a, &mut t, &mut ap);
             let (regions, free) = (l.region_count(), a.free_blocks());
             let batch = grow_count(regions, free);
             assert!(batch >= 4, "{batch}");
@@ -396,17 +411,7 @@ fn a_requeued_region_is_scanned_not_claimed_fresh() {
     let (l, io, a) = setup_sized(sim.clone(), 4096);
     let mut t = IoTally::default();
     let mut ap = 0;
-    while l.region_count() < 8 {
-        let loc = l.alloc_entry(&io, &mut t, 0, 0, &a, &mut ap).unwrap();
-        commit(&io, loc, 100);
-    }
-    fill_all(&l, &io, &a, &mut t);
-    // The last but one region was queued by a batch (fresh), then filled by a writer that
-    // went on to the last one.
-    let r = {
-        let st = l.state.lock();
-        st.regions[st.regions.len() - 2].block
-    };
+    let r = grown_and_full(&l, &io, &a, &mut t, &mut ap);
     let slot = |i: u64| r * BLOCK_SIZE as u64 + i * ENTRY_SIZE;
     let blocknr = |loc: u64| {
         let mut b = [0u8; 8];
@@ -508,25 +513,17 @@ fn writers_growing_together_add_one_batch() {
     }
 }
 
-/// A region emptied by deletions and queued again is claimed, on a block file, with one read
-/// of its slots and one store for a writer's whole batch of them.
+/// A region emptied by deletions and queued again is claimed, on a block file, with a read of
+/// its slots and one store for a writer's whole batch of them.
 #[test]
-fn an_emptied_region_is_claimed_in_one_read_and_one_store() {
+fn an_emptied_region_is_claimed_with_one_store_per_batch() {
     use crate::media::{CrashSim, Medium};
     let sim = Arc::new(CrashSim::new(4096 * BLOCK_SIZE as u64));
     sim.set_gathers(true);
     let (l, io, a) = setup_sized(sim.clone(), 4096);
     let mut t = IoTally::default();
     let mut ap = 0;
-    while l.region_count() < 8 {
-        let loc = l.alloc_entry(&io, &mut t, 0, 0, &a, &mut ap).unwrap();
-        commit(&io, loc, 100);
-    }
-    fill_all(&l, &io, &a, &mut t);
-    let r = {
-        let st = l.state.lock();
-        st.regions[st.regions.len() - 2].block
-    };
+    let r = grown_and_full(&l, &io, &a, &mut t, &mut ap);
     let slots: Vec<u64> = (0..REGION_ENTRIES)
         .map(|i| r * BLOCK_SIZE as u64 + i * ENTRY_SIZE)
         .collect();
@@ -541,11 +538,19 @@ fn an_emptied_region_is_claimed_in_one_read_and_one_store() {
     // slots come in one more.
     l.alloc_entries(&io, &mut t, 0, &a, &mut ap, 1, &mut out)
         .unwrap();
+    // A release whose reverse-map store failed writes back the entry it had cleared: slot
+    // 50, free when the writer took the region, holds an entry again.
+    commit(&io, slots[50], 777);
     let stores = sim.pending_count();
     l.alloc_entries(&io, &mut t, 0, &a, &mut ap, 100, &mut out)
         .unwrap();
-    assert_eq!(sim.pending_count() - stores, 1, "one store for the batch");
-    assert_eq!(t.meta_read - read, OFF_MAGIC, "one read of the region");
+    assert_eq!(sim.pending_count() - stores, 2, "one store per run");
+    // One read when the writer took the region, one again before the batch (`known_free`).
+    assert_eq!(t.meta_read - read, 2 * OFF_MAGIC, "two reads of the region");
     let got: Vec<u64> = out.into_iter().collect();
-    assert_eq!(got, slots[..101].to_vec());
+    let want: Vec<u64> = slots[..50].iter().chain(&slots[51..102]).copied().collect();
+    assert_eq!(got, want);
+    let mut b = [0u8; 8];
+    sim.read(slots[50] + OFF_BLOCKNR, &mut b).unwrap();
+    assert_eq!(u64::from_le_bytes(b), 777, "the entry written back is kept");
 }
