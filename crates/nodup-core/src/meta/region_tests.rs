@@ -201,6 +201,15 @@ fn fill_all(l: &RegionLayout, io: &MetaIo, a: &Allocator, t: &mut IoTally) -> Ve
     locs
 }
 
+/// A formatted layout of 4096 blocks on a crash simulator that takes a block file's stores
+/// ([`crate::media::Medium::gathers`]).
+fn on_block_file() -> (Arc<crate::media::CrashSim>, RegionLayout, MetaIo, Allocator) {
+    let sim = Arc::new(crate::media::CrashSim::new(4096 * BLOCK_SIZE as u64));
+    sim.set_gathers(true);
+    let (l, io, a) = setup_sized(sim.clone(), 4096);
+    (sim, l, io, a)
+}
+
 /// Grow the table to at least 8 regions and fill every slot; returns the block of the last but
 /// one region, which on a block file a batch queued fresh and a writer then filled before it
 /// went on to the last one.
@@ -239,10 +248,7 @@ fn grows_one_region_at_a_time_on_pmem() {
 /// back, as the grown one is. The chain on the medium holds them all.
 #[test]
 fn grows_in_batches_for_two_fences_each() {
-    use crate::media::CrashSim;
-    let sim = Arc::new(CrashSim::new(4096 * BLOCK_SIZE as u64));
-    sim.set_gathers(true);
-    let (l, io, a) = setup_sized(sim.clone(), 4096);
+    let (sim, l, io, a) = on_block_file();
     let mut t = IoTally::default();
     let mut ap = 0;
     // The header region first (claimed from the queue: its slots are read).
@@ -295,11 +301,9 @@ fn grows_in_batches_for_two_fences_each() {
 /// region is claimed with one store: whole slots holding the reserved marker.
 #[test]
 fn a_batch_of_fresh_slots_is_claimed_in_one_store() {
-    use crate::media::{CrashSim, Medium};
+    use crate::media::Medium;
     use crate::meta::record::{DedupEntry, RESERVED};
-    let sim = Arc::new(CrashSim::new(4096 * BLOCK_SIZE as u64));
-    sim.set_gathers(true);
-    let (l, io, a) = setup_sized(sim.clone(), 4096);
+    let (sim, l, io, a) = on_block_file();
     let mut t = IoTally::default();
     fill_all(&l, &io, &a, &mut t);
     let mut ap = 0;
@@ -405,10 +409,8 @@ fn a_failed_batch_grow_gives_every_block_back() {
 /// entry's.
 #[test]
 fn a_requeued_region_is_scanned_not_claimed_fresh() {
-    use crate::media::{CrashSim, Medium};
-    let sim = Arc::new(CrashSim::new(4096 * BLOCK_SIZE as u64));
-    sim.set_gathers(true);
-    let (l, io, a) = setup_sized(sim.clone(), 4096);
+    use crate::media::Medium;
+    let (sim, l, io, a) = on_block_file();
     let mut t = IoTally::default();
     let mut ap = 0;
     let r = grown_and_full(&l, &io, &a, &mut t, &mut ap);
@@ -517,10 +519,8 @@ fn writers_growing_together_add_one_batch() {
 /// its slots and one store for a writer's whole batch of them.
 #[test]
 fn an_emptied_region_is_claimed_with_one_store_per_batch() {
-    use crate::media::{CrashSim, Medium};
-    let sim = Arc::new(CrashSim::new(4096 * BLOCK_SIZE as u64));
-    sim.set_gathers(true);
-    let (l, io, a) = setup_sized(sim.clone(), 4096);
+    use crate::media::Medium;
+    let (sim, l, io, a) = on_block_file();
     let mut t = IoTally::default();
     let mut ap = 0;
     let r = grown_and_full(&l, &io, &a, &mut t, &mut ap);
