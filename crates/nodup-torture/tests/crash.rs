@@ -15,6 +15,19 @@ fn small() -> CrashConfig {
     }
 }
 
+/// Each workload of `seeds` under `cfg` gives at least 40 crash states, all consistent.
+fn each_consistent(seeds: &[u64], cfg: &CrashConfig) {
+    for &seed in seeds {
+        let st = run_workload(seed, cfg, None);
+        eprintln!(
+            "seed {seed}: {} states, {} violations",
+            st.states, st.violations
+        );
+        assert!(st.states >= 40, "seed {seed}: only {} states", st.states);
+        assert_eq!(st.violations, 0, "seed {seed}: {:#?}", st.examples);
+    }
+}
+
 #[test]
 fn crash_states_are_consistent() {
     let seed = std::env::var("TORTURE_SEED")
@@ -35,30 +48,19 @@ fn crash_states_are_consistent() {
 /// campaign's own residues never put an encrypted image on a block file.)
 #[test]
 fn block_file_crash_states_are_consistent() {
-    for seed in [1, 2, 3, 4, 6, 8] {
-        // Longer than `small()`: a block file fences only at syncs, checkpoints and the
-        // log's write-outs, so a workload has fewer crash points.
-        let st = run_workload(
-            seed,
-            &CrashConfig {
-                blockfile_every: 1,
-                large_every: 0,
-                spec: WorkloadSpec {
-                    ops: 45,
-                    ..WorkloadSpec::default()
-                },
-                max_points: 80,
-                ..CrashConfig::default()
-            },
-            None,
-        );
-        eprintln!(
-            "seed {seed}: {} states, {} violations",
-            st.states, st.violations
-        );
-        assert!(st.states >= 40, "seed {seed}: only {} states", st.states);
-        assert_eq!(st.violations, 0, "seed {seed}: {:#?}", st.examples);
-    }
+    // Longer than `small()`: a block file fences only at syncs, checkpoints and the log's
+    // write-outs, so a workload has fewer crash points.
+    let cfg = CrashConfig {
+        blockfile_every: 1,
+        large_every: 0,
+        spec: WorkloadSpec {
+            ops: 45,
+            ..WorkloadSpec::default()
+        },
+        max_points: 80,
+        ..CrashConfig::default()
+    };
+    each_consistent(&[1, 2, 3, 4, 6, 8], &cfg);
 }
 
 /// Writes large enough that the region table grows several times on a block file, so the
@@ -68,24 +70,13 @@ fn block_file_crash_states_are_consistent() {
 /// table grows by 2 and by 3 regions.
 #[test]
 fn crash_states_inside_batch_grows_are_consistent() {
-    for seed in [10, 6, 7] {
-        let st = run_workload(
-            seed,
-            &CrashConfig {
-                blockfile_every: 1,
-                spec: WorkloadSpec::large(),
-                max_points: 400,
-                ..CrashConfig::default()
-            },
-            None,
-        );
-        eprintln!(
-            "seed {seed}: {} states, {} violations",
-            st.states, st.violations
-        );
-        assert!(st.states >= 40, "seed {seed}: only {} states", st.states);
-        assert_eq!(st.violations, 0, "seed {seed}: {:#?}", st.examples);
-    }
+    let cfg = CrashConfig {
+        blockfile_every: 1,
+        spec: WorkloadSpec::large(),
+        max_points: 400,
+        ..CrashConfig::default()
+    };
+    each_consistent(&[10, 6, 7], &cfg);
 }
 
 fn mutant_caught(cfg: CrashConfig, what: &str) {
@@ -244,15 +235,7 @@ fn smart_crash_states_are_consistent() {
 /// encrypted `light` image, 3 a plain `selective` one, 7 an encrypted `selective` one.
 #[test]
 fn selective_and_encrypted_crash_states_are_consistent() {
-    for seed in [2, 3, 7] {
-        let st = run_workload(seed, &small(), None);
-        eprintln!(
-            "seed {seed}: {} states, {} violations",
-            st.states, st.violations
-        );
-        assert!(st.states >= 40, "seed {seed}: only {} states", st.states);
-        assert_eq!(st.violations, 0, "seed {seed}: {:#?}", st.examples);
-    }
+    each_consistent(&[2, 3, 7], &small());
 }
 
 /// Finding 9 (nodup-fs `smart`): a file block rewritten outside write(2) — here the partial

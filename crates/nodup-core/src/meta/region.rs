@@ -498,6 +498,35 @@ impl RegionLayout {
     }
 }
 
+impl RegionLayout {
+    /// One step of [`MetaLayout::alloc_entries`]: on a medium that gathers its stores, a run
+    /// of up to `want` free slots of the current region in one store ([`Self::claim_run`]);
+    /// else, or when the region is used up, one slot ([`Self::claim`], which moves on to
+    /// another region). The slots go to `out`; returns how many.
+    #[allow(clippy::too_many_arguments)]
+    fn claim_some(
+        &self,
+        cur: &mut Option<Cur>,
+        io: &MetaIo,
+        t: &mut IoTally,
+        alloc: &Allocator,
+        apool: &mut usize,
+        want: usize,
+        reread: bool,
+        out: &mut VecDeque<u64>,
+    ) -> Result<usize> {
+        if let Some(c) = cur.as_mut().filter(|_| io.medium().gathers()) {
+            if let Some(start) = Self::claim_run(c, io, t, want, reread)? {
+                let base = c.block * BLOCK_SIZE as u64;
+                out.extend((start..c.next).map(|i| base + i * ENTRY_SIZE));
+                return Ok((c.next - start) as usize);
+            }
+        }
+        out.push_back(self.claim(cur, io, t, alloc, apool)?);
+        Ok(1)
+    }
+}
+
 impl MetaLayout for RegionLayout {
     fn kind(&self) -> MetaLayoutKind {
         MetaLayoutKind::Region
@@ -587,36 +616,13 @@ impl MetaLayout for RegionLayout {
         out: &mut std::collections::VecDeque<u64>,
     ) -> Result<usize> {
         let mut cur = self.curs[pool % CUR_SLOTS].lock();
-        let gathers = io.medium().gathers();
         let mut k = 0;
         // The slots of a current region that is not fresh are read again once per call.
         let mut reread = true;
         while k < n {
-            if gathers {
-                if let Some(c) = cur.as_mut() {
-                    let run = Self::claim_run(c, io, t, n - k, std::mem::take(&mut reread));
-                    match run {
-                        Ok(Some(start)) => {
-                            let got = (c.next - start) as usize;
-                            let base = c.block * BLOCK_SIZE as u64;
-                            out.extend((start..c.next).map(|i| base + i * ENTRY_SIZE));
-                            k += got;
-                            continue;
-                        }
-                        // The region is used up: the claim below moves on.
-                        Ok(None) => {}
-                        Err(e) if k > 0 => {
-                            if matches!(e, crate::Error::Io(_)) {
-                                t.errors_absorbed += 1;
-                            }
-                            return Ok(k);
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-            }
-            match self.claim(&mut cur, io, t, alloc, apool) {
-                Ok(loc) => out.push_back(loc),
+            let step = std::mem::take(&mut reread);
+            match self.claim_some(&mut cur, io, t, alloc, apool, n - k, step, out) {
+                Ok(got) => k += got,
                 // The slots claimed so far serve; a media error is noted as absorbed.
                 Err(e) if k > 0 => {
                     if matches!(e, crate::Error::Io(_)) {
@@ -626,7 +632,6 @@ impl MetaLayout for RegionLayout {
                 }
                 Err(e) => return Err(e),
             }
-            k += 1;
         }
         Ok(n)
     }

@@ -52,6 +52,19 @@ pub(crate) struct Created {
     pub(crate) hint: Hint,
 }
 
+impl Created {
+    /// The entry as persisted, with `blocknr` in its commit field (`RESERVED` until the store
+    /// that makes it valid).
+    fn entry(&self, blocknr: u64) -> crate::meta::record::DedupEntry {
+        crate::meta::record::DedupEntry {
+            fp: self.fp,
+            blocknr,
+            refcount: self.refs,
+            hint: self.hint.0,
+        }
+    }
+}
+
 /// Counters of one call.
 #[derive(Debug, Default)]
 pub(crate) struct CallStats {

@@ -8,7 +8,7 @@ use crate::engine::locks::STRIPES;
 use crate::engine::{Engine, WriteCtx};
 use crate::media::Medium;
 use crate::meta::io::IoTally;
-use crate::meta::record::{DedupEntry, OFF_BLOCKNR, OFF_FP, OFF_REFCOUNT};
+use crate::meta::record::{OFF_BLOCKNR, OFF_FP, OFF_REFCOUNT};
 use crate::{Error, Result};
 
 /// Cache-line size used to coalesce flushes.
@@ -73,12 +73,7 @@ impl Engine {
             self.write_entry_runs(ctx, t)?;
         } else {
             for c in &ctx.created {
-                let e = DedupEntry {
-                    fp: c.fp,
-                    blocknr: c.blocknr,
-                    refcount: c.refs,
-                    hint: c.hint.0,
-                };
+                let e = c.entry(c.blocknr);
                 // The block number last: a speculating writer reads a hinted slot without the
                 // index (see `speculate`) and must never see a valid block number beside the
                 // fingerprint of the slot's previous life. (Random crash states, beyond what
@@ -116,21 +111,12 @@ impl Engine {
         use crate::meta::record::{ENTRY_SIZE, RESERVED};
         let mut run: Vec<u8> = Vec::new();
         for created in ctx.created.chunk_by(|a, b| b.loc == a.loc + ENTRY_SIZE) {
-            let entry = |c: &super::Created, blocknr: u64| {
-                DedupEntry {
-                    fp: c.fp,
-                    blocknr,
-                    refcount: c.refs,
-                    hint: c.hint.0,
-                }
-                .to_bytes()
-            };
             let at = created[0].loc;
             run.clear();
-            run.extend(created.iter().flat_map(|c| entry(c, RESERVED)));
+            run.extend(created.iter().flat_map(|c| c.entry(RESERVED).to_bytes()));
             self.meta.write(t, at, &run)?;
             run.clear();
-            run.extend(created.iter().flat_map(|c| entry(c, c.blocknr)));
+            run.extend(created.iter().flat_map(|c| c.entry(c.blocknr).to_bytes()));
             self.meta.write(t, at, &run)?;
             self.meta.flush(at, run.len() as u64);
         }
